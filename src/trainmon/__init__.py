@@ -1,0 +1,15 @@
+"""trainmon: watch machine-learning training jobs the way SageMaker and CloudWatch do, on your own machines.
+
+    import trainmon
+    sm = trainmon.client("sagemaker")          # boto3's shapes, on the embedded store
+    sm.describe_training_job(TrainingJobName="my-job")["FinalMetricDataList"]
+"""
+
+from __future__ import annotations
+
+from .client import client
+from .errors import ClientError, ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
+
+__version__ = "0.1.0"
+
+__all__ = ["ClientError", "ResourceInUse", "ResourceNotFound", "TrainmonError", "ValidationException", "client"]

@@ -1,0 +1,314 @@
+"""From a job's pipes to stored log records and metric points.
+
+Two kinds of threads, so that monitoring never holds the job back:
+
+- a :class:`PipeReader` per pipe only reads: each chunk the job wrote is appended to a spool
+  file and its arrival time noted. It never waits on the store, the terminal or the extractor,
+  so the job's writes never block on trainmon (a full disk moves the spool into memory).
+- one :class:`Ingestor` per job cuts the chunks into records, extracts points, echoes to the
+  terminal and writes batches to the store, as fast as the store takes them.
+
+A record's timestamp is the wall-clock time (ms) of the read that completed it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+from .errors import StoreError
+from .extract import Extractor
+from .records import Mode, decode, last_break_end, split_text
+from .store import Batch, EventRow, PointRow, SqliteStore
+
+READ_BYTES = 1 << 20
+MAX_RECORD_BYTES = 16 << 20
+STDERR_TAIL_RECORDS = 20
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    start: int
+    length: int
+    timestamp_ms: int
+    data: bytes | None  # kept in memory only when the spool could not be written
+
+
+class PipeReader(threading.Thread):
+    """Drains one pipe into a spool file as fast as the job writes."""
+
+    def __init__(self, fd: int, spool_path: Path, wake: threading.Event, label: str) -> None:
+        super().__init__(name=f"trainmon-read-{label}", daemon=True)
+        self.fd = fd
+        self.spool_path = spool_path
+        self.wake = wake
+        self.chunks: deque[Chunk] = deque()
+        self.spool_error: OSError | None = None
+        self.eof = threading.Event()
+
+    def run(self) -> None:
+        offset = 0
+        spool_fd = os.open(self.spool_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        try:
+            while True:
+                try:
+                    data = os.read(self.fd, READ_BYTES)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                stamp = now_ms()
+                kept: bytes | None = data
+                if self.spool_error is None:
+                    try:
+                        _write_all(spool_fd, data)
+                        kept = None
+                    except OSError as exc:
+                        self.spool_error = exc
+                self.chunks.append(Chunk(offset, len(data), stamp, kept))
+                if kept is None:
+                    offset += len(data)
+                self.wake.set()
+        finally:
+            os.close(spool_fd)
+            os.close(self.fd)
+            self.eof.set()
+            self.wake.set()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class RecordCutter:
+    """Cuts a byte stream into blocks of whole records, keeping the unfinished tail."""
+
+    def __init__(self, mode: Mode) -> None:
+        self.mode = mode
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._skip_newline = False
+        self.forced_cuts = 0
+
+    def feed(self, data: bytes) -> bytes:
+        if self._skip_newline and data:
+            self._skip_newline = False
+            if data[:1] == b"\n":  # the second half of a "\r\n" split across two reads
+                data = data[1:]
+        cut = last_break_end(data, self.mode)
+        if cut == 0:
+            self._pending.append(data)
+            self._pending_bytes += len(data)
+            if self._pending_bytes < MAX_RECORD_BYTES:
+                return b""
+            self.forced_cuts += 1
+            return self.finish()
+        block = b"".join([*self._pending, data[:cut]])
+        rest = data[cut:]
+        self._pending = [rest] if rest else []
+        self._pending_bytes = len(rest)
+        if self.mode.splits_on_cr and block[-1:] == b"\r":
+            self._skip_newline = True
+        return block
+
+    def finish(self) -> bytes:
+        block = b"".join(self._pending)
+        self._pending, self._pending_bytes = [], 0
+        return block
+
+
+@dataclass
+class Pipe:
+    reader: PipeReader
+    cutter: RecordCutter
+    is_stderr: bool
+    spool: BinaryIO | None = None
+
+
+@dataclass
+class HostStream:
+    host: str
+    stream_id: int
+    pipes: list[Pipe]
+    next_seq: int = 0
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_RECORDS))
+
+
+class Echo:
+    """Shows the job's output on the terminal (host-prefixed when several) and, optionally, each point."""
+
+    def __init__(self, *, prefix_hosts: bool, live_metrics: bool, raw: bool = True) -> None:
+        self.prefix_hosts = prefix_hosts
+        self.live_metrics = live_metrics
+        self.color = sys.stdout.isatty()
+        self._at_line_start = True
+        self._pending_points: list[str] = []
+
+    def output(self, host: str, is_stderr: bool, data: bytes, records: list[str]) -> None:
+        target = sys.stderr if is_stderr else sys.stdout
+        try:
+            if self.prefix_hosts:
+                text = "".join(f"{host} | {record}\n" for record in records)
+                target.write(text)
+            else:
+                target.flush()
+                target.buffer.write(data)
+                if not is_stderr and data:
+                    self._at_line_start = data.endswith(b"\n")
+            target.flush()
+        except (OSError, ValueError):
+            pass  # a closed terminal must not stop the capture
+
+    def point(self, name: str, value: float, host: str, seq: int) -> None:
+        if not self.live_metrics:
+            return
+        text = f"  » {name} = {value:g}   ({host}, record {seq + 1})"
+        self._pending_points.append(f"\x1b[2m{text}\x1b[0m" if self.color else text)
+
+    def flush_points(self) -> None:
+        if self._pending_points and (self._at_line_start or self.prefix_hosts):
+            try:
+                sys.stdout.write("\n".join(self._pending_points) + "\n")
+                sys.stdout.flush()
+            except (OSError, ValueError):
+                pass
+            self._pending_points.clear()
+
+
+class Ingestor(threading.Thread):
+    """Turns the readers' chunks into stored records and points, in batches."""
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        job_id: int,
+        streams: list[HostStream],
+        extractor: Extractor,
+        wake: threading.Event,
+        echo: Echo | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(name="trainmon-ingest", daemon=True)
+        self.store = store
+        self.job_id = job_id
+        self.streams = streams
+        self.extractor = extractor
+        self.wake = wake
+        self.echo = echo
+        self.on_error = on_error or (lambda message: print(f"trainmon: {message}", file=sys.stderr))
+        self._finishing = threading.Event()
+        self._pending = Batch(job_id)
+        self._store_failed = False
+        self.failure: BaseException | None = None
+        self.points_written = 0
+
+    def finish(self, timeout_s: float | None = None) -> None:
+        """Ask the thread to drain what is left (once every reader hit EOF) and wait for it."""
+        self._finishing.set()
+        self.wake.set()
+        self.join(timeout_s)
+
+    def run(self) -> None:
+        try:
+            while True:
+                self.wake.wait(0.25)
+                self.wake.clear()
+                done = self._finishing.is_set() and all(p.reader.eof.is_set() for s in self.streams for p in s.pipes)
+                self._step(final=done)
+                if done:
+                    break
+        except BaseException as exc:  # reported by the supervisor; the readers keep draining
+            self.failure = exc
+            self.on_error(f"log ingestion stopped: {exc}")
+
+    def _step(self, *, final: bool) -> None:
+        work: list[tuple[int, int, HostStream, Pipe, Chunk]] = []
+        order = 0
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                while pipe.reader.chunks:
+                    chunk = pipe.reader.chunks.popleft()
+                    work.append((chunk.timestamp_ms, order, stream, pipe, chunk))
+                    order += 1
+        work.sort(key=lambda item: (item[0], item[1]))
+        for stamp, _, stream, pipe, chunk in work:
+            data = chunk.data if chunk.data is not None else self._read_spool(pipe, chunk)
+            block = pipe.cutter.feed(data)
+            self._ingest(stream, pipe, block, stamp, data)
+        if final:
+            stamp = now_ms()
+            for stream in self.streams:
+                for pipe in stream.pipes:
+                    block = pipe.cutter.finish()
+                    if block:
+                        self._ingest(stream, pipe, block, stamp, b"")
+        if work or final:
+            self._pending.diagnostics = [s.to_json() for s in self.extractor.stats]
+        self._flush()
+
+    def _read_spool(self, pipe: Pipe, chunk: Chunk) -> bytes:
+        if pipe.spool is None:
+            pipe.spool = open(pipe.reader.spool_path, "rb")  # noqa: SIM115 - closed in close()
+        pipe.spool.seek(chunk.start)
+        return pipe.spool.read(chunk.length)
+
+    def _ingest(self, stream: HostStream, pipe: Pipe, block: bytes, stamp: int, raw: bytes) -> None:
+        records = split_text(decode(block), self.extractor.mode) if block else []
+        if self.echo and (raw or records):
+            self.echo.output(stream.host, pipe.is_stderr, raw, records)
+        if not records:
+            return
+        first = stream.next_seq
+        batch = self._pending
+        batch.events.extend(EventRow(stream.stream_id, first + i, stamp, text) for i, text in enumerate(records))
+        for hit in self.extractor.scan(block):
+            name = self.extractor.definitions[hit.definition].name
+            batch.points.append(PointRow(name, stamp, hit.value, stream.host, stream.stream_id, first + hit.record))
+            if self.echo:
+                self.echo.point(name, hit.value, stream.host, first + hit.record)
+        if self.echo:
+            self.echo.flush_points()
+        stream.next_seq += len(records)
+        previous = batch.stream_stats.get(stream.stream_id, (0, 0, stamp))
+        batch.stream_stats[stream.stream_id] = (previous[0] + len(records), previous[1] + len(block), stamp)
+        if pipe.is_stderr:
+            stream.stderr_tail.extend(records[-STDERR_TAIL_RECORDS:])
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        try:
+            self.store.write_batch(self._pending)
+        except StoreError as exc:
+            if not self._store_failed:
+                self.on_error(f"{exc}. Keeping the job's output in memory and retrying.")
+            self._store_failed = True
+            return
+        if self._store_failed:
+            self.on_error("the store accepts writes again; nothing was lost.")
+        self._store_failed = False
+        self.points_written += len(self._pending.points)
+        self._pending = Batch(self.job_id)
+
+    def close(self) -> None:
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                if pipe.spool is not None:
+                    pipe.spool.close()
+                try:
+                    pipe.reader.spool_path.unlink()
+                except OSError:
+                    pass

@@ -1,0 +1,400 @@
+"""The ``trainmon`` command: parse, call, print.
+
+Errors print one line that says what went wrong and what to do next; the exit status is 2 for
+invalid input, 1 for other failures (and for a job that Failed), 3 for a job that was Stopped.
+``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import jobs, render
+from .client import SageMakerClient, with_datetimes
+from .definitions import definition_warnings, load_definitions, parse_short_form, validate_definitions
+from .errors import TrainmonError, ValidationException
+from .extract import DefinitionStats, Extractor, scan_stream
+from .query import auto_period_s, period_table
+from .records import Mode
+from .store import SqliteStore, open_store
+from .supervisor import Supervisor
+
+EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 3
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _store(args: argparse.Namespace) -> SqliteStore:
+    return open_store(args.home)
+
+
+def _definitions(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return load_definitions(args.metric_definitions) + parse_short_form(args.metric or [])
+
+
+def _pairs(items: Sequence[str] | None, flag: str) -> dict[str, str]:
+    result = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValidationException(f"{flag} {item!r} must look like KEY=VALUE.")
+        result[key] = value
+    return result
+
+
+def _hyperparameters(args: argparse.Namespace) -> dict[str, str]:
+    result: dict[str, str] = {}
+    if args.hyperparameters:
+        text = args.hyperparameters
+        if not text.lstrip().startswith("{"):
+            text = Path(text).expanduser().read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValidationException(f"--hyperparameters is not valid JSON: {exc.msg} at column {exc.colno}.") from None
+        if not isinstance(data, dict):
+            raise ValidationException("--hyperparameters must be a JSON object of names to values.")
+        # SageMaker passes every value as a string; non-strings are written as JSON, as its SDK does.
+        result.update({str(k): v if isinstance(v, str) else json.dumps(v) for k, v in data.items()})
+    result.update(_pairs(args.hyperparameter, "-H"))
+    return result
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serializable: {type(value)}")
+
+
+def _json_number(value: float) -> float | str:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=_json_default))
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ValidationException("no command to run: put it after '--', e.g. trainmon run --name my-job -- python train.py")
+    name = args.name or datetime.now(timezone.utc).strftime("job-%Y%m%d-%H%M%S")
+    definitions = validate_definitions(_definitions(args))
+    request: dict[str, Any] = {
+        "TrainingJobName": name,
+        "AlgorithmSpecification": {
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": command,
+            "MetricDefinitions": [d.to_api() for d in definitions],
+        },
+        "HyperParameters": _hyperparameters(args),
+        "ResourceConfig": {"InstanceType": "local", "InstanceCount": args.instance_count, "VolumeSizeInGB": 0},
+        "StoppingCondition": {"MaxRuntimeInSeconds": args.max_runtime_seconds},
+        "Environment": _pairs(args.environment, "--environment"),
+        "InputDataConfig": [
+            {"ChannelName": channel, "DataSource": {"S3DataSource": {
+                "S3DataType": "S3Prefix", "S3Uri": str(Path(path).expanduser().resolve()),
+                "S3DataDistributionType": "FullyReplicated"}}}
+            for channel, path in _pairs(args.channel, "--channel").items()
+        ],
+        "TrainmonConfig": {"RecordMode": args.mode, "StopGraceSeconds": args.stop_grace_seconds},
+    }
+    if args.output_path:
+        request["OutputDataConfig"] = {"S3OutputPath": str(Path(args.output_path).expanduser().resolve())}
+    for warning in definition_warnings(definitions, escapes_control=Mode(args.mode).escapes):
+        print(f"trainmon: warning: {warning}", file=sys.stderr)
+    store = _store(args)
+    if args.detach:
+        SageMakerClient(store).create_training_job(**request)
+        print(f"trainmon: job {name} started in the background; follow it with: trainmon logs {name} --follow")
+        return 0
+    now = time.time()
+    doc = jobs.build_job_doc(request, now)
+    store.create_job(name, doc, now, supervisor=jobs.supervisor_identity())
+    live = sys.stdout.isatty() if args.live_metrics is None else args.live_metrics
+    print(f"trainmon: job {name} started ({args.instance_count} host{'s' if args.instance_count > 1 else ''}); "
+          f"stop it with Ctrl-C or `trainmon stop {name}`", file=sys.stderr)
+    job = Supervisor(store, name, echo=True, live_metrics=live).run()
+    print()
+    print(_describe_text(store, job.name))
+    return {"Completed": 0, "Stopped": EXIT_STOPPED}.get(job.status, EXIT_FAILED)
+
+
+def _describe_text(store: SqliteStore, name: str) -> str:
+    job = jobs.get_job(store, name)
+    doc = jobs.describe(store, job)
+    stats = [DefinitionStats.from_json(d) for d in job.diagnostics]
+    return render.describe(doc, store.metric_summaries(job.id), stats, job.doc["TrainmonConfig"].get("Command"))
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    store = _store(args)
+    if args.json:
+        job = jobs.get_job(store, args.name)
+        _print_json(with_datetimes(jobs.describe(store, job)))
+    else:
+        print(_describe_text(store, args.name))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    store = _store(args)
+    jobs.reap_orphans(store)
+    rows = store.list_jobs(status=args.status, name_contains=args.name_contains, limit=args.limit)
+    if args.json:
+        _print_json([{"TrainingJobName": r.name, "TrainingJobStatus": r.status,
+                      "SecondaryStatus": r.doc.get("SecondaryStatus"), "CreationTime": r.creation_time} for r in rows])
+    elif rows:
+        print(render.job_list(rows))
+    else:
+        print("no training jobs" + (" match" if args.status or args.name_contains else " yet: try `trainmon demo`"))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    store = _store(args)
+    job = jobs.get_job(store, args.name)
+    prefix_hosts = job.doc["ResourceConfig"]["InstanceCount"] > 1 and not args.host
+    positions: dict[int, int] = {}
+    first = True
+    while True:
+        streams = [s for s in store.streams(job.id) if not args.host or s.host == args.host]
+        if args.host and not streams and job.status in jobs.TERMINAL:
+            raise ValidationException(f"job {args.name} has no host {args.host!r}; its hosts are algo-1 to "
+                                      f"algo-{job.doc['ResourceConfig']['InstanceCount']}.")
+        for stream in streams:
+            after = positions.get(stream.id, -1)
+            if first and args.tail is not None:
+                after = max(-1, stream.records - args.tail - 1)
+            while True:
+                events = store.events(stream.id, after_seq=after, limit=5000)
+                if not events:
+                    break
+                out = "".join(
+                    (f"{stream.host} | " if prefix_hosts else "") + e.message + "\n" for e in events
+                )
+                sys.stdout.write(out)
+                after = events[-1].seq
+            positions[stream.id] = after
+        sys.stdout.flush()
+        first = False
+        if not args.follow:
+            return 0
+        if job.status in jobs.TERMINAL:
+            return 0
+        time.sleep(0.25)
+        job = jobs.get_job(store, args.name)  # re-read; one more pass drains what came before the end
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    store = _store(args)
+    job = jobs.get_job(store, args.name)
+    points = store.points(job.id, names=args.metric or None, host=args.host)
+    if not points:
+        defined = [d["Name"] for d in job.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
+        if args.json:
+            _print_json([])
+        else:
+            hint = f"defined: {', '.join(defined)}" if defined else "the job has no metric definitions"
+            print(f"no points for job {args.name} ({hint}); `trainmon describe {args.name}` shows why")
+        return 0
+    period = args.period or auto_period_s(points[0].timestamp_ms, points[-1].timestamp_ms)
+    rows = period_table(points, period)
+    if args.json:
+        _print_json([
+            {"MetricName": r.name, "Timestamp": datetime.fromtimestamp(r.start_ms / 1000, tz=timezone.utc),
+             "Period": period, "SampleCount": r.count, "FiniteCount": r.finite, "Average": r.average,
+             "Minimum": r.minimum, "Maximum": r.maximum, "Last": _json_number(r.last)}
+            for r in rows
+        ])
+    else:
+        print(f"Job {args.name}, period {period} s")
+        print(render.periods(rows))
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    store = _store(args)
+    jobs.get_job(store, args.name)
+    jobs.request_stop(store, args.name)
+    if args.wait:
+        while jobs.get_job(store, args.name).status not in jobs.TERMINAL:
+            time.sleep(0.2)
+        print(f"job {args.name}: {jobs.get_job(store, args.name).status}")
+    else:
+        print(f"job {args.name}: Stopping (its processes get SIGTERM, then SIGKILL after the grace period)")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    SageMakerClient(_store(args)).delete_training_job(TrainingJobName=args.name)
+    print(f"job {args.name} deleted with its logs and metrics")
+    return 0
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    mode = Mode(args.mode)
+    definitions = validate_definitions(_definitions(args))
+    if not definitions:
+        raise ValidationException("no metric definitions: give --metric-definitions or --metric NAME=REGEX")
+    for warning in definition_warnings(definitions, escapes_control=mode.escapes):
+        print(f"trainmon: warning: {warning}", file=sys.stderr)
+    out = sys.stdout
+    for path in args.logs:
+        extractor = Extractor(definitions, mode)
+        if len(args.logs) > 1 and not args.json:
+            print(f"== {path}", file=out)
+        stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+        try:
+            lines = []
+            for point in scan_stream(stream, extractor):
+                if args.json:
+                    lines.append(json.dumps({"line": point.line, "offset": point.offset, "name": point.name,
+                                             "value": _json_number(point.value)}))
+                else:
+                    lines.append(f"line {point.line}\t{point.name}\t{render.number(point.value)}")
+                if len(lines) >= 4096:
+                    out.write("\n".join(lines) + "\n")
+                    lines.clear()
+            if lines:
+                out.write("\n".join(lines) + "\n")
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+        print(f"Summary for {path} ({mode.value} mode):", file=sys.stderr)
+        print("\n".join(render.definition_report(extractor.stats, [d.to_api() for d in definitions])),
+              file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args, cmd_run)
+
+
+# -- parser --------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainmon",
+        description="Run training jobs, capture their logs, turn log lines into metrics with SageMaker metric "
+        "definitions, and report final metrics.",
+    )
+    parser.add_argument("--home", type=Path, help="data directory (default: $TRAINMON_HOME or ~/.local/share/trainmon)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
+
+    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        command.set_defaults(handler=handler)
+        return command
+
+    def add_definitions(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--metric-definitions", metavar="DEFS",
+                             help='JSON file or inline JSON: [{"Name": "train:error", "Regex": "Train_error=(.*?);"}]')
+        command.add_argument("--metric", action="append", metavar="NAME=REGEX", help="one definition (repeatable)")
+        command.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.TERMINAL.value,
+                             help="record splitting: terminal (\\n, \\r\\n and \\r end records; default), "
+                             "sagemaker (only \\n, as SageMaker), raw (as terminal, no #011 escaping)")
+
+    run = add("run", cmd_run, "Run a training job in the foreground, capturing its output and metrics.")
+    run.add_argument("--name", help="job name, 1-63 letters, digits and hyphens (default: job-<time>)")
+    add_definitions(run)
+    run.add_argument("--hyperparameters", metavar="JSON", help="JSON object (or a file holding one)")
+    run.add_argument("-H", "--hyperparameter", action="append", metavar="KEY=VALUE", help="one hyperparameter (repeatable)")
+    run.add_argument("--channel", action="append", metavar="NAME=PATH", help="input channel (repeatable)")
+    run.add_argument("--instance-count", type=int, default=1, metavar="N", help="hosts algo-1..algo-N (default 1)")
+    run.add_argument("--max-runtime-seconds", type=int, default=jobs.DEFAULT_MAX_RUNTIME_S, metavar="S",
+                     help="stop the job after S seconds (MaxRuntimeExceeded; default one day)")
+    run.add_argument("--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
+    run.add_argument("--stop-grace-seconds", type=float, default=jobs.DEFAULT_STOP_GRACE_S, metavar="S",
+                     help="SIGKILL this long after SIGTERM when stopping (default 120, as SageMaker)")
+    run.add_argument("--output-path", metavar="PATH", help="where model.tar.gz goes (default: <home>/output)")
+    run.add_argument("--live-metrics", action=argparse.BooleanOptionalAction, default=None,
+                     help="print each metric point as it is extracted (default: when stdout is a terminal)")
+    run.add_argument("--detach", action="store_true", help="run in the background and return at once")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+
+    describe = add("describe", cmd_describe, "Show a job: status, transitions, final metrics, definition diagnostics.")
+    describe.add_argument("name")
+    describe.add_argument("--json", action="store_true", help="the DescribeTrainingJob document")
+
+    listing = add("list", cmd_list, "List jobs, newest first.")
+    listing.add_argument("--status", choices=["InProgress", "Completed", "Failed", "Stopping", "Stopped"])
+    listing.add_argument("--name-contains", metavar="TEXT")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--json", action="store_true")
+
+    logs = add("logs", cmd_logs, "Print a job's log records.")
+    logs.add_argument("name")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    logs.add_argument("--host", metavar="HOST", help="only this host, e.g. algo-2")
+    logs.add_argument("--tail", type=int, metavar="N", help="start with the last N records of each host")
+
+    metrics = add("metrics", cmd_metrics, "Per-period count, average, min, max and last of a job's metrics.")
+    metrics.add_argument("name")
+    metrics.add_argument("--metric", action="append", metavar="NAME", help="only this metric (repeatable)")
+    metrics.add_argument("--host", metavar="HOST")
+    metrics.add_argument("--period", type=int, metavar="SECONDS", help="period length (default: chosen from the span)")
+    metrics.add_argument("--json", action="store_true")
+
+    stop = add("stop", cmd_stop, "Stop a running job (SIGTERM, then SIGKILL after the grace period).")
+    stop.add_argument("name")
+    stop.add_argument("--wait", action="store_true", help="return when the job has stopped")
+
+    delete = add("delete", cmd_delete, "Delete a finished job with its logs and metrics; frees the name.")
+    delete.add_argument("name")
+
+    parse = add("parse", cmd_parse, "Apply metric definitions to saved logs and print every point (test before you run).")
+    add_definitions(parse)
+    parse.add_argument("--json", action="store_true", help='one {"line", "offset", "name", "value"} object per line')
+    parse.add_argument("logs", nargs="+", metavar="LOG", help="log files; - reads standard input")
+
+    demo = add("demo", cmd_demo, "Run the bundled demo training job with live metrics, then describe it.")
+    demo.add_argument("--name", help="job name (default: demo-<time>)")
+    demo.add_argument("--epochs", type=int, default=12)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.home is not None:
+        args.home = args.home.expanduser().resolve()
+        os.environ["TRAINMON_HOME"] = str(args.home)  # detached supervisors and defaults follow it
+    try:
+        return args.handler(args)
+    except TrainmonError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"trainmon: {exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ValidationException) else EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

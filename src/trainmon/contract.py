@@ -1,0 +1,181 @@
+"""The SageMaker training-container contract, rooted in a per-host directory instead of /opt/ml.
+
+    <job dir>/algo-N/input/config/{hyperparameters,resourceconfig,inputdataconfig}.json
+    <job dir>/algo-N/input/data/<channel>/   -> the channel's local path
+    <job dir>/algo-N/model/                  packed as model.tar.gz when the job ends
+    <job dir>/algo-N/output/                 'failure' here becomes the FailureReason
+    <job dir>/algo-N/output/data/            packed as output.tar.gz
+
+plus the environment variables the SageMaker training toolkit sets (SM_*).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class HostLayout:
+    host: str
+    root: Path
+
+    @property
+    def input_dir(self) -> Path:
+        return self.root / "input"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "input" / "config"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "input" / "data"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def output_dir(self) -> Path:
+        return self.root / "output"
+
+    @property
+    def output_data_dir(self) -> Path:
+        return self.root / "output" / "data"
+
+    @property
+    def failure_file(self) -> Path:
+        return self.output_dir / "failure"
+
+
+def host_names(count: int) -> list[str]:
+    return [f"algo-{index}" for index in range(1, count + 1)]
+
+
+def gpu_count() -> int:
+    try:
+        import pynvml  # optional extra
+
+        pynvml.nvmlInit()
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    return count
+
+
+def _hp_value(text: str) -> Any:
+    """The toolkit decodes hyperparameters that are JSON and keeps the others as strings."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError):
+        return text
+
+
+def prepare_host(job_dir: Path, doc: dict[str, Any], host: str) -> tuple[HostLayout, dict[str, str]]:
+    """Create one host's directories and config files; return them and the SM_* environment."""
+    layout = HostLayout(host, job_dir / host)
+    for directory in (layout.config_dir, layout.data_dir, layout.model_dir, layout.output_data_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    hosts = host_names(doc["ResourceConfig"]["InstanceCount"])
+    hyperparameters: dict[str, str] = doc.get("HyperParameters", {})
+    resource = {
+        "current_host": host,
+        "current_instance_type": doc["ResourceConfig"]["InstanceType"],
+        "current_group_name": "homogeneousCluster",
+        "hosts": hosts,
+        "instance_groups": [
+            {"instance_group_name": "homogeneousCluster", "instance_type": doc["ResourceConfig"]["InstanceType"],
+             "hosts": hosts}
+        ],
+        "network_interface_name": "lo",
+    }
+    channels: dict[str, str] = {}
+    input_config: dict[str, Any] = {}
+    for channel in doc.get("InputDataConfig", []):
+        name = channel["ChannelName"]
+        source = channel["DataSource"]["S3DataSource"]["S3Uri"]
+        source_path = Path(source[len("file://"):] if source.startswith("file://") else source).expanduser().resolve()
+        target = layout.data_dir / name
+        if source_path.is_dir():
+            if not target.exists():
+                target.symlink_to(source_path, target_is_directory=True)
+        else:
+            target.mkdir(exist_ok=True)
+            link = target / source_path.name
+            if not link.exists():
+                link.symlink_to(source_path)
+        channels[name] = str(target)
+        input_config[name] = {
+            "TrainingInputMode": doc["AlgorithmSpecification"]["TrainingInputMode"],
+            "S3DistributionType": channel.get("DataSource", {}).get("S3DataSource", {}).get(
+                "S3DataDistributionType", "FullyReplicated"),
+            "RecordWrapperType": "None",
+        }
+    _write_json(layout.config_dir / "hyperparameters.json", hyperparameters)
+    _write_json(layout.config_dir / "resourceconfig.json", resource)
+    _write_json(layout.config_dir / "inputdataconfig.json", input_config)
+
+    decoded = {key: _hp_value(value) for key, value in hyperparameters.items()}
+    num_cpus, num_gpus = os.cpu_count() or 1, gpu_count()
+    training_env = {
+        "job_name": doc["TrainingJobName"],
+        "current_host": host,
+        "hosts": hosts,
+        "hyperparameters": decoded,
+        "channel_input_dirs": channels,
+        "input_data_config": input_config,
+        "resource_config": resource,
+        "input_dir": str(layout.input_dir),
+        "input_config_dir": str(layout.config_dir),
+        "model_dir": str(layout.model_dir),
+        "output_dir": str(layout.output_dir),
+        "output_data_dir": str(layout.output_data_dir),
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "network_interface_name": "lo",
+        "log_level": 20,
+    }
+    env = {
+        "TRAINING_JOB_NAME": doc["TrainingJobName"],
+        "TRAINING_JOB_ARN": doc["TrainingJobArn"],
+        "SM_MODEL_DIR": str(layout.model_dir),
+        "SM_OUTPUT_DIR": str(layout.output_dir),
+        "SM_OUTPUT_DATA_DIR": str(layout.output_data_dir),
+        "SM_INPUT_DIR": str(layout.input_dir),
+        "SM_INPUT_CONFIG_DIR": str(layout.config_dir),
+        "SM_CHANNELS": json.dumps(sorted(channels)),
+        "SM_HPS": json.dumps(decoded),
+        "SM_HOSTS": json.dumps(hosts),
+        "SM_CURRENT_HOST": host,
+        "SM_CURRENT_INSTANCE_TYPE": doc["ResourceConfig"]["InstanceType"],
+        "SM_NUM_CPUS": str(num_cpus),
+        "SM_NUM_GPUS": str(num_gpus),
+        "SM_NETWORK_INTERFACE_NAME": "lo",
+        "SM_RESOURCE_CONFIG": json.dumps(resource),
+        "SM_INPUT_DATA_CONFIG": json.dumps(input_config),
+        "SM_TRAINING_ENV": json.dumps(training_env),
+        "SM_LOG_LEVEL": "20",
+        "PYTHONUNBUFFERED": "1",
+    }
+    for name, path in channels.items():
+        env[f"SM_CHANNEL_{name.upper()}"] = path
+    for key, value in hyperparameters.items():
+        env[f"SM_HP_{key.upper()}"] = value
+    env.update(doc.get("Environment", {}))
+    return layout, env
+
+
+def _write_json(path: Path, data: Any) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    temporary.replace(path)

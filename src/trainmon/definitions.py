@@ -1,0 +1,129 @@
+"""Metric definitions: SageMaker's ``[{"Name": ..., "Regex": ...}]``, validated before anything runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import ValidationException
+
+MAX_DEFINITIONS = 40
+MAX_NAME_CHARS = 255
+MAX_REGEX_CHARS = 500
+
+
+@dataclass(frozen=True)
+class MetricDefinition:
+    name: str
+    regex: str
+
+    def to_api(self) -> dict[str, str]:
+        return {"Name": self.name, "Regex": self.regex}
+
+
+def load_definitions(source: str | Path | None) -> list[dict[str, Any]]:
+    """Read definitions given as inline JSON or as the path of a JSON file (not yet validated)."""
+    if source is None:
+        return []
+    text = str(source).strip()
+    if not text.startswith(("[", "{")):
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise ValidationException(
+                f"Metric definitions {text!r} are neither inline JSON nor a readable file. "
+                'Give JSON such as \'[{"Name": "train:error", "Regex": "Train_error=(.*?);"}]\' or a file that holds it.'
+            )
+        text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationException(
+            f"Metric definitions are not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}."
+        ) from None
+    if isinstance(data, dict) and "MetricDefinitions" in data:
+        data = data["MetricDefinitions"]
+    if not isinstance(data, list):
+        raise ValidationException('Metric definitions must be a JSON list of {"Name": ..., "Regex": ...} objects.')
+    return data
+
+
+def parse_short_form(items: Iterable[str]) -> list[dict[str, Any]]:
+    """``NAME=REGEX`` (the CLI's ``--metric``); the first ``=`` separates, regexes may hold more."""
+    result = []
+    for item in items:
+        name, sep, regex = item.partition("=")
+        if not sep:
+            raise ValidationException(f"--metric {item!r} must look like NAME=REGEX, e.g. 'train:error=Train_error=(.*?);'.")
+        result.append({"Name": name, "Regex": regex})
+    return result
+
+
+def validate_definitions(raw: Any) -> list[MetricDefinition]:
+    """Check SageMaker's limits plus what SageMaker never checks (compiles, has a group).
+
+    Every problem is reported at once, each naming the definition's position and name.
+    """
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValidationException("MetricDefinitions must be a list.")
+    problems: list[str] = []
+    if len(raw) > MAX_DEFINITIONS:
+        problems.append(f"{len(raw)} metric definitions given; at most {MAX_DEFINITIONS} are allowed.")
+    seen: dict[str, int] = {}
+    result: list[MetricDefinition] = []
+    for position, item in enumerate(raw, start=1):
+        where = f"MetricDefinitions[{position}]"
+        if not isinstance(item, dict):
+            problems.append(f'{where} must be an object with "Name" and "Regex".')
+            continue
+        unknown = sorted(set(item) - {"Name", "Regex"})
+        name, regex = item.get("Name"), item.get("Regex")
+        label = f"{where} ({name!r})" if isinstance(name, str) and name else where
+        if unknown:
+            problems.append(f"{label}: unknown field(s) {', '.join(map(repr, unknown))}; only \"Name\" and \"Regex\" exist.")
+        if not isinstance(name, str) or not name:
+            problems.append(f'{label}: "Name" must be a non-empty string.')
+        elif len(name) > MAX_NAME_CHARS:
+            problems.append(f'{label}: "Name" is {len(name)} characters; at most {MAX_NAME_CHARS} are allowed.')
+        elif name in seen:
+            problems.append(f"{label}: name already used by MetricDefinitions[{seen[name]}]; names must be unique.")
+        else:
+            seen[name] = position
+        if not isinstance(regex, str) or not regex:
+            problems.append(f'{label}: "Regex" must be a non-empty string.')
+            continue
+        if len(regex) > MAX_REGEX_CHARS:
+            problems.append(f'{label}: "Regex" is {len(regex)} characters; at most {MAX_REGEX_CHARS} are allowed.')
+            continue
+        try:
+            compiled = re.compile(regex)
+        except re.error as exc:
+            problems.append(f"{label}: regex does not compile: {exc.msg} at position {exc.pos}.")
+            continue
+        if compiled.groups < 1:
+            problems.append(
+                f"{label}: regex has no capture group; put the value in parentheses, e.g. 'loss=(\\S+)'."
+            )
+            continue
+        if isinstance(name, str) and name:
+            result.append(MetricDefinition(name, regex))
+    if problems:
+        raise ValidationException("Invalid metric definitions:\n  " + "\n  ".join(problems))
+    return result
+
+
+def definition_warnings(definitions: Iterable[MetricDefinition], *, escapes_control: bool) -> list[str]:
+    """Advice that does not stop a job: a tab written where the log will show ``#011``."""
+    warnings = []
+    if escapes_control:
+        for definition in definitions:
+            if "\t" in definition.regex or "\\t" in definition.regex:
+                warnings.append(
+                    f"{definition.name!r}: its regex contains a tab, but log records show a tab as '#011' "
+                    f"(as SageMaker's pipeline does); write '#011' instead, or use --mode raw."
+                )
+    return warnings

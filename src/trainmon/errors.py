@@ -1,0 +1,75 @@
+"""Every error trainmon raises on purpose.
+
+    TrainmonError                       code                     HTTP
+    ├── ValidationException             ValidationException      400
+    ├── ResourceNotFound                ResourceNotFound         400*
+    ├── ResourceInUse                   ResourceInUse            400
+    ├── ConflictException               ConflictException        409
+    └── StoreError                      InternalFailure          500
+
+* SageMaker answers a missing training job with ``ValidationException`` "Requested resource
+  not found." and boto3's waiter relies on it; :meth:`ResourceNotFound.for_job` builds that form.
+
+Each error carries a stable ``code`` (SageMaker's own where the API has one) and a message that
+says what went wrong and, where it helps, what to do next. ``response`` mirrors botocore's
+``ClientError.response`` so code written against boto3 can read ``err.response["Error"]["Code"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TrainmonError(Exception):
+    code = "InternalFailure"
+    http_status = 500
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    @property
+    def response(self) -> dict[str, Any]:
+        return {
+            "Error": {"Code": self.code, "Message": self.message},
+            "ResponseMetadata": {"HTTPStatusCode": self.http_status},
+        }
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class ValidationException(TrainmonError):
+    code = "ValidationException"
+    http_status = 400
+
+
+class ResourceNotFound(TrainmonError):
+    code = "ResourceNotFound"
+    http_status = 400
+
+    @classmethod
+    def for_job(cls, name: str) -> ValidationException:
+        """SageMaker's actual answer for a missing training job (see module docstring)."""
+        return ValidationException(f"Requested resource not found. No training job named {name!r}.")
+
+
+class ResourceInUse(TrainmonError):
+    code = "ResourceInUse"
+    http_status = 400
+
+
+class ConflictException(TrainmonError):
+    code = "ConflictException"
+    http_status = 409
+
+
+class StoreError(TrainmonError):
+    code = "InternalFailure"
+    http_status = 500
+
+
+# boto3 code catches ``botocore.exceptions.ClientError``; ours is the same base under that name.
+ClientError = TrainmonError

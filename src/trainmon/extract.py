@@ -1,0 +1,349 @@
+"""Records -> metric points: the hot path.
+
+A naive extractor runs every regex on every line. Here each definition's regex is parsed once
+to find a literal that any match must contain (``Train_error=`` in ``Train_error=(.*?);``); the
+block of records is searched for those literals with ``bytes.find`` and only the records that
+hold one are decoded, escaped and matched. Definitions with no usable literal run on every
+record. The result is identical to the naive loop; the tests compare the two.
+
+Matching is bounded in time whatever the record: records up to ``SHORT_RECORD_CHARS`` go to
+Python's ``re`` (fast on short text); longer ones go to RE2, a linear-time engine, when the
+regex compiles there. A regex RE2 cannot run (lookaround, back-references) is matched on records
+up to ``BACKTRACKING_LIMIT_CHARS`` and longer candidate records are counted as rejected, with
+that reason, in the definition's diagnostics.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from .definitions import MetricDefinition
+from .records import ESCAPE_TABLE, Mode
+
+try:  # RE2 is a core dependency; without it long records use the backtracking limit.
+    import re2 as _re2
+except ImportError:  # pragma: no cover - exercised only where the wheel is missing
+    _re2 = None
+
+SHORT_RECORD_CHARS = 1024
+BACKTRACKING_LIMIT_CHARS = 4096
+EXAMPLES_KEPT = 3
+_EXAMPLE_CHARS = 200
+
+_SRE_LITERAL = re._constants.LITERAL  # type: ignore[attr-defined]
+_SRE_SUBPATTERN = re._constants.SUBPATTERN  # type: ignore[attr-defined]
+_OCTAL_PREFIX = re.compile(r"^[0-7]{1,3}")
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One point found in a block: which record (0-based, within the block), where it starts
+    (byte offset within the block), which definition, and the value."""
+
+    record: int
+    offset: int
+    definition: int
+    value: float
+
+
+@dataclass
+class DefinitionStats:
+    """What one definition did: what SageMaker never tells its users."""
+
+    name: str
+    literal: str | None
+    matches: int = 0
+    nonfinite: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    rejected_examples: list[str] = field(default_factory=list)
+    unmatched_examples: list[str] = field(default_factory=list)
+    candidates: int = 0
+
+    def reject(self, reason: str, example: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        if len(self.rejected_examples) < EXAMPLES_KEPT:
+            self.rejected_examples.append(example[:_EXAMPLE_CHARS])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "Name": self.name,
+            "Matches": self.matches,
+            "NonFinite": self.nonfinite,
+            "Rejected": dict(self.rejected),
+            "RejectedExamples": list(self.rejected_examples),
+            "UnmatchedExamples": list(self.unmatched_examples),
+            "Prefilter": self.literal,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DefinitionStats:
+        return cls(
+            name=data["Name"],
+            literal=data.get("Prefilter"),
+            matches=data.get("Matches", 0),
+            nonfinite=data.get("NonFinite", 0),
+            rejected=dict(data.get("Rejected", {})),
+            rejected_examples=list(data.get("RejectedExamples", [])),
+            unmatched_examples=list(data.get("UnmatchedExamples", [])),
+        )
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+
+class _Matcher:
+    """One regex, two engines, chosen by record length (see module docstring)."""
+
+    def __init__(self, regex: str) -> None:
+        self.python = re.compile(regex)
+        self.re2 = None
+        if _re2 is not None:
+            options = _re2.Options()
+            options.log_errors = False
+            try:
+                self.re2 = _re2.compile(regex, options=options)
+            except Exception:  # RE2 lacks lookaround, back-references and a few more
+                self.re2 = None
+
+    def search(self, text: str) -> Any:
+        """A match object, None, or False when the record is too long for a backtracking-only regex."""
+        if len(text) <= SHORT_RECORD_CHARS:
+            return self.python.search(text)
+        if self.re2 is not None:
+            return self.re2.search(text)
+        if len(text) <= BACKTRACKING_LIMIT_CHARS:
+            return self.python.search(text)
+        return False
+
+
+def required_literal(regex: str, mode: Mode) -> str | None:
+    """The longest literal every match must contain, as it appears in the raw (unescaped) text.
+
+    None when there is none worth using (or the regex ignores case), so the definition runs
+    on every record.
+    """
+    try:
+        parsed = re._parser.parse(regex)  # type: ignore[attr-defined]
+    except re.error:
+        return None
+    if parsed.state.flags & re.IGNORECASE:
+        return None
+    runs: list[str] = []
+    current: list[str] = []
+
+    def flush() -> None:
+        if current:
+            runs.append("".join(current))
+            current.clear()
+
+    def walk(items: Iterable[tuple[Any, Any]]) -> bool:
+        for op, arg in items:
+            if op is _SRE_LITERAL:
+                current.append(chr(arg))
+            elif op is _SRE_SUBPATTERN:
+                _group, add_flags, _del_flags, sub = arg
+                if add_flags & re.IGNORECASE:
+                    return False
+                flush()
+                if not walk(sub):
+                    return False
+                flush()
+            else:
+                flush()
+        return True
+
+    if not walk(parsed):
+        return None
+    flush()
+    fragments = [_raw_fragment(run, mode) for run in runs]
+    best = max(fragments, key=len, default="")
+    if not best or "\ufffd" in best:
+        return None
+    return best
+
+
+def _raw_fragment(literal: str, mode: Mode) -> str:
+    """Map a literal of the escaped text back to a piece that must appear in the raw text.
+
+    Escaping turns a control character into '#' + 3 octal digits and leaves every other
+    character alone, so the pieces between '#' characters, less up to 3 leading octal digits,
+    appear unchanged in the raw record.
+    """
+    if not mode.escapes:
+        return literal
+    pieces = [_OCTAL_PREFIX.sub("", piece) for piece in literal.split("#")]
+    return max(pieces, key=len)
+
+
+class Extractor:
+    """Compiled definitions for one splitting mode. Not thread-safe (it counts as it goes)."""
+
+    def __init__(self, definitions: Sequence[MetricDefinition], mode: Mode = Mode.TERMINAL) -> None:
+        self.definitions = list(definitions)
+        self.mode = mode
+        self._matchers = [_Matcher(d.regex) for d in self.definitions]
+        self._by_literal: dict[bytes, list[int]] = {}
+        self._always: list[int] = []
+        self.stats: list[DefinitionStats] = []
+        for index, definition in enumerate(self.definitions):
+            literal = required_literal(definition.regex, mode)
+            self.stats.append(DefinitionStats(definition.name, literal))
+            if literal is None:
+                self._always.append(index)
+            else:
+                self._by_literal.setdefault(literal.encode("utf-8"), []).append(index)
+
+    # -- records ---------------------------------------------------------------------------
+
+    def _record_bounds(self, block: bytes, pos: int) -> tuple[int, int]:
+        """Start and end (exclusive, before the break) of the record holding byte ``pos``."""
+        start = block.rfind(b"\n", 0, pos) + 1
+        end = block.find(b"\n", pos)
+        if end == -1:
+            end = len(block)
+        if self.mode.splits_on_cr:
+            start = block.rfind(b"\r", start, pos) + 1 or start
+            carriage = block.find(b"\r", pos, end)
+            if carriage != -1:
+                end = carriage
+        return start, end
+
+    def _record_starts(self, block: bytes) -> list[int]:
+        starts = [0]
+        if self.mode.splits_on_cr:
+            pattern = re.compile(rb"\r\n|\r|\n")
+            starts.extend(m.end() for m in pattern.finditer(block))
+        else:
+            index = block.find(b"\n")
+            while index != -1:
+                starts.append(index + 1)
+                index = block.find(b"\n", index + 1)
+        if starts[-1] == len(block):
+            starts.pop()
+        return starts
+
+    def _count_breaks(self, block: bytes, start: int, end: int, has_cr: bool) -> int:
+        count = block.count(b"\n", start, end)
+        if has_cr and self.mode.splits_on_cr:
+            count += block.count(b"\r", start, end) - block.count(b"\r\n", start, end)
+        return count
+
+    def count_records(self, block: bytes) -> int:
+        if not block:
+            return 0
+        breaks = self._count_breaks(block, 0, len(block), b"\r" in block)
+        last = block[-1:]
+        ends_with_break = last == b"\n" or (last == b"\r" and self.mode.splits_on_cr)
+        return breaks if ends_with_break else breaks + 1
+
+    # -- matching --------------------------------------------------------------------------
+
+    def scan(self, block: bytes) -> list[Hit]:
+        """Points in a block of whole records (the last may lack its break), in record order."""
+        if not self.definitions or not block:
+            return []
+        candidates: dict[int, tuple[int, list[int]]] = {}
+        if self._always:
+            for start in self._record_starts(block):
+                candidates[start] = (-1, list(self._always))
+        for literal, indexes in self._by_literal.items():
+            pos = block.find(literal)
+            while pos != -1:
+                start, end = self._record_bounds(block, pos)
+                entry = candidates.get(start)
+                if entry is None:
+                    candidates[start] = (end, list(indexes))
+                else:
+                    entry[1].extend(indexes)
+                pos = block.find(literal, end + 1)
+        hits: list[Hit] = []
+        has_cr = b"\r" in block
+        record, counted_to = 0, 0
+        escapes = self.mode.escapes
+        for start in sorted(candidates):
+            end, indexes = candidates[start]
+            if end == -1:
+                end = self._record_bounds(block, start)[1]
+            record += self._count_breaks(block, counted_to, start, has_cr)
+            counted_to = start
+            text = block[start:end].decode("utf-8", "replace")
+            if escapes:
+                text = text.translate(ESCAPE_TABLE)
+            for index in sorted(set(indexes)):
+                value = self._match(index, text)
+                if value is not None:
+                    hits.append(Hit(record, start, index, value))
+        return hits
+
+    def _match(self, index: int, text: str) -> float | None:
+        stats = self.stats[index]
+        stats.candidates += 1
+        found = self._matchers[index].search(text)
+        if found is False:
+            stats.reject(f"record longer than {BACKTRACKING_LIMIT_CHARS} characters for a regex RE2 cannot run", text)
+            return None
+        if found is None:
+            if stats.literal is not None and len(stats.unmatched_examples) < EXAMPLES_KEPT:
+                stats.unmatched_examples.append(text[:_EXAMPLE_CHARS])
+            return None
+        captured = found.group(1)
+        if captured is None:
+            stats.reject("capture group 1 did not take part in the match", text)
+            return None
+        captured = captured.strip()
+        if not captured:
+            stats.reject("empty capture", text)
+            return None
+        try:
+            value = float(captured)
+        except ValueError:
+            stats.reject("capture is not a number", captured)
+            return None
+        stats.matches += 1
+        if not math.isfinite(value):
+            stats.nonfinite += 1
+        return value
+
+    def reset_stats(self) -> None:
+        self.stats = [DefinitionStats(s.name, s.literal) for s in self.stats]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedPoint:
+    line: int    # 1-based record number under the mode's splitting
+    offset: int  # byte offset of the record's first byte in the input
+    name: str
+    value: float
+
+
+SCAN_BLOCK_BYTES = 8 << 20
+
+
+def scan_stream(stream: Any, extractor: Extractor, block_bytes: int = SCAN_BLOCK_BYTES) -> Iterable[ParsedPoint]:
+    """Every point in a binary stream (a saved log), in order. Blocks are cut after a newline,
+    so a record (and a "\\r\\n") never straddles two blocks."""
+    records_before, offset_before = 0, 0
+    pending: list[bytes] = []
+    while True:
+        data = stream.read(block_bytes)
+        if data:
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                pending.append(data)
+                continue
+            block = b"".join([*pending, data[:cut]])
+            pending = [data[cut:]] if cut < len(data) else []
+        else:
+            block = b"".join(pending)
+            pending = []
+        for hit in extractor.scan(block):
+            yield ParsedPoint(records_before + hit.record + 1, offset_before + hit.offset,
+                              extractor.definitions[hit.definition].name, hit.value)
+        records_before += extractor.count_records(block)
+        offset_before += len(block)
+        if not data:
+            return

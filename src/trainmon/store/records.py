@@ -1,0 +1,67 @@
+"""Plain records that cross the store boundary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class JobRow:
+    id: int
+    name: str
+    status: str
+    creation_time: float
+    last_modified_time: float
+    doc: dict[str, Any]
+    supervisor: dict[str, Any] | None
+    stop_requested: str | None
+    diagnostics: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRow:
+    id: int
+    job_id: int
+    host: str
+    name: str
+    creation_ms: int
+    first_event_ms: int | None
+    last_event_ms: int | None
+    last_ingestion_ms: int | None
+    records: int
+    stored_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    stream_id: int
+    seq: int
+    timestamp_ms: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PointRow:
+    """A metric point and the log record it came from (``stream_id``, ``seq``)."""
+
+    name: str
+    timestamp_ms: int
+    value: float
+    host: str
+    stream_id: int
+    seq: int
+
+
+@dataclass
+class Batch:
+    """What one ingestion step writes in a single transaction."""
+
+    job_id: int
+    events: list[EventRow] = field(default_factory=list)
+    points: list[PointRow] = field(default_factory=list)
+    stream_stats: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id -> (records, bytes, last_ms)
+    diagnostics: list[dict[str, Any]] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.points or self.diagnostics is not None)

@@ -1,0 +1,389 @@
+"""The embedded store: one SQLite file in WAL mode.
+
+Writers take the write lock with ``BEGIN IMMEDIATE`` and hold it for one short batch, readers
+never wait for writers (WAL), and a 30 s busy timeout absorbs the rest, so several jobs and
+readers share the file without "database is locked". ``synchronous=NORMAL`` keeps every
+committed batch through a crash of trainmon; each ingestion batch covers well under a second.
+
+NaN cannot be stored in SQLite (it becomes NULL), so a NULL value in ``points`` means NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ..errors import ResourceInUse, ResourceNotFound, StoreError
+from .records import Batch, EventRow, JobRow, PointRow, StreamRow
+
+_MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        status TEXT NOT NULL,
+        creation_time REAL NOT NULL,
+        last_modified_time REAL NOT NULL,
+        doc TEXT NOT NULL,
+        supervisor TEXT,
+        stop_requested TEXT,
+        diagnostics TEXT NOT NULL DEFAULT '[]'
+    );
+    CREATE INDEX jobs_by_status ON jobs (status, creation_time);
+    CREATE TABLE log_streams (
+        id INTEGER PRIMARY KEY,
+        job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+        host TEXT NOT NULL,
+        name TEXT NOT NULL UNIQUE,
+        creation_ms INTEGER NOT NULL,
+        first_event_ms INTEGER,
+        last_event_ms INTEGER,
+        last_ingestion_ms INTEGER,
+        records INTEGER NOT NULL DEFAULT 0,
+        stored_bytes INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX log_streams_by_job ON log_streams (job_id);
+    CREATE TABLE log_events (
+        stream_id INTEGER NOT NULL REFERENCES log_streams (id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        timestamp_ms INTEGER NOT NULL,
+        message TEXT NOT NULL,
+        PRIMARY KEY (stream_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE points (
+        job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        timestamp_ms INTEGER NOT NULL,
+        value REAL,
+        host TEXT NOT NULL,
+        stream_id INTEGER NOT NULL,
+        seq INTEGER NOT NULL
+    );
+    CREATE INDEX points_by_metric ON points (job_id, name, timestamp_ms);
+    """,
+]
+
+_FINITE = "value BETWEEN -1.7976931348623157e308 AND 1.7976931348623157e308"
+
+
+class SqliteStore:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(
+                self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
+                for statement in script.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version={number}")
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise _translate(exc, self.path) from exc
+                raise
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def create_job(
+        self, name: str, doc: dict[str, Any], creation_time: float, supervisor: dict[str, Any] | None = None
+    ) -> JobRow:
+        try:
+            with self._write() as db:
+                db.execute(
+                    "INSERT INTO jobs (name, status, creation_time, last_modified_time, doc, supervisor) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (name, doc["TrainingJobStatus"], creation_time, creation_time, json.dumps(doc),
+                     json.dumps(supervisor) if supervisor is not None else None),
+                )
+        except StoreError as exc:
+            if "UNIQUE" in str(exc):
+                raise ResourceInUse(
+                    "Training job names must be unique within an AWS account and region, and a training job "
+                    f"with this name already exists ({doc['TrainingJobArn']})"
+                ) from None
+            raise
+        job = self.get_job(name)
+        assert job is not None
+        return job
+
+    def get_job(self, name: str) -> JobRow | None:
+        rows = self._read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name = ?", (name,))
+        return _job(rows[0]) if rows else None
+
+    def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        name_contains: str | None = None,
+        statuses: tuple[str, ...] | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        sort_by: str = "CreationTime",
+        descending: bool = True,
+        limit: int | None = None,
+    ) -> list[JobRow]:
+        where, args = ["1=1"], []
+        if status:
+            where.append("status = ?")
+            args.append(status)
+        if statuses:
+            where.append(f"status IN ({','.join('?' * len(statuses))})")
+            args.extend(statuses)
+        if name_contains:
+            where.append("instr(lower(name), lower(?)) > 0")
+            args.append(name_contains)
+        if created_after is not None:
+            where.append("creation_time > ?")
+            args.append(created_after)
+        if created_before is not None:
+            where.append("creation_time < ?")
+            args.append(created_before)
+        column = {"Name": "name", "Status": "status"}.get(sort_by, "creation_time")
+        order = "DESC" if descending else "ASC"
+        sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY {column} {order}, id {order}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [_job(row) for row in self._read(sql, tuple(args))]
+
+    def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:
+        """Read, change and write one job atomically; ``mutate`` edits the row in place."""
+        with self._write() as db:
+            rows = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name = ?", (name,)).fetchall()
+            if not rows:
+                raise ResourceNotFound.for_job(name)
+            job = _job(rows[0])
+            mutate(job)
+            job.status = job.doc["TrainingJobStatus"]
+            db.execute(
+                "UPDATE jobs SET status = ?, last_modified_time = ?, doc = ?, supervisor = ?, stop_requested = ?, "
+                "diagnostics = ? WHERE id = ?",
+                (
+                    job.status,
+                    job.last_modified_time,
+                    json.dumps(job.doc),
+                    json.dumps(job.supervisor) if job.supervisor is not None else None,
+                    job.stop_requested,
+                    json.dumps(job.diagnostics),
+                    job.id,
+                ),
+            )
+        return job
+
+    def delete_job(self, name: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM jobs WHERE name = ?", (name,))
+
+    # -- log streams -----------------------------------------------------------------------
+
+    def add_stream(self, job_id: int, host: str, name: str, creation_ms: int) -> StreamRow:
+        with self._write() as db:
+            cursor = db.execute(
+                "INSERT INTO log_streams (job_id, host, name, creation_ms) VALUES (?, ?, ?, ?)",
+                (job_id, host, name, creation_ms),
+            )
+            stream_id = cursor.lastrowid
+        return StreamRow(stream_id or 0, job_id, host, name, creation_ms, None, None, None, 0, 0)
+
+    def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]:
+        where, args = [], []
+        if job_id is not None:
+            where.append("job_id = ?")
+            args.append(job_id)
+        if prefix:
+            where.append("substr(name, 1, ?) = ?")
+            args.extend([len(prefix), prefix])
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self._read(f"SELECT {_STREAM_COLUMNS} FROM log_streams {clause} ORDER BY name", tuple(args))
+        return [StreamRow(*row) for row in rows]
+
+    def stream(self, name: str) -> StreamRow | None:
+        rows = self._read(f"SELECT {_STREAM_COLUMNS} FROM log_streams WHERE name = ?", (name,))
+        return StreamRow(*rows[0]) if rows else None
+
+    def events(
+        self,
+        stream_id: int,
+        *,
+        after_seq: int = -1,
+        before_seq: int | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        limit: int = 10_000,
+        newest_first: bool = False,
+    ) -> list[EventRow]:
+        where, args = ["stream_id = ?", "seq > ?"], [stream_id, after_seq]
+        if before_seq is not None:
+            where.append("seq < ?")
+            args.append(before_seq)
+        if start_ms is not None:
+            where.append("timestamp_ms >= ?")
+            args.append(start_ms)
+        if end_ms is not None:
+            where.append("timestamp_ms < ?")
+            args.append(end_ms)
+        order = "DESC" if newest_first else "ASC"
+        rows = self._read(
+            f"SELECT stream_id, seq, timestamp_ms, message FROM log_events WHERE {' AND '.join(where)} "
+            f"ORDER BY seq {order} LIMIT ?",
+            (*args, limit),
+        )
+        events = [EventRow(*row) for row in rows]
+        return events[::-1] if newest_first else events
+
+    # -- ingestion -------------------------------------------------------------------------
+
+    def write_batch(self, batch: Batch) -> None:
+        with self._write() as db:
+            if batch.events:
+                db.executemany(
+                    "INSERT INTO log_events (stream_id, seq, timestamp_ms, message) VALUES (?, ?, ?, ?)",
+                    [(e.stream_id, e.seq, e.timestamp_ms, e.message) for e in batch.events],
+                )
+            if batch.points:
+                db.executemany(
+                    "INSERT INTO points (job_id, name, timestamp_ms, value, host, stream_id, seq) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (batch.job_id, p.name, p.timestamp_ms, None if math.isnan(p.value) else p.value,
+                         p.host, p.stream_id, p.seq)
+                        for p in batch.points
+                    ],
+                )
+            for stream_id, (records, stored_bytes, last_ms) in batch.stream_stats.items():
+                db.execute(
+                    "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
+                    "first_event_ms = coalesce(first_event_ms, ?), last_event_ms = ?, last_ingestion_ms = ? "
+                    "WHERE id = ?",
+                    (records, stored_bytes, last_ms, last_ms, last_ms, stream_id),
+                )
+            if batch.diagnostics is not None:
+                db.execute(
+                    "UPDATE jobs SET diagnostics = ? WHERE id = ?", (json.dumps(batch.diagnostics), batch.job_id)
+                )
+
+    # -- points ----------------------------------------------------------------------------
+
+    def points(
+        self,
+        job_id: int,
+        *,
+        names: list[str] | None = None,
+        host: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+    ) -> list[PointRow]:
+        where, args = ["job_id = ?"], [job_id]
+        if names:
+            where.append(f"name IN ({','.join('?' * len(names))})")
+            args.extend(names)
+        if host:
+            where.append("host = ?")
+            args.append(host)
+        if start_ms is not None:
+            where.append("timestamp_ms >= ?")
+            args.append(start_ms)
+        if end_ms is not None:
+            where.append("timestamp_ms < ?")
+            args.append(end_ms)
+        rows = self._read(
+            f"SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE {' AND '.join(where)} "
+            "ORDER BY timestamp_ms, rowid",
+            tuple(args),
+        )
+        return [PointRow(n, t, math.nan if v is None else v, h, s, q) for n, t, v, h, s, q in rows]
+
+    def metric_names(self, job_id: int) -> list[str]:
+        return [row[0] for row in self._read("SELECT DISTINCT name FROM points WHERE job_id = ? ORDER BY name", (job_id,))]
+
+    def final_metrics(self, job_id: int) -> list[tuple[str, float, int]]:
+        """Per metric, the last finite value and its time: (name, value, timestamp_ms)."""
+        rows = self._read(
+            f"""
+            SELECT name, value, timestamp_ms FROM (
+                SELECT name, value, timestamp_ms,
+                       row_number() OVER (PARTITION BY name ORDER BY timestamp_ms DESC, rowid DESC) AS rank
+                FROM points WHERE job_id = ? AND {_FINITE}
+            ) WHERE rank = 1 ORDER BY name
+            """,
+            (job_id,),
+        )
+        return [(name, value, ts) for name, value, ts in rows]
+
+    def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
+        """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
+        rows = self._read(
+            f"""
+            SELECT name, count(*),
+                   min(CASE WHEN {_FINITE} THEN value END),
+                   max(CASE WHEN {_FINITE} THEN value END)
+            FROM points WHERE job_id = ? GROUP BY name
+            """,
+            (job_id,),
+        )
+        return {name: (count, low, high) for name, count, low, high in rows}
+
+
+_JOB_COLUMNS = "id, name, status, creation_time, last_modified_time, doc, supervisor, stop_requested, diagnostics"
+_STREAM_COLUMNS = (
+    "id, job_id, host, name, creation_ms, first_event_ms, last_event_ms, last_ingestion_ms, records, stored_bytes"
+)
+
+
+def _job(row: tuple[Any, ...]) -> JobRow:
+    id_, name, status, created, modified, doc, supervisor, stop, diagnostics = row
+    return JobRow(
+        id_, name, status, created, modified, json.loads(doc),
+        json.loads(supervisor) if supervisor else None, stop, json.loads(diagnostics or "[]"),
+    )
+
+
+def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
+    text = str(exc)
+    if "full" in text:
+        return StoreError(f"the disk holding {path} is full: free some space; what was stored so far stays readable")
+    if "locked" in text or "busy" in text:
+        return StoreError(f"the store at {path} stayed locked for 30 s by another process: {text}")
+    return StoreError(f"store error at {path}: {text}")

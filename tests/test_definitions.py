@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainmon.definitions import (
+    MetricDefinition,
+    definition_warnings,
+    load_definitions,
+    parse_short_form,
+    validate_definitions,
+)
+from trainmon.errors import ValidationException
+
+
+def test_sagemaker_shape_is_accepted() -> None:
+    defs = validate_definitions([{"Name": "train:error", "Regex": "Train_error=(.*?);"}])
+    assert defs == [MetricDefinition("train:error", "Train_error=(.*?);")]
+    assert defs[0].to_api() == {"Name": "train:error", "Regex": "Train_error=(.*?);"}
+
+
+@pytest.mark.parametrize(
+    ("definitions", "message"),
+    [
+        ([{"Name": "a", "Regex": "a=(\\d+)"}] * 1 + [{"Name": f"m{i}", "Regex": "x(1)"} for i in range(40)],
+         "41 metric definitions given; at most 40"),
+        ([{"Name": "", "Regex": "x(1)"}], '"Name" must be a non-empty string'),
+        ([{"Name": "n" * 256, "Regex": "x(1)"}], "256 characters; at most 255"),
+        ([{"Name": "loss", "Regex": "r" * 498 + "(x)"}], "501 characters; at most 500"),
+        ([{"Name": "loss", "Regex": ""}], '"Regex" must be a non-empty string'),
+        ([{"Name": "loss", "Regex": "loss=(.*"}], "does not compile: missing ), unterminated subpattern at position 5"),
+        ([{"Name": "loss", "Regex": "loss=\\S+"}], "no capture group"),
+        ([{"Name": "loss", "Regex": "a(1)"}, {"Name": "loss", "Regex": "b(1)"}], "name already used by MetricDefinitions[1]"),
+        ([{"Name": "loss", "Regex": "a(1)", "Regexp": "x"}], "unknown field(s) 'Regexp'"),
+        (["loss"], 'MetricDefinitions[1] must be an object'),
+    ],
+)
+def test_invalid_definitions_name_position_and_problem(definitions: list, message: str) -> None:
+    with pytest.raises(ValidationException) as info:
+        validate_definitions(definitions)
+    assert message in info.value.message
+    assert info.value.code == "ValidationException"
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ValidationException) as info:
+        validate_definitions([{"Name": "a", "Regex": "("}, {"Name": "b", "Regex": "no group"}])
+    assert "MetricDefinitions[1] ('a')" in info.value.message
+    assert "MetricDefinitions[2] ('b')" in info.value.message
+
+
+def test_load_inline_json_and_file(tmp_path) -> None:
+    inline = '[{"Name": "train:error", "Regex": "Train_error=(.*?);"}]'
+    assert load_definitions(inline) == json.loads(inline)
+    path = tmp_path / "defs.json"
+    path.write_text(inline)
+    assert load_definitions(str(path)) == json.loads(inline)
+    with pytest.raises(ValidationException, match="not valid JSON"):
+        load_definitions('[{"Name": }]')
+    with pytest.raises(ValidationException, match="neither inline JSON nor a readable file"):
+        load_definitions(str(tmp_path / "missing.json"))
+
+
+def test_short_form_splits_at_first_equals() -> None:
+    assert parse_short_form(["train:error=Train_error=(.*?);"]) == [
+        {"Name": "train:error", "Regex": "Train_error=(.*?);"}
+    ]
+    with pytest.raises(ValidationException, match="NAME=REGEX"):
+        parse_short_form(["nonsense"])
+
+
+def test_tab_in_regex_warns_with_the_escaped_form() -> None:
+    defs = validate_definitions([{"Name": "rmse", "Regex": "\\tvalidation-rmse:(\\S+)"}])
+    (warning,) = definition_warnings(defs, escapes_control=True)
+    assert "#011" in warning
+    assert definition_warnings(defs, escapes_control=False) == []

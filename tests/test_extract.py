@@ -1,0 +1,209 @@
+"""Matching semantics: each rule of docs/metric-definitions.md pinned by a test."""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+import re
+
+import pytest
+
+from trainmon.definitions import validate_definitions
+from trainmon.extract import Extractor, required_literal, scan_stream
+from trainmon.records import Mode
+
+XGB = r".*\[[0-9]+\].*#011validation-rmse:([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?).*"
+
+
+def points(log: bytes, defs: list[tuple[str, str]], mode: Mode = Mode.TERMINAL, block: int = 1 << 20):
+    extractor = Extractor(validate_definitions([{"Name": n, "Regex": r} for n, r in defs]), mode)
+    return [(p.line, p.offset, p.name, p.value) for p in scan_stream(io.BytesIO(log), extractor, block)], extractor
+
+
+def naive(log: bytes, defs: list[tuple[str, str]], mode: Mode) -> list[tuple[int, int, str, float]]:
+    """An independent reference: split, escape, and run every regex on every record."""
+    breaks = rb"\r\n|\r|\n" if mode is not Mode.SAGEMAKER else rb"\n"
+    result, offset = [], 0
+    pieces = re.split(b"(" + breaks + b")", log)
+    records = []
+    for i in range(0, len(pieces), 2):
+        body = pieces[i]
+        sep = pieces[i + 1] if i + 1 < len(pieces) else b""
+        if body or sep:
+            records.append((offset, body))
+        offset += len(body) + len(sep)
+    for line, (start, body) in enumerate(records, start=1):
+        text = body.decode("utf-8", "replace")
+        if mode is not Mode.RAW:
+            text = "".join(f"#{ord(c):03o}" if ord(c) < 32 else c for c in text)
+        for name, regex in defs:
+            m = re.search(regex, text)
+            if not m or m.group(1) is None or not m.group(1).strip():
+                continue
+            try:
+                result.append((line, start, name, float(m.group(1).strip())))
+            except ValueError:
+                pass
+    return result
+
+
+def same(a, b) -> bool:
+    return len(a) == len(b) and all(
+        x[:3] == y[:3] and (x[3] == y[3] or (math.isnan(x[3]) and math.isnan(y[3]))) for x, y in zip(a, b)
+    )
+
+
+@pytest.mark.parametrize(
+    ("log", "mode", "expected_lines"),
+    [
+        (b"a=1\nb\na=2", Mode.TERMINAL, [1, 3]),            # text after the last break is a record
+        (b"a=1\n", Mode.TERMINAL, [1]),                      # a final break adds no empty record
+        (b"a=1\r\na=2\ra=3\na=4", Mode.TERMINAL, [1, 2, 3, 4]),  # \r\n, lone \r and \n all end records
+        (b"a=1\r\na=2\ra=3\na=4", Mode.RAW, [1, 2, 3, 4]),
+        (b"a=1\r\na=2\ra=3\na=4", Mode.SAGEMAKER, [1, 2, 3]),     # only \n: "a=2\ra=3" is one record
+        (b"\n\na=1\n\n", Mode.TERMINAL, [3]),                # empty records count as lines
+    ],
+)
+def test_record_splitting(log: bytes, mode: Mode, expected_lines: list[int]) -> None:
+    found, _ = points(log, [("a", r"a=(\d)")], mode)
+    assert [p[0] for p in found] == expected_lines
+
+
+def test_sagemaker_mode_escapes_cr_as_015() -> None:
+    found, _ = points(b"x 10%\rx 20%\n", [("p", r"#015x (\d+)%")], Mode.SAGEMAKER)
+    assert [(p[0], p[3]) for p in found] == [(1, 20.0)]
+    found, _ = points(b"x 10%\rx 20%\n", [("p", r"x (\d+)%")], Mode.TERMINAL)
+    assert [(p[0], p[3]) for p in found] == [(1, 10.0), (2, 20.0)]
+
+
+def test_builtin_xgboost_definition_works_unchanged_on_tab_separated_output() -> None:
+    log = b"[0]\ttrain-rmse:0.5\tvalidation-rmse:0.75\n[1]\ttrain-rmse:0.4\tvalidation-rmse:0.6e-1\n"
+    found, _ = points(log, [("validation:rmse", XGB)])
+    assert [(p[0], p[3]) for p in found] == [(1, 0.75), (2, 0.06)]
+    raw, _ = points(log, [("validation:rmse", XGB)], Mode.RAW)
+    assert raw == []  # raw mode does no escaping, so '#011' is never there
+
+
+@pytest.mark.parametrize(
+    ("code", "escaped"), [(b"\t", "#011"), (b"\x08", "#010"), (b"\x1b", "#033"), (b"\x00", "#000")]
+)
+def test_control_characters_become_hash_octal(code: bytes, escaped: str) -> None:
+    found, _ = points(b"v" + code + b"=7\n", [("v", "v" + escaped + r"=(\d)")])
+    assert [p[3] for p in found] == [7.0]
+
+
+def test_invalid_utf8_is_replaced_not_fatal() -> None:
+    found, _ = points(b"\xff\xfe loss=0.5 \xc3\n", [("loss", r"\ufffd\ufffd loss=(\S+)")])
+    assert [p[3] for p in found] == [0.5]
+
+
+def test_one_record_yields_a_point_per_definition_and_search_finds_first_match() -> None:
+    found, _ = points(b"loss=1 loss=2 acc=0.9\n", [("loss", r"loss=(\d)"), ("acc", r"acc=(\S+)")])
+    assert [(p[2], p[3]) for p in found] == [("loss", 1.0), ("acc", 0.9)]
+
+
+def test_capture_is_stripped_and_rejections_are_counted_with_reasons() -> None:
+    log = b"e= 0.5 ;\ne=;\ne=abc;\ne=   ;\n"
+    found, extractor = points(log, [("e", r"e=(.*?);")])
+    assert [p[3] for p in found] == [0.5]
+    stats = extractor.stats[0]
+    assert stats.matches == 1
+    assert stats.rejected == {"empty capture": 2, "capture is not a number": 1}
+    assert "abc" in stats.rejected_examples
+
+
+def test_nan_and_infinity_are_points_but_counted_as_nonfinite() -> None:
+    found, extractor = points(b"l=nan\nl=inf\nl=-inf\nl=1\n", [("l", r"l=(\S+)")])
+    values = [p[3] for p in found]
+    assert math.isnan(values[0]) and values[1:] == [math.inf, -math.inf, 1.0]
+    assert extractor.stats[0].nonfinite == 3
+
+
+def test_optional_group_that_did_not_participate_is_rejected() -> None:
+    found, extractor = points(b"loss\n", [("l", r"loss(=\d)?")])
+    assert found == []
+    assert extractor.stats[0].rejected == {"capture group 1 did not take part in the match": 1}
+
+
+def test_byte_offsets_count_bytes_not_characters() -> None:
+    log = "héllo wörld\nloss=2\n".encode()
+    found, _ = points(log, [("loss", r"loss=(\d)")])
+    assert found == [(2, len("héllo wörld\n".encode()), "loss", 2.0)]
+
+
+def test_misspelled_regex_reports_near_misses() -> None:
+    log = b"epoch 1 Train_eror=0.5;\nepoch 2 Train_eror=0.4;\n"
+    _, extractor = points(log, [("train:error", r"Train_error=(.*?);"), ("x", r"Train_eror=(\d+);")])
+    first, second = extractor.stats
+    assert first.matches == 0 and first.literal == "Train_error=" and first.unmatched_examples == []
+    assert second.matches == 0
+    assert second.unmatched_examples == ["epoch 1 Train_eror=0.5;", "epoch 2 Train_eror=0.4;"]
+
+
+@pytest.mark.parametrize(
+    ("regex", "mode", "literal"),
+    [
+        (r"Train_error=(.*?);", Mode.TERMINAL, "Train_error="),
+        (XGB, Mode.TERMINAL, "validation-rmse:"),
+        (XGB, Mode.RAW, "#011validation-rmse:"),
+        (r"(?i)loss=(\S+)", Mode.TERMINAL, None),
+        (r"(\d+)", Mode.TERMINAL, None),
+        (r"(?:lo|ac)ss=(\S+)", Mode.TERMINAL, "ss="),
+    ],
+)
+def test_required_literal(regex: str, mode: Mode, literal: str | None) -> None:
+    assert required_literal(regex, mode) == literal
+
+
+def _random_log(rng: random.Random, lines: int) -> bytes:
+    parts = []
+    for _ in range(lines):
+        kind = rng.random()
+        if kind < 0.1:
+            parts.append(f"epoch {rng.randint(1, 9)} Train_error={rng.random():.4f}; Valid_error={rng.random():.3f};")
+        elif kind < 0.15:
+            parts.append(f"[{rng.randint(0, 99)}]\ttrain-rmse:{rng.random():.5f}\tvalidation-rmse:{rng.random():.5f}")
+        elif kind < 0.2:
+            parts.append(f"{rng.randint(0, 100)}%|####   | loss={rng.choice(['nan', 'inf', str(rng.random())])}")
+        elif kind < 0.25:
+            parts.append("".join(chr(rng.randint(0, 0x2FF)) for _ in range(rng.randint(0, 30))))
+        else:
+            parts.append("noise " * rng.randint(0, 8))
+        parts.append(rng.choice(["\n", "\n", "\n", "\r", "\r\n"]))
+    data = "".join(parts).encode("utf-8", "surrogatepass")
+    if rng.random() < 0.5:
+        data += bytes(rng.randint(0, 255) for _ in range(20))
+    return data
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("mode", list(Mode))
+def test_fast_extractor_equals_the_naive_loop(seed: int, mode: Mode) -> None:
+    rng = random.Random(seed)
+    defs = [
+        ("train:error", r"Train_error=(.*?);"),
+        ("valid:error", r"Valid_error=(.*?);"),
+        ("rmse", XGB),
+        ("loss", r"loss=(\S+)"),
+        ("pct", r"^(\d+)%"),  # no literal: runs on every record
+        ("epoch", r"epoch (\d)"),
+    ]
+    log = _random_log(rng, 400)
+    found, _ = points(log, defs, mode, block=rng.choice([64, 1000, 1 << 20]))
+    assert same(found, naive(log, defs, mode))
+
+
+def test_five_megabyte_line_with_a_quadratic_regex_is_matched_whole() -> None:
+    # Python's re needs hours here; RE2 is linear. The pytest timeout is the guard, not a timing assert.
+    line = b"[1]" + b"x" * 5_000_000 + b"validation-rmse:"
+    found, extractor = points(line + b"\n[2]\tvalidation-rmse:0.5\n", [("rmse", XGB)])
+    assert [(p[0], p[3]) for p in found] == [(2, 0.5)]
+    assert extractor.stats[0].unmatched_examples[0].startswith("[1]xxx")
+
+
+def test_long_records_for_backtracking_only_regex_are_rejected_with_a_reason() -> None:
+    long_line = b"loss=" + b"1" * 5000 + b"x"
+    found, extractor = points(long_line + b"\nloss=3x\n", [("loss", r"(?<=loss=)(\d+)x")])
+    assert [(p[0], p[3]) for p in found] == [(2, 3.0)]
+    assert list(extractor.stats[0].rejected) == ["record longer than 4096 characters for a regex RE2 cannot run"]
