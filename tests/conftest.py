@@ -49,6 +49,7 @@ def run_cli(*args: str, input: bytes | None = None, timeout: float = 120, check:
         input=input.decode() if input is not None else None,
         capture_output=True,
         text=True,
+        errors="replace",
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )

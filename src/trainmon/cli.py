@@ -97,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ValidationException("no command to run: put it after '--', e.g. trainmon run --name my-job -- python train.py")
-    name = args.name or datetime.now(timezone.utc).strftime("job-%Y%m%d-%H%M%S")
+    name = args.name if args.name is not None else datetime.now(timezone.utc).strftime("job-%Y%m%d-%H%M%S")
     definitions = validate_definitions(_definitions(args))
     request: dict[str, Any] = {
         "TrainingJobName": name,

@@ -1,0 +1,284 @@
+"""Extraction throughput: ``trainmon parse`` against a naive per-line regex loop.
+
+A 1,000,000-line training log is generated (once, cached in benchmarks/.data/): about 10% metric
+lines in three formats (``epoch N Train_error=..; Valid_error=..;``, XGBoost's tab-separated
+``[N]\\ttrain-rmse:..\\tvalidation-rmse:..``, Keras' ``- loss: .. - acc: ..``) and, for the rest,
+info logs, tqdm progress bars that redraw themselves with ``\\r``, and Python tracebacks.
+
+Timed over the same file, with 10 metric definitions:
+
+- fast: ``trainmon.extract.scan_stream`` with an ``Extractor`` in terminal mode (what ``trainmon
+  parse`` runs);
+- naive: for each record (split as terminal mode splits, control characters escaped as ``#ooo``),
+  for each compiled regex: ``search``, then ``float(group(1))``;
+- ceiling: the same Python loop over the records doing nothing, the best any per-record Python
+  loop can do;
+- cli: ``python -m trainmon parse --json --metric-definitions defs.json LOG > /dev/null``, end to
+  end (interpreter start, JSON output and the per-definition summary included).
+
+Both extractors must find the same points (same records, names and values), in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .common import Report, best_of, child_env, data_dir, heading, mb_per_s, rate, table, timed
+
+LINES = 1_000_000
+SEED = 20240501
+FORMAT_VERSION = 1  # bump when the generator changes, so a cached log is regenerated
+TARGET_RATIO = 15.0
+
+NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+DEFINITIONS = [
+    {"Name": "train:error", "Regex": r"Train_error=(.*?);"},
+    {"Name": "validation:error", "Regex": r"Valid_error=(.*?);"},
+    {"Name": "epoch", "Regex": r"^epoch ([0-9]+) "},
+    {"Name": "train:rmse", "Regex": r".*\[[0-9]+\].*#011train-rmse:" + NUMBER + r".*"},
+    {"Name": "validation:rmse", "Regex": r".*\[[0-9]+\].*#011validation-rmse:" + NUMBER + r".*"},
+    {"Name": "loss", "Regex": r" - loss: ([0-9.]+)"},
+    {"Name": "accuracy", "Regex": r" - acc: ([0-9.]+)"},
+    {"Name": "val_loss", "Regex": r" - val_loss: ([0-9.]+)"},
+    {"Name": "val_acc", "Regex": r" - val_acc: ([0-9.]+)"},
+    {"Name": "learning_rate", "Regex": r"learning_rate=" + NUMBER},
+]
+# SageMaker's own definition for its built-in XGBoost algorithm, verbatim.
+assert DEFINITIONS[4]["Regex"] == r".*\[[0-9]+\].*#011validation-rmse:([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?).*"
+
+
+# -- the log ---------------------------------------------------------------------------------
+
+_MODULES = ["trainer", "data.loader", "model.checkpoint", "torch.distributed", "optim.scheduler", "utils.io"]
+_INFO = [
+    "Loading checkpoint shard {a}/8 from /opt/ml/input/data/model/shard-{a:05d}.bin",
+    "Worker {a} started, prefetch_factor=2, pin_memory=True",
+    "Saving model checkpoint to /opt/ml/checkpoints/step-{b}",
+    "Gradient norm {f:.4f} after clipping (max_norm=1.0)",
+    "Using loss function CrossEntropyLoss(label_smoothing=0.1)",
+    "starting epoch {a} of 40, {b} batches per epoch",
+    "validation set has {b} samples in {a} shards",
+    "GPU {a}: memory allocated {b} MiB, reserved {c} MiB",
+    "step {b}: throughput {f:.1f} samples/s, data wait {g:.2f} ms",
+    "NCCL INFO Channel {a:02d}/32 : 0[{c}] -> 1[{b}] via P2P/IPC",
+    "Evaluating on 'validation' split: {b} examples",
+    "early stopping patience {a}/10, best score {f:.5f}",
+]
+_WARNINGS = [
+    "UserWarning: The given NumPy array is not writable, and PyTorch does not support non-writable tensors.",
+    "DeprecationWarning: `np.float` is a deprecated alias for the builtin `float`.",
+    "torch.distributed: barrier took {g:.1f} ms on rank {a}",
+]
+_TRACE_ERRORS = [
+    "RuntimeError: CUDA out of memory. Tried to allocate {c} MiB (GPU 0; 15.78 GiB total capacity)",
+    "ValueError: Expected input batch_size ({b}) to match target batch_size ({c}).",
+    "KeyError: 'validation'",
+    "ConnectionResetError: [Errno 104] Connection reset by peer",
+]
+
+
+def _fields(rng: random.Random) -> dict[str, float | int]:
+    return {"a": rng.randint(1, 64), "b": rng.randint(100, 99999), "c": rng.randint(1, 16000),
+            "f": rng.random() * 100, "g": rng.random() * 50}
+
+
+def _stamp(rng: random.Random, line: int) -> str:
+    seconds = line // 50
+    return f"2024-05-01 {seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d},{rng.randint(0, 999):03d}"
+
+
+def _progress_bar(rng: random.Random) -> str:
+    """One terminal line of a tqdm bar: several in-place redraws separated by carriage returns."""
+    total = rng.choice([100, 391, 1000, 1563])
+    done = rng.randint(0, total // 2)
+    redraws = []
+    for _ in range(rng.randint(3, 12)):
+        done = min(total, done + rng.randint(1, max(1, total // 20)))
+        percent = 100 * done // total
+        filled = percent // 10
+        bar = "\u2588" * filled + ("\u258c" if percent % 10 >= 5 and filled < 10 else "")
+        speed = rng.random() * 40 + 1
+        redraws.append(f"Epoch {rng.randint(1, 40)}: {percent:3d}%|{bar:<10}| {done}/{total} "
+                       f"[00:{rng.randint(0, 59):02d}<00:{rng.randint(0, 59):02d}, {speed:.2f}it/s]")
+    return "\r" + "\r".join(redraws)
+
+
+def _metric_line(rng: random.Random, step: int) -> str:
+    kind = rng.random()
+    if kind < 0.35:
+        return (f"epoch {step} Train_error={rng.random() / 3:.6f}; Valid_error={rng.random() / 2:.6f}; "
+                f"Train_loss={rng.random():.4f};")
+    if kind < 0.65:
+        return f"[{step}]\ttrain-rmse:{rng.random() * 5:.5f}\tvalidation-rmse:{rng.random() * 6:.5f}"
+    if kind < 0.92:
+        total = rng.choice([469, 1875])
+        return (f"{total}/{total} [==============================] - {rng.randint(2, 60)}s {rng.randint(1, 9)}ms/step"
+                f" - loss: {rng.random():.4f} - acc: {rng.random():.4f}"
+                f" - val_loss: {rng.random():.4f} - val_acc: {rng.random():.4f}")
+    return f"{_stamp(rng, step)} INFO optim.scheduler: step {step * 100}, learning_rate={rng.random() / 1000:.3e}"
+
+
+def generate(path: Path, lines: int, seed: int = SEED) -> None:
+    """Write a log of exactly ``lines`` newline-terminated lines."""
+    rng = random.Random(seed)
+    written = 0
+    step = 0
+    out: list[str] = []
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        while written < lines:
+            roll = rng.random()
+            if roll < 0.10:
+                step += 1
+                chunk = [_metric_line(rng, step)]
+            elif roll < 0.72:
+                level = "INFO" if rng.random() < 0.9 else "DEBUG"
+                message = rng.choice(_INFO).format(**_fields(rng))
+                chunk = [f"{_stamp(rng, written)} {level} {rng.choice(_MODULES)}: {message}"]
+            elif roll < 0.78:
+                message = rng.choice(_WARNINGS).format(**_fields(rng))
+                chunk = [f"/usr/lib/python3.10/site-packages/torch/utils/data.py:{rng.randint(10, 900)}: {message}"]
+            elif roll < 0.93:
+                chunk = [_progress_bar(rng)]
+            else:
+                chunk = ["Traceback (most recent call last):"]
+                for _ in range(rng.randint(2, 6)):
+                    chunk.append(f'  File "/opt/ml/code/{rng.choice(["train", "model", "data"])}.py", '
+                                 f"line {rng.randint(1, 800)}, in {rng.choice(['<module>', 'forward', 'step', 'main'])}")
+                    chunk.append(f"    {rng.choice(['loss = criterion(out, y)', 'out = self.net(x)', 'batch = next(it)'])}")
+                chunk.append(rng.choice(_TRACE_ERRORS).format(**_fields(rng)))
+            chunk = chunk[: lines - written]
+            written += len(chunk)
+            out.extend(chunk)
+            if len(out) >= 10_000:
+                handle.write("\n".join(out) + "\n")
+                out.clear()
+        if out:
+            handle.write("\n".join(out) + "\n")
+
+
+def log_path(lines: int) -> Path:
+    path = data_dir() / f"train-{lines}-v{FORMAT_VERSION}.log"
+    if not path.exists():
+        print(f"  generating {path.name} ({lines:,} lines) ...", flush=True)
+        temporary = path.with_suffix(".part")
+        elapsed, _ = timed(lambda: generate(temporary, lines))
+        temporary.replace(path)
+        print(f"  generated {path.stat().st_size / 1e6:.1f} MB in {elapsed:.1f} s", flush=True)
+    return path
+
+
+# -- the three extractors --------------------------------------------------------------------
+
+# Control characters as '#' plus three octal digits, as SageMaker's log pipeline shows them.
+_ESCAPES = {code: "#%03o" % code for code in range(32)}
+
+
+def _records(path: Path):
+    """Records as terminal mode cuts them: text mode with newline='' ends a line at \\r\\n, \\r or \\n."""
+    with path.open("r", encoding="utf-8", errors="replace", newline="") as handle:
+        for line in handle:
+            yield line.rstrip("\r\n")
+
+
+def naive(path: Path, definitions: list[dict[str, str]]) -> tuple[int, list[tuple[int, str, float]]]:
+    """Every regex on every record; returns (records, points as (record number, name, value))."""
+    compiled = [(d["Name"], re.compile(d["Regex"])) for d in definitions]
+    points = []
+    number = 0
+    for number, record in enumerate(_records(path), start=1):
+        text = record.translate(_ESCAPES)
+        for name, regex in compiled:
+            found = regex.search(text)
+            if found is None:
+                continue
+            captured = found.group(1)
+            if captured is None:
+                continue
+            captured = captured.strip()
+            if not captured:
+                continue
+            try:
+                points.append((number, name, float(captured)))
+            except ValueError:
+                pass
+    return number, points
+
+
+def ceiling(path: Path) -> int:
+    """The same record loop, doing nothing with the records."""
+    number = 0
+    for number, _record in enumerate(_records(path), start=1):
+        pass
+    return number
+
+
+def fast(path: Path, definitions: list[dict[str, str]]) -> list[tuple[int, str, float]]:
+    from trainmon.definitions import validate_definitions
+    from trainmon.extract import Extractor, scan_stream
+    from trainmon.records import Mode
+
+    extractor = Extractor(validate_definitions(definitions), Mode.TERMINAL)
+    with path.open("rb") as stream:
+        return [(p.line, p.name, p.value) for p in scan_stream(stream, extractor)]
+
+
+def cli(path: Path, definitions_file: Path) -> float:
+    command = [sys.executable, "-m", "trainmon", "parse", "--json", "--metric-definitions", str(definitions_file),
+               str(path)]
+    start = time.perf_counter()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(), check=True)
+    return time.perf_counter() - start
+
+
+def _same(a: list[tuple[int, str, float]], b: list[tuple[int, str, float]]) -> bool:
+    return len(a) == len(b) and all(
+        x[0] == y[0] and x[1] == y[1] and (x[2] == y[2] or (math.isnan(x[2]) and math.isnan(y[2])))
+        for x, y in zip(a, b)
+    )
+
+
+def run(scale: float = 1.0) -> Report:
+    report = Report("extraction")
+    lines = max(1000, int(LINES * scale))
+    heading(f"Extraction throughput: {lines:,}-line log, {len(DEFINITIONS)} metric definitions, terminal mode")
+    path = log_path(lines)
+    size = path.stat().st_size
+    definitions_file = data_dir() / "extraction-definitions.json"
+    definitions_file.write_text(json.dumps(DEFINITIONS, indent=2) + "\n", encoding="utf-8")
+
+    fast_s, fast_points = best_of(3, lambda: fast(path, DEFINITIONS))
+    ceiling_s, records = best_of(2, lambda: ceiling(path))
+    naive_s, (naive_records, naive_points) = timed(lambda: naive(path, DEFINITIONS))
+    cli_s, _ = best_of(2, lambda: cli(path, definitions_file))
+
+    rows = []
+    for label, seconds in (("fast: scan_stream + Extractor", fast_s), ("naive: every regex on every record", naive_s),
+                           ("ceiling: empty per-record loop", ceiling_s), ("cli: trainmon parse --json", cli_s)):
+        rows.append([label, f"{seconds:.3f}", rate(lines, seconds), rate(records, seconds), mb_per_s(size, seconds)])
+    print(f"  log: {path.name}, {size / 1e6:.1f} MB, {lines:,} lines, {records:,} records (\\r, \\n, \\r\\n)")
+    table(["extractor", "seconds", "lines/s", "records/s", "MB/s"], rows)
+    print(f"  points: fast {len(fast_points):,}, naive {len(naive_points):,} "
+          f"({len(fast_points) / lines:.1%} of lines carry a point)")
+
+    report.check(records == naive_records, f"naive loop saw every record ({naive_records:,} of {records:,})")
+    report.check(len(fast_points) == len(naive_points),
+                 f"same number of points ({len(fast_points):,} fast, {len(naive_points):,} naive)")
+    report.check(_same(fast_points, naive_points), "same points (record, name, value), same order")
+    report.figure("extractor speed-up (naive time / fast time)", naive_s / fast_s, f">= {TARGET_RATIO:g}x",
+                  naive_s / fast_s >= TARGET_RATIO)
+    report.figure("CLI end to end speed-up (naive time / trainmon parse time)", naive_s / cli_s,
+                  f">= {TARGET_RATIO:g}x", naive_s / cli_s >= TARGET_RATIO,
+                  "(CLI time includes interpreter start and JSON output; the naive loop's does not)")
+    print(f"  fast / ceiling: {ceiling_s / fast_s:.2f}x  (above 1: faster than any per-record Python loop)")
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(1 if run().failures else 0)

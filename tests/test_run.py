@@ -1,0 +1,373 @@
+"""`trainmon run` end to end, with real training processes and a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from trainmon import client
+from trainmon.store import open_store
+
+from .conftest import PY, run_cli
+
+DEFS = '[{"Name": "train:error", "Regex": "Train_error=(.*?);"}, {"Name": "valid:error", "Regex": "Valid_error=(.*?);"}]'
+
+
+def describe(name: str) -> dict:
+    return json.loads(run_cli("describe", name, "--json", check=True).stdout)
+
+
+def test_job_runs_with_metrics_final_values_and_model(home: Path, script) -> None:
+    train = script(
+        """
+        import os, sys
+        for epoch in range(1, 4):
+            print(f"epoch {epoch} Train_error={0.5 / epoch:.3f}; Valid_error={0.6 / epoch:.3f};")
+        print("Train_error=nan;")
+        print("a warning", file=sys.stderr)
+        open(os.path.join(os.environ["SM_MODEL_DIR"], "weights.bin"), "wb").write(b"123")
+        """
+    )
+    result = run_cli("run", "--name", "ok-1", "--metric-definitions", DEFS, "--", PY, str(train))
+    assert result.returncode == 0, result.stderr
+    assert "epoch 3 Train_error=0.167;" in result.stdout  # echoed to the terminal
+    assert "a warning" in result.stderr
+    doc = describe("ok-1")
+    assert doc["TrainingJobStatus"] == "Completed" and doc["SecondaryStatus"] == "Completed"
+    assert [t["Status"] for t in doc["SecondaryStatusTransitions"]] == [
+        "Starting", "Downloading", "Training", "Uploading", "Completed"]
+    assert all("StatusMessage" in t and "EndTime" in t for t in doc["SecondaryStatusTransitions"])
+    finals = {m["MetricName"]: m["Value"] for m in doc["FinalMetricDataList"]}
+    assert finals == {"train:error": 0.167, "valid:error": 0.2}  # last *finite* value; NaN kept but skipped
+    assert doc["TrainingTimeInSeconds"] >= 1 and doc["BillableTimeInSeconds"] == doc["TrainingTimeInSeconds"]
+    assert doc["AlgorithmSpecification"]["MetricDefinitions"] == json.loads(DEFS)
+    artifact = Path(doc["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
+    assert artifact == home / "output" / "ok-1" / "output" / "model.tar.gz"
+    with tarfile.open(artifact) as archive:
+        assert archive.getnames() == ["weights.bin"]
+
+    store = open_store(home)
+    job = store.get_job("ok-1")
+    points = store.points(job.id, names=["train:error"])
+    assert [p.value for p in points][:3] == [0.5, 0.25, 0.167]
+    (stream,) = store.streams(job.id)
+    assert stream.name.startswith("ok-1/algo-1-") and len(stream.name.split("-")[-1]) == 10
+    events = store.events(stream.id)
+    for point in points:  # every point traces to the record it came from
+        assert events[point.seq].message.find(f"Train_error=") >= 0
+        assert events[point.seq].timestamp_ms == point.timestamp_ms
+
+
+def test_container_contract_files_and_environment(home: Path, script, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "rows.csv").write_text("1,2\n")
+    train = script(
+        """
+        import json, os
+        keys = ["SM_MODEL_DIR", "SM_OUTPUT_DIR", "SM_OUTPUT_DATA_DIR", "SM_INPUT_DIR", "SM_INPUT_CONFIG_DIR",
+                "SM_CHANNELS", "SM_CHANNEL_TRAINING", "SM_HPS", "SM_HP_LR", "SM_HOSTS", "SM_CURRENT_HOST",
+                "SM_NUM_CPUS", "SM_NUM_GPUS", "SM_TRAINING_ENV", "PYTHONUNBUFFERED", "MY_VAR"]
+        env = {k: os.environ[k] for k in keys}
+        config = os.environ["SM_INPUT_CONFIG_DIR"]
+        env["hyperparameters.json"] = json.load(open(os.path.join(config, "hyperparameters.json")))
+        env["resourceconfig.json"] = json.load(open(os.path.join(config, "resourceconfig.json")))
+        env["channel_file"] = open(os.path.join(os.environ["SM_CHANNEL_TRAINING"], "rows.csv")).read()
+        with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "env.json"), "w") as f:
+            json.dump(env, f)
+        """
+    )
+    result = run_cli(
+        "run", "--name", "contract", "--hyperparameters", '{"epochs": 3, "opt": "adam"}', "-H", "lr=0.1",
+        "--channel", f"training={data}", "--environment", "MY_VAR=hello", "--", PY, str(train),
+    )
+    assert result.returncode == 0, result.stderr
+    env = json.loads((home / "jobs" / "contract" / "algo-1" / "output" / "data" / "env.json").read_text())
+    root = home / "jobs" / "contract" / "algo-1"
+    assert env["SM_MODEL_DIR"] == str(root / "model")
+    assert env["SM_INPUT_CONFIG_DIR"] == str(root / "input" / "config")
+    assert env["hyperparameters.json"] == {"epochs": "3", "opt": "adam", "lr": "0.1"}  # strings, as SageMaker
+    assert json.loads(env["SM_HPS"]) == {"epochs": 3, "opt": "adam", "lr": 0.1}
+    assert env["SM_HP_LR"] == "0.1"
+    assert json.loads(env["SM_CHANNELS"]) == ["training"]
+    assert env["channel_file"] == "1,2\n"
+    assert env["resourceconfig.json"]["current_host"] == "algo-1"
+    assert env["resourceconfig.json"]["hosts"] == ["algo-1"]
+    assert json.loads(env["SM_HOSTS"]) == ["algo-1"] and env["SM_CURRENT_HOST"] == "algo-1"
+    assert int(env["SM_NUM_CPUS"]) == os.cpu_count() and env["SM_NUM_GPUS"] == "0"
+    assert json.loads(env["SM_TRAINING_ENV"])["job_name"] == "contract"
+    assert env["PYTHONUNBUFFERED"] == "1" and env["MY_VAR"] == "hello"
+    output_tar = home / "output" / "contract" / "output" / "output.tar.gz"
+    with tarfile.open(output_tar) as archive:
+        assert archive.getnames() == ["env.json"]
+
+
+def test_several_hosts_each_have_their_own_stream_and_prefix(home: Path, script) -> None:
+    train = script(
+        """
+        import os
+        host = os.environ["SM_CURRENT_HOST"]
+        print(f"hello from {host} loss={host[-1]}")
+        """
+    )
+    result = run_cli("run", "--name", "multi", "--instance-count", "3", "--metric", r"loss=loss=(\d)",
+                     "--", PY, str(train))
+    assert result.returncode == 0, result.stderr
+    for n in (1, 2, 3):
+        assert f"algo-{n} | hello from algo-{n}" in result.stdout
+    store = open_store(home)
+    job = store.get_job("multi")
+    streams = store.streams(job.id)
+    assert [s.host for s in streams] == ["algo-1", "algo-2", "algo-3"]
+    assert sorted((p.host, p.value) for p in store.points(job.id)) == [("algo-1", 1.0), ("algo-2", 2.0), ("algo-3", 3.0)]
+    logs = run_cli("logs", "multi", "--host", "algo-2", check=True).stdout
+    assert logs == "hello from algo-2 loss=2\n"
+
+
+def test_failure_reason_from_exit_code_and_stderr(home: Path, script) -> None:
+    train = script(
+        """
+        import sys
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print("ValueError: bad shape", file=sys.stderr)
+        sys.exit(3)
+        """
+    )
+    result = run_cli("run", "--name", "fails", "--", PY, str(train))
+    assert result.returncode == 1
+    doc = describe("fails")
+    assert doc["TrainingJobStatus"] == "Failed" and doc["SecondaryStatus"] == "Failed"
+    assert doc["FailureReason"].startswith("AlgorithmError: algo-1 exited with code 3.")
+    assert doc["FailureReason"].endswith("ValueError: bad shape")
+    assert "Failure reason" in result.stdout
+
+
+def test_failure_reason_from_output_failure_file_is_cut_at_1024(home: Path, script) -> None:
+    train = script(
+        """
+        import os, sys
+        with open(os.path.join(os.environ["SM_OUTPUT_DIR"], "failure"), "w") as f:
+            f.write("CUDA out of memory. " + "x" * 2000)
+        sys.exit(1)
+        """
+    )
+    run_cli("run", "--name", "failfile", "--", PY, str(train))
+    reason = describe("failfile")["FailureReason"]
+    assert reason.startswith("CUDA out of memory. ") and len(reason) == 1024
+
+
+def test_job_killed_by_a_signal(home: Path, script) -> None:
+    train = script("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    run_cli("run", "--name", "killed", "--", PY, str(train))
+    assert describe("killed")["FailureReason"] == "AlgorithmError: algo-1 was killed by signal SIGKILL."
+
+
+def test_command_that_does_not_exist_fails_the_job_without_traceback(home: Path) -> None:
+    result = run_cli("run", "--name", "nocmd", "--", "definitely-not-a-command-xyz")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    doc = describe("nocmd")
+    assert doc["TrainingJobStatus"] == "Failed"
+    assert "cannot start 'definitely-not-a-command-xyz' on algo-1: No such file or directory" in doc["FailureReason"]
+
+
+def test_max_runtime_stops_the_job_as_max_runtime_exceeded(home: Path, script) -> None:
+    train = script(
+        """
+        import time
+        print("started", flush=True)
+        time.sleep(60)
+        """
+    )
+    result = run_cli("run", "--name", "slow", "--max-runtime-seconds", "1", "--", PY, str(train))
+    assert result.returncode == 3
+    doc = describe("slow")
+    assert doc["TrainingJobStatus"] == "Stopped" and doc["SecondaryStatus"] == "MaxRuntimeExceeded"
+    statuses = [t["Status"] for t in doc["SecondaryStatusTransitions"]]
+    assert statuses[-2:] == ["Stopping", "MaxRuntimeExceeded"]
+    assert run_cli("logs", "slow", check=True).stdout == "started\n"
+
+
+def _start(name: str, train: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainmon", "run", "--name", name, *extra, "--", PY, str(train)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_for_log(name: str, text: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = run_cli("logs", name)
+        if text in result.stdout:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} never appeared in the logs of {name}")
+
+
+def test_stop_from_another_terminal_ends_the_whole_process_group(home: Path, script, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    train = script(
+        f"""
+        import os, signal, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+        def on_term(*_):
+            print("got SIGTERM, saving checkpoint", flush=True)
+            open(os.path.join(os.environ["SM_MODEL_DIR"], "ckpt"), "w").write("x")
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        print("Train_error=0.5;", flush=True)
+        time.sleep(600)
+        """
+    )
+    proc = _start("stopme", train, "--metric-definitions", DEFS)
+    _wait_for_log("stopme", "Train_error=0.5;")
+    result = run_cli("stop", "stopme", check=True)
+    assert "Stopping" in result.stdout
+    proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    doc = describe("stopme")
+    assert doc["TrainingJobStatus"] == "Stopped" and doc["SecondaryStatus"] == "Stopped"
+    assert doc["FinalMetricDataList"][0]["Value"] == 0.5
+    assert run_cli("logs", "stopme").stdout.endswith("got SIGTERM, saving checkpoint\n")
+    main_pid, child_pid = map(int, pids.read_text().split())
+    for pid in (main_pid, child_pid):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert tarfile.open(home / "output" / "stopme" / "output" / "model.tar.gz").getnames() == ["ckpt"]
+    again = run_cli("stop", "stopme")
+    assert again.returncode == 2
+    assert "The request was rejected because the training job is in status Stopped." in again.stderr
+
+
+def test_job_ignoring_sigterm_is_killed_after_the_grace_period(home: Path, script) -> None:
+    train = script(
+        """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ignoring SIGTERM", flush=True)
+        time.sleep(600)
+        """
+    )
+    proc = _start("stubborn", train, "--stop-grace-seconds", "1")
+    _wait_for_log("stubborn", "ignoring SIGTERM")
+    run_cli("stop", "stubborn", check=True)
+    proc.communicate(timeout=60)
+    assert describe("stubborn")["TrainingJobStatus"] == "Stopped"
+
+
+def test_ctrl_c_stops_the_foreground_job(home: Path, script) -> None:
+    train = script(
+        """
+        import time
+        print("running", flush=True)
+        time.sleep(600)
+        """
+    )
+    proc = _start("ctrlc", train)
+    _wait_for_log("ctrlc", "running")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    doc = describe("ctrlc")
+    assert doc["TrainingJobStatus"] == "Stopped"
+    assert [t["Status"] for t in doc["SecondaryStatusTransitions"]][-2:] == ["Stopping", "Stopped"]
+
+
+def test_children_that_outlive_the_job_are_ended(home: Path, script, tmp_path: Path) -> None:
+    pid_file = tmp_path / "child"
+    train = script(
+        f"""
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; print('child alive', flush=True); time.sleep(600)"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        print("parent done", flush=True)
+        """
+    )
+    result = run_cli("run", "--name", "orphans", "--", PY, str(train), timeout=60)
+    assert result.returncode == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+    assert describe("orphans")["TrainingJobStatus"] == "Completed"
+
+
+def test_duplicate_name_is_refused_with_resource_in_use(home: Path, script) -> None:
+    train = script("print('hi')")
+    run_cli("run", "--name", "dup", "--", PY, str(train), check=True)
+    again = run_cli("run", "--name", "dup", "--", PY, str(train))
+    assert again.returncode == 1
+    assert again.stderr.startswith("trainmon: ResourceInUse: Training job names must be unique")
+
+
+@pytest.mark.parametrize("name", ["bad_name", "-start", "x" * 64, ""])
+def test_invalid_job_names_are_refused(home: Path, name: str) -> None:
+    result = run_cli("run", f"--name={name}", "--", "true")
+    assert result.returncode == 2
+    assert "failed to satisfy constraint" in result.stderr
+
+
+def test_invalid_definitions_exit_2_without_traceback_and_run_nothing(home: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    result = run_cli("run", "--name", "baddefs", "--metric", "loss=loss=(", "--", "touch", str(marker))
+    assert result.returncode == 2
+    assert "MetricDefinitions[1] ('loss'): regex does not compile" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not marker.exists()
+    assert open_store(home).get_job("baddefs") is None
+
+
+def test_unknown_job_gives_a_clear_error(home: Path) -> None:
+    result = run_cli("describe", "nope")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "trainmon: ValidationException: Requested resource not found. No training job named 'nope'."
+
+
+def test_kill_9_of_trainmon_marks_the_job_failed_on_next_command(home: Path, script) -> None:
+    train = script(
+        """
+        import time
+        for i in range(1000):
+            print(f"step {i} loss=0.{i}", flush=True)
+            time.sleep(0.01)
+        """
+    )
+    proc = _start("crashy", train, "--metric", r"loss=loss=(\S+)")
+    _wait_for_log("crashy", "step 20 ")
+    proc.kill()
+    proc.communicate()
+    doc = describe("crashy")
+    assert doc["TrainingJobStatus"] == "Failed"
+    assert "supervising process" in doc["FailureReason"] and "killed or crashed" in doc["FailureReason"]
+    store = open_store(home)
+    job = store.get_job("crashy")
+    assert len(store.points(job.id)) >= 20  # what was captured before the crash is kept
+    assert doc["FinalMetricDataList"]
+
+
+def test_binary_garbage_and_huge_lines_are_captured(home: Path, script) -> None:
+    train = script(
+        """
+        import os, sys
+        out = sys.stdout.buffer
+        out.write(bytes(range(256)) * 4 + b"\\n")
+        out.write(b"x" * (10 * 1024 * 1024) + b" loss=0.25")  # 10 MB, no newline at all
+        out.flush()
+        """
+    )
+    result = run_cli("run", "--name", "garbage", "--metric", r"loss=loss=(\S+)", "--", PY, str(train))
+    assert result.returncode == 0, result.stderr[-2000:]
+    store = open_store(home)
+    job = store.get_job("garbage")
+    (stream,) = store.streams(job.id)
+    events = store.events(stream.id)
+    assert len(events[-1].message) == 10 * 1024 * 1024 + len(" loss=0.25")
+    assert [p.value for p in store.points(job.id)] == [0.25]
+    assert "\ufffd" in "".join(e.message for e in events[:-1])
