@@ -371,3 +371,81 @@ def test_binary_garbage_and_huge_lines_are_captured(home: Path, script) -> None:
     assert len(events[-1].message) == 10 * 1024 * 1024 + len(" loss=0.25")
     assert [p.value for p in store.points(job.id)] == [0.25]
     assert "\ufffd" in "".join(e.message for e in events[:-1])
+
+
+def test_a_gigabyte_flood_is_captured_without_losing_a_line(home: Path, script) -> None:
+    train = script(
+        """
+        import sys
+        line = b"INFO data loader worker 3 prefetching shard 000123 of 004096 (queue depth 17)............\\n"
+        chunk = line * 9999 + b"step loss=0.5\\n"
+        out = sys.stdout.buffer
+        for _ in range(1_000_000_000 // len(chunk)):
+            out.write(chunk)
+        """
+    )
+    with open(os.devnull, "wb") as sink:
+        proc = subprocess.run([sys.executable, "-m", "trainmon", "run", "--name", "flood", "--metric",
+                               r"loss=loss=(\S+)", "--", PY, str(train)], stdout=sink, stderr=subprocess.PIPE,
+                              timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    store = open_store(home)
+    job = store.get_job("flood")
+    (stream,) = store.streams(job.id)
+    chunks = 1_000_000_000 // (90 * 9999 + 14)
+    assert stream.records == chunks * 10_000
+    assert stream.stored_bytes == chunks * (90 * 9999 + 14)
+    assert len(store.points(job.id)) == chunks
+    tail = run_cli("logs", "flood", "--tail", "2", check=True).stdout.splitlines()
+    assert tail == ["INFO data loader worker 3 prefetching shard 000123 of 004096 (queue depth 17)............",
+                    "step loss=0.5"]
+
+
+def test_sagemaker_record_mode_for_a_job(home: Path, script) -> None:
+    train = script(
+        """
+        import sys
+        sys.stdout.write("10%\\r20%\\r30% loss=0.3\\n")
+        """
+    )
+    run_cli("run", "--name", "smmode", "--mode", "sagemaker", "--metric", r"loss=#015(\d+)% loss", "--", PY,
+            str(train), check=True)
+    store = open_store(home)
+    (stream,) = store.streams(store.get_job("smmode").id)
+    assert [e.message for e in store.events(stream.id)] == ["10%\r20%\r30% loss=0.3"]
+    assert describe("smmode")["FinalMetricDataList"][0]["Value"] == 30.0
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "--lazy", str(mount)], check=True)
+
+
+def test_full_disk_gives_a_clear_error_and_keeps_what_was_written(small_disk: Path, script) -> None:
+    train = script(
+        """
+        import time
+        print("first line loss=1", flush=True)
+        time.sleep(0.5)
+        for i in range(60_000):
+            print(f"line {i} " + "x" * 100)
+        """
+    )
+    env = {"TRAINMON_HOME": str(small_disk)}
+    result = run_cli("run", "--name", "full", "--metric", r"loss=loss=(\S+)", "--", PY, str(train), env=env,
+                     timeout=300)
+    assert result.returncode != 0
+    assert "is full: free some space; what was stored so far stays readable" in result.stderr
+    assert "Traceback" not in result.stderr
+    logs = run_cli("logs", "full", env=env)
+    assert logs.returncode == 0
+    assert logs.stdout.startswith("first line loss=1\n")
+    store = open_store(small_disk)
+    try:
+        assert [p.value for p in store.points(store.get_job("full").id)] == [1.0]
+    finally:
+        store.close()

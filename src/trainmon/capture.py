@@ -25,11 +25,14 @@ from typing import BinaryIO, Callable
 from .errors import StoreError
 from .extract import Extractor
 from .records import Mode, decode, last_break_end, split_text
-from .store import Batch, EventRow, PointRow, SqliteStore
+from .store import Batch, SqliteStore
 
 READ_BYTES = 1 << 20
 MAX_RECORD_BYTES = 16 << 20
 STDERR_TAIL_RECORDS = 20
+FLUSH_BYTES = 8 << 20
+FLUSH_POINTS = 50_000
+FINAL_RETRIES = 5
 
 
 def now_ms() -> int:
@@ -214,6 +217,8 @@ class Ingestor(threading.Thread):
         self._store_failed = False
         self.failure: BaseException | None = None
         self.points_written = 0
+        self.unsaved: tuple[int, int] | None = None  # (records, points) the store never took
+        self._names = [d.name for d in extractor.definitions]
 
     def finish(self, timeout_s: float | None = None) -> None:
         """Ask the thread to drain what is left (once every reader hit EOF) and wait for it."""
@@ -229,6 +234,13 @@ class Ingestor(threading.Thread):
                 done = self._finishing.is_set() and all(p.reader.eof.is_set() for s in self.streams for p in s.pipes)
                 self._step(final=done)
                 if done:
+                    for _ in range(FINAL_RETRIES):
+                        if not self._pending:
+                            break
+                        time.sleep(1.0)
+                        self._flush()
+                    if self._pending:
+                        self.unsaved = (sum(c[2] for c in self._pending.chunks), len(self._pending.points))
                     break
         except BaseException as exc:  # reported by the supervisor; the readers keep draining
             self.failure = exc
@@ -246,8 +258,7 @@ class Ingestor(threading.Thread):
         work.sort(key=lambda item: (item[0], item[1]))
         for stamp, _, stream, pipe, chunk in work:
             data = chunk.data if chunk.data is not None else self._read_spool(pipe, chunk)
-            block = pipe.cutter.feed(data)
-            self._ingest(stream, pipe, block, stamp, data)
+            self._ingest(stream, pipe, pipe.cutter.feed(data), stamp, data)
         if final:
             stamp = now_ms()
             for stream in self.streams:
@@ -266,26 +277,39 @@ class Ingestor(threading.Thread):
         return pipe.spool.read(chunk.length)
 
     def _ingest(self, stream: HostStream, pipe: Pipe, block: bytes, stamp: int, raw: bytes) -> None:
-        records = split_text(decode(block), self.extractor.mode) if block else []
-        if self.echo and (raw or records):
-            self.echo.output(stream.host, pipe.is_stderr, raw, records)
-        if not records:
+        if self.echo and raw and not self.echo.prefix_hosts:
+            self.echo.output(stream.host, pipe.is_stderr, raw, [])
+        if not block:
             return
+        extractor = self.extractor
+        text = decode(block)
+        if extractor.mode.splits_on_cr and "\r" in text:
+            text = "\n".join(split_text(text, extractor.mode))
+        elif text.endswith("\n"):
+            text = text[:-1]
+        count = extractor.count_records(block)
         first = stream.next_seq
         batch = self._pending
-        batch.events.extend(EventRow(stream.stream_id, first + i, stamp, text) for i, text in enumerate(records))
-        for hit in self.extractor.scan(block):
-            name = self.extractor.definitions[hit.definition].name
-            batch.points.append(PointRow(name, stamp, hit.value, stream.host, stream.stream_id, first + hit.record))
+        batch.chunks.append((stream.stream_id, first, count, stamp, text))
+        batch.text_bytes += len(block)
+        if self.echo and self.echo.prefix_hosts:
+            self.echo.output(stream.host, pipe.is_stderr, raw, text.split("\n"))
+        names = self._names
+        host, stream_id = stream.host, stream.stream_id
+        for record, _offset, definition, value in extractor.scan(block):
+            batch.points.append((names[definition], stamp, None if value != value else value, host, stream_id,
+                                 first + record))
             if self.echo:
-                self.echo.point(name, hit.value, stream.host, first + hit.record)
+                self.echo.point(names[definition], value, host, first + record)
         if self.echo:
             self.echo.flush_points()
-        stream.next_seq += len(records)
+        stream.next_seq += count
         previous = batch.stream_stats.get(stream.stream_id, (0, 0, stamp))
-        batch.stream_stats[stream.stream_id] = (previous[0] + len(records), previous[1] + len(block), stamp)
+        batch.stream_stats[stream.stream_id] = (previous[0] + count, previous[1] + len(block), stamp)
         if pipe.is_stderr:
-            stream.stderr_tail.extend(records[-STDERR_TAIL_RECORDS:])
+            stream.stderr_tail.extend(text.rsplit("\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:])
+        if batch.text_bytes >= FLUSH_BYTES or len(batch.points) >= FLUSH_POINTS:
+            self._flush()
 
     def _flush(self) -> None:
         if not self._pending:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -85,6 +86,7 @@ class SageMakerClient(_Client):
                 start_new_session=True,
                 env={**os.environ, "TRAINMON_HOME": str(self.home)},
             )
+        threading.Thread(target=process.wait, name=f"trainmon-reap-{name}", daemon=True).start()  # no zombie
         try:
             identity = {"pid": process.pid, "create_time": psutil.Process(process.pid).create_time(),
                         "hostname": jobs.supervisor_identity()["hostname"], "pgids": []}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from .definitions import MetricDefinition
 from .records import ESCAPE_TABLE, Mode
@@ -36,10 +36,10 @@ _EXAMPLE_CHARS = 200
 _SRE_LITERAL = re._constants.LITERAL  # type: ignore[attr-defined]
 _SRE_SUBPATTERN = re._constants.SUBPATTERN  # type: ignore[attr-defined]
 _OCTAL_PREFIX = re.compile(r"^[0-7]{1,3}")
+_BREAKS = re.compile(rb"\r\n|\r|\n")
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
+class Hit(NamedTuple):
     """One point found in a block: which record (0-based, within the block), where it starts
     (byte offset within the block), which definition, and the value."""
 
@@ -186,6 +186,9 @@ class Extractor:
         self.definitions = list(definitions)
         self.mode = mode
         self._matchers = [_Matcher(d.regex) for d in self.definitions]
+        self._python = [m.python.search for m in self._matchers]
+        self._split_cr = mode.splits_on_cr
+        self._escapes = mode.escapes
         self._by_literal: dict[bytes, list[int]] = {}
         self._always: list[int] = []
         self.stats: list[DefinitionStats] = []
@@ -199,25 +202,22 @@ class Extractor:
 
     # -- records ---------------------------------------------------------------------------
 
-    def _record_bounds(self, block: bytes, pos: int) -> tuple[int, int]:
-        """Start and end (exclusive, before the break) of the record holding byte ``pos``."""
-        start = block.rfind(b"\n", 0, pos) + 1
+    def _record_end(self, block: bytes, pos: int) -> int:
+        """End (exclusive, before the break) of the record holding byte ``pos``."""
         end = block.find(b"\n", pos)
         if end == -1:
             end = len(block)
-        if self.mode.splits_on_cr:
-            start = block.rfind(b"\r", start, pos) + 1 or start
+        if self._split_cr:
             carriage = block.find(b"\r", pos, end)
             if carriage != -1:
-                end = carriage
-        return start, end
+                return carriage
+        return end
 
     def _record_starts(self, block: bytes) -> list[int]:
-        starts = [0]
-        if self.mode.splits_on_cr:
-            pattern = re.compile(rb"\r\n|\r|\n")
-            starts.extend(m.end() for m in pattern.finditer(block))
+        if self._split_cr:
+            starts = [0, *(m.end() for m in _BREAKS.finditer(block))]
         else:
+            starts = [0]
             index = block.find(b"\n")
             while index != -1:
                 starts.append(index + 1)
@@ -228,16 +228,16 @@ class Extractor:
 
     def _count_breaks(self, block: bytes, start: int, end: int, has_cr: bool) -> int:
         count = block.count(b"\n", start, end)
-        if has_cr and self.mode.splits_on_cr:
+        if has_cr:
             count += block.count(b"\r", start, end) - block.count(b"\r\n", start, end)
         return count
 
     def count_records(self, block: bytes) -> int:
         if not block:
             return 0
-        breaks = self._count_breaks(block, 0, len(block), b"\r" in block)
+        breaks = self._count_breaks(block, 0, len(block), self._split_cr and b"\r" in block)
         last = block[-1:]
-        ends_with_break = last == b"\n" or (last == b"\r" and self.mode.splits_on_cr)
+        ends_with_break = last == b"\n" or (last == b"\r" and self._split_cr)
         return breaks if ends_with_break else breaks + 1
 
     # -- matching --------------------------------------------------------------------------
@@ -246,34 +246,42 @@ class Extractor:
         """Points in a block of whole records (the last may lack its break), in record order."""
         if not self.definitions or not block:
             return []
-        candidates: dict[int, tuple[int, list[int]]] = {}
+        split_cr = self._split_cr
+        ends: dict[int, int] = {}
+        wanted: dict[int, list[int]] = {}
         if self._always:
             for start in self._record_starts(block):
-                candidates[start] = (-1, list(self._always))
+                ends[start] = -1
+                wanted[start] = list(self._always)
+        find, rfind = block.find, block.rfind
         for literal, indexes in self._by_literal.items():
-            pos = block.find(literal)
+            pos = find(literal)
             while pos != -1:
-                start, end = self._record_bounds(block, pos)
-                entry = candidates.get(start)
-                if entry is None:
-                    candidates[start] = (end, list(indexes))
+                start = rfind(b"\n", 0, pos) + 1
+                if split_cr:
+                    start = rfind(b"\r", start, pos) + 1 or start
+                end = self._record_end(block, pos)
+                if start in wanted:
+                    wanted[start] = wanted[start] + indexes
                 else:
-                    entry[1].extend(indexes)
-                pos = block.find(literal, end + 1)
+                    wanted[start] = indexes
+                    ends[start] = end
+                pos = find(literal, end + 1)
         hits: list[Hit] = []
-        has_cr = b"\r" in block
+        has_cr = split_cr and b"\r" in block
         record, counted_to = 0, 0
-        escapes = self.mode.escapes
-        for start in sorted(candidates):
-            end, indexes = candidates[start]
+        escapes = self._escapes
+        for start in sorted(wanted):
+            end = ends[start]
             if end == -1:
-                end = self._record_bounds(block, start)[1]
+                end = self._record_end(block, start)
             record += self._count_breaks(block, counted_to, start, has_cr)
             counted_to = start
             text = block[start:end].decode("utf-8", "replace")
-            if escapes:
+            if escapes and not text.isprintable():
                 text = text.translate(ESCAPE_TABLE)
-            for index in sorted(set(indexes)):
+            indexes = wanted[start]
+            for index in indexes if len(indexes) == 1 else sorted(set(indexes)):
                 value = self._match(index, text)
                 if value is not None:
                     hits.append(Hit(record, start, index, value))
@@ -281,8 +289,10 @@ class Extractor:
 
     def _match(self, index: int, text: str) -> float | None:
         stats = self.stats[index]
-        stats.candidates += 1
-        found = self._matchers[index].search(text)
+        if len(text) <= SHORT_RECORD_CHARS:
+            found = self._python[index](text)
+        else:
+            found = self._matchers[index].search(text)
         if found is False:
             stats.reject(f"record longer than {BACKTRACKING_LIMIT_CHARS} characters for a regex RE2 cannot run", text)
             return None
@@ -294,17 +304,16 @@ class Extractor:
         if captured is None:
             stats.reject("capture group 1 did not take part in the match", text)
             return None
-        captured = captured.strip()
-        if not captured:
-            stats.reject("empty capture", text)
-            return None
         try:
-            value = float(captured)
+            value = float(captured)  # float() ignores surrounding white space, as the rule says
         except ValueError:
-            stats.reject("capture is not a number", captured)
+            if captured.strip():
+                stats.reject("capture is not a number", captured)
+            else:
+                stats.reject("empty capture", text)
             return None
         stats.matches += 1
-        if not math.isfinite(value):
+        if value - value != 0.0:  # NaN or infinite
             stats.nonfinite += 1
         return value
 

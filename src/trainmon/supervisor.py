@@ -120,7 +120,15 @@ class Supervisor:
             self._terminate(grace_s)
         self._end_leftovers()
         self._drain(ingestor)
-        return self._conclude(job, exit_codes, start_failure, ingestor)
+        final = self._conclude(job, exit_codes, start_failure, ingestor)
+        if ingestor.unsaved is not None:
+            records, points = ingestor.unsaved
+            raise StoreError(
+                f"the disk holding {self.store.path} is full: free some space; what was stored so far stays "
+                f"readable. The job ended {final.status}, but its last {records} log records and {points} "
+                "points could not be stored."
+            )
+        return final
 
     def _start_hosts(
         self, job: JobRow, prepared: list[tuple[contract.HostLayout, dict[str, str]]], spool_dir: Path, mode: Mode

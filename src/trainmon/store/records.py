@@ -53,15 +53,20 @@ class PointRow:
     seq: int
 
 
+ChunkTuple = tuple[int, int, int, int, str]  # stream_id, first_seq, count, timestamp_ms, records joined by "\n"
+PointTuple = tuple[str, int, "float | None", str, int, int]  # name, timestamp_ms, value (None = NaN), host, stream_id, seq
+
+
 @dataclass
 class Batch:
-    """What one ingestion step writes in a single transaction."""
+    """What one ingestion step writes in a single transaction (plain tuples: this is the hot path)."""
 
     job_id: int
-    events: list[EventRow] = field(default_factory=list)
-    points: list[PointRow] = field(default_factory=list)
+    chunks: list[ChunkTuple] = field(default_factory=list)
+    points: list[PointTuple] = field(default_factory=list)
     stream_stats: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id -> (records, bytes, last_ms)
     diagnostics: list[dict[str, Any]] | None = None
+    text_bytes: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.events or self.points or self.diagnostics is not None)
+        return bool(self.chunks or self.points or self.diagnostics is not None)

@@ -5,6 +5,11 @@ never wait for writers (WAL), and a 30 s busy timeout absorbs the rest, so sever
 readers share the file without "database is locked". ``synchronous=NORMAL`` keeps every
 committed batch through a crash of trainmon; each ingestion batch covers well under a second.
 
+Log records are stored in chunks: the records one read of the job's pipe completed share a
+timestamp and go in one row, joined by "\n" (no record contains one). A job that prints a line
+at a time gets a row per line; a flood gets a row per megabyte, so storing it costs about what
+writing it does, and paging stays an index lookup.
+
 NaN cannot be stored in SQLite (it becomes NULL), so a NULL value in ``points`` means NaN.
 """
 
@@ -48,13 +53,15 @@ _MIGRATIONS: list[str] = [
         stored_bytes INTEGER NOT NULL DEFAULT 0
     );
     CREATE INDEX log_streams_by_job ON log_streams (job_id);
-    CREATE TABLE log_events (
+    CREATE TABLE log_chunks (
         stream_id INTEGER NOT NULL REFERENCES log_streams (id) ON DELETE CASCADE,
-        seq INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,
+        count INTEGER NOT NULL,
         timestamp_ms INTEGER NOT NULL,
-        message TEXT NOT NULL,
-        PRIMARY KEY (stream_id, seq)
+        text TEXT NOT NULL,
+        PRIMARY KEY (stream_id, first_seq)
     ) WITHOUT ROWID;
+    CREATE INDEX log_chunks_by_time ON log_chunks (stream_id, timestamp_ms);
     CREATE TABLE points (
         job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
         name TEXT NOT NULL,
@@ -254,43 +261,79 @@ class SqliteStore:
         limit: int = 10_000,
         newest_first: bool = False,
     ) -> list[EventRow]:
-        where, args = ["stream_id = ?", "seq > ?"], [stream_id, after_seq]
-        if before_seq is not None:
-            where.append("seq < ?")
-            args.append(before_seq)
+        """Records with ``after_seq < seq < before_seq`` and a time in [start_ms, end_ms): the
+        first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
+        where, args = ["stream_id = ?"], [stream_id]
         if start_ms is not None:
             where.append("timestamp_ms >= ?")
             args.append(start_ms)
         if end_ms is not None:
             where.append("timestamp_ms < ?")
             args.append(end_ms)
-        order = "DESC" if newest_first else "ASC"
-        rows = self._read(
-            f"SELECT stream_id, seq, timestamp_ms, message FROM log_events WHERE {' AND '.join(where)} "
-            f"ORDER BY seq {order} LIMIT ?",
-            (*args, limit),
+        upper = before_seq if before_seq is not None else 2**62
+        found: list[EventRow] = []
+        if newest_first:
+            cursor = upper
+            while len(found) < limit:
+                rows = self._read(
+                    f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {' AND '.join(where)} "
+                    "AND first_seq < ? ORDER BY first_seq DESC LIMIT 64",
+                    (*args, cursor),
+                )
+                for first, stamp, text in rows:
+                    messages = text.split("\n")
+                    for offset in range(len(messages) - 1, -1, -1):
+                        seq = first + offset
+                        if after_seq < seq < upper and len(found) < limit:
+                            found.append(EventRow(stream_id, seq, stamp, messages[offset]))
+                if not rows or rows[-1][0] <= after_seq + 1:
+                    break
+                cursor = rows[-1][0]
+            return found[::-1]
+        # Forward: seek the chunk holding after_seq + 1 (or the first at start_ms), then walk on.
+        start_row = self._read(
+            "SELECT first_seq FROM log_chunks WHERE stream_id = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1",
+            (stream_id, after_seq + 1),
         )
-        events = [EventRow(*row) for row in rows]
-        return events[::-1] if newest_first else events
+        lowest = start_row[0][0] if start_row else 0
+        if start_ms is not None:
+            by_time = self._read(
+                "SELECT min(first_seq) FROM log_chunks WHERE stream_id = ? AND timestamp_ms >= ?", (stream_id, start_ms)
+            )
+            if by_time[0][0] is None:
+                return []
+            lowest = max(lowest, by_time[0][0])
+        comparison = ">="
+        while len(found) < limit:
+            rows = self._read(
+                f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {' AND '.join(where)} "
+                f"AND first_seq {comparison} ? AND first_seq < ? ORDER BY first_seq LIMIT 64",
+                (*args, lowest, upper),
+            )
+            for first, stamp, text in rows:
+                for offset, message in enumerate(text.split("\n")):
+                    seq = first + offset
+                    if after_seq < seq < upper and len(found) < limit:
+                        found.append(EventRow(stream_id, seq, stamp, message))
+            if not rows:
+                break
+            lowest, comparison = rows[-1][0], ">"
+        return found
 
     # -- ingestion -------------------------------------------------------------------------
 
     def write_batch(self, batch: Batch) -> None:
         with self._write() as db:
-            if batch.events:
+            if batch.chunks:
                 db.executemany(
-                    "INSERT INTO log_events (stream_id, seq, timestamp_ms, message) VALUES (?, ?, ?, ?)",
-                    [(e.stream_id, e.seq, e.timestamp_ms, e.message) for e in batch.events],
+                    "INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text) VALUES (?, ?, ?, ?, ?)",
+                    batch.chunks,
                 )
             if batch.points:
                 db.executemany(
-                    "INSERT INTO points (job_id, name, timestamp_ms, value, host, stream_id, seq) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (batch.job_id, p.name, p.timestamp_ms, None if math.isnan(p.value) else p.value,
-                         p.host, p.stream_id, p.seq)
-                        for p in batch.points
-                    ],
+                    f"INSERT INTO points (job_id, name, timestamp_ms, value, host, stream_id, seq) "
+                    f"VALUES ({batch.job_id}, ?, ?, ?, ?, ?, ?)",
+                    batch.points,
                 )
             for stream_id, (records, stored_bytes, last_ms) in batch.stream_stats.items():
                 db.execute(

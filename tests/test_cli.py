@@ -1,0 +1,114 @@
+"""The read side of the CLI: list, logs (follow, tail, hosts), metrics; several jobs at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trainmon.store import open_store
+
+from .conftest import PY, run_cli
+
+
+def test_list_is_newest_first_and_filters(home: Path, script) -> None:
+    ok = script("print('fine')")
+    bad = script("raise SystemExit(1)")
+    run_cli("run", "--name", "first-ok", "--", PY, str(ok), check=True)
+    run_cli("run", "--name", "second-bad", "--", PY, str(bad))
+    listing = run_cli("list", check=True).stdout.splitlines()
+    assert listing[0].split()[:3] == ["NAME", "STATUS", "SECONDARY"]
+    assert [line.split()[0] for line in listing[1:]] == ["second-bad", "first-ok"]
+    failed = json.loads(run_cli("list", "--status", "Failed", "--json", check=True).stdout)
+    assert [j["TrainingJobName"] for j in failed] == ["second-bad"]
+    named = json.loads(run_cli("list", "--name-contains", "FIRST", "--json", check=True).stdout)
+    assert [j["TrainingJobName"] for j in named] == ["first-ok"]
+
+
+def test_logs_follow_streams_until_the_job_ends(home: Path, script) -> None:
+    train = script(
+        """
+        import time
+        for i in range(5):
+            print(f"line {i}", flush=True)
+            time.sleep(0.2)
+        """
+    )
+    job = subprocess.Popen([sys.executable, "-m", "trainmon", "run", "--name", "follow", "--", PY, str(train)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while open_store(home).get_job("follow") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    follower = run_cli("logs", "follow", "--follow", timeout=60)
+    job.wait(timeout=60)
+    assert follower.returncode == 0
+    assert follower.stdout == "".join(f"line {i}\n" for i in range(5))
+
+
+def test_logs_tail(home: Path, script) -> None:
+    train = script("for i in range(100): print(i)")
+    run_cli("run", "--name", "tail", "--", PY, str(train), check=True)
+    assert run_cli("logs", "tail", "--tail", "3", check=True).stdout == "97\n98\n99\n"
+
+
+def test_metrics_table_per_period(home: Path, script) -> None:
+    train = script(
+        """
+        print("loss=4")
+        print("loss=2")
+        print("loss=nan")
+        print("acc=0.5")
+        """
+    )
+    run_cli("run", "--name", "table", "--metric", r"loss=loss=(\S+)", "--metric", r"acc=acc=(\S+)",
+            "--", PY, str(train), check=True)
+    rows = json.loads(run_cli("metrics", "table", "--period", "3600", "--json", check=True).stdout)
+    by_name = {r["MetricName"]: r for r in rows}
+    assert by_name["loss"]["SampleCount"] == 3 and by_name["loss"]["FiniteCount"] == 2
+    assert by_name["loss"]["Average"] == 3.0 and by_name["loss"]["Minimum"] == 2.0
+    assert by_name["loss"]["Maximum"] == 4.0 and by_name["loss"]["Last"] == "nan"
+    assert by_name["acc"]["Average"] == 0.5
+    only = json.loads(run_cli("metrics", "table", "--metric", "acc", "--json", check=True).stdout)
+    assert {r["MetricName"] for r in only} == {"acc"}
+    text = run_cli("metrics", "table", check=True).stdout
+    assert "METRIC" in text and "loss" in text and "AVERAGE" in text
+
+
+def test_describe_shows_diagnostics_for_a_misspelled_definition(home: Path, script) -> None:
+    train = script("print('epoch 1 Valid_error=0.3;')")
+    run_cli("run", "--name", "typo", "--metric", "valid:error=Valid_eror=(.*?);", "--", PY, str(train), check=True)
+    text = run_cli("describe", "typo", check=True).stdout
+    assert "valid:error: 0 points" in text
+    assert "no record contains 'Valid_eror='" in text
+    assert json.loads(run_cli("describe", "typo", "--json", check=True).stdout)["FinalMetricDataList"] == []
+
+
+def test_several_jobs_write_while_others_read(home: Path, script) -> None:
+    train = script(
+        """
+        import time
+        for i in range(300):
+            print(f"step {i} loss={i}", flush=True)
+            if i % 50 == 0:
+                time.sleep(0.05)
+        """
+    )
+    runs = [
+        subprocess.Popen([sys.executable, "-m", "trainmon", "run", "--name", f"busy-{n}", "--metric",
+                          r"loss=loss=(\S+)", "--", PY, str(train)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for n in range(3)
+    ]
+    readers = []
+    while any(r.poll() is None for r in runs):
+        readers.append(run_cli("list"))
+    errors = [r.communicate()[1] for r in runs]
+    assert all(r.returncode == 0 for r in runs), errors
+    assert all(r.returncode == 0 and "locked" not in r.stderr for r in readers)
+    store = open_store(home)
+    for n in range(3):
+        job = store.get_job(f"busy-{n}")
+        assert job.status == "Completed"
+        assert [p.value for p in store.points(job.id)] == [float(i) for i in range(300)]

@@ -1,0 +1,195 @@
+"""trainmon.client(...) speaks boto3's shapes: checked against botocore's own service models."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+import pytest
+
+import trainmon
+from trainmon.errors import ValidationException
+
+from .conftest import PY
+
+_MODELS: dict[str, Any] = {}
+
+
+def _shape(service: str, operation: str):
+    if service not in _MODELS:
+        _MODELS[service] = botocore.session.get_session().get_service_model(service)
+    return _MODELS[service].operation_model(operation).output_shape
+
+
+def conforms(value: Any, shape, path: str = "$") -> list[str]:
+    """Problems with ``value`` as botocore's ``shape`` (types, required members, unknown members)."""
+    kind = shape.type_name
+    if kind == "structure":
+        if not isinstance(value, dict):
+            return [f"{path}: expected a structure"]
+        problems = [f"{path}.{m}: required" for m in shape.required_members if m not in value]
+        for key, item in value.items():
+            if key == "ResponseMetadata":
+                continue
+            if key not in shape.members:
+                problems.append(f"{path}.{key}: not in the model")
+            else:
+                problems += conforms(item, shape.members[key], f"{path}.{key}")
+        return problems
+    if kind == "list":
+        return [p for i, item in enumerate(value) for p in conforms(item, shape.member, f"{path}[{i}]")]
+    if kind == "map":
+        return [p for k, v in value.items() for p in conforms(v, shape.value, f"{path}[{k}]")]
+    expected = {"string": str, "integer": int, "long": int, "boolean": bool, "timestamp": dt.datetime,
+                "double": float, "float": float}[kind]
+    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
+    if ok and kind == "string" and shape.enum and value not in shape.enum:
+        return [f"{path}: {value!r} not in enum"]
+    if ok and kind == "timestamp" and value.tzinfo is None:
+        return [f"{path}: naive datetime"]
+    return [] if ok else [f"{path}: {type(value).__name__} is not {kind}"]
+
+
+def _request(name: str, script: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "TrainingJobName": name,
+        "RoleArn": "arn:aws:iam::123456789012:role/local",
+        "AlgorithmSpecification": {
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": [PY, str(script)],
+            "MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"}],
+        },
+        "OutputDataConfig": {"S3OutputPath": str(script.parent / "out")},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+        **extra,
+    }
+
+
+def test_create_describe_list_with_boto3_shapes(home: Path, script) -> None:
+    train = script(
+        """
+        for i in range(3):
+            print(f"loss={1 / (i + 1):.3f}")
+        """
+    )
+    sm = trainmon.client("sagemaker")
+    created = sm.create_training_job(**_request("client-job", train, HyperParameters={"epochs": "3"}))
+    assert created == {"TrainingJobArn": "arn:aws:sagemaker:local:000000000000:training-job/client-job"}
+    assert conforms(created, _shape("sagemaker", "CreateTrainingJob")) == []
+    sm.get_waiter("training_job_completed_or_stopped").wait(
+        TrainingJobName="client-job", WaiterConfig={"Delay": 0.2, "MaxAttempts": 200})
+    doc = sm.describe_training_job(TrainingJobName="client-job")
+    assert conforms(doc, _shape("sagemaker", "DescribeTrainingJob")) == []
+    assert doc["TrainingJobStatus"] == "Completed"
+    assert doc["FinalMetricDataList"][0]["MetricName"] == "loss"
+    assert doc["FinalMetricDataList"][0]["Value"] == pytest.approx(0.333)
+    assert doc["ModelArtifacts"]["S3ModelArtifacts"].endswith("/out/client-job/output/model.tar.gz")
+    assert doc["HyperParameters"] == {"epochs": "3"}
+
+    listed = sm.list_training_jobs(SortOrder="Descending", StatusEquals="Completed")
+    assert conforms(listed, _shape("sagemaker", "ListTrainingJobs")) == []
+    assert [s["TrainingJobName"] for s in listed["TrainingJobSummaries"]] == ["client-job"]
+
+    logs = trainmon.client("logs")
+    streams = logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix="client-job/")
+    assert conforms(streams, _shape("logs", "DescribeLogStreams")) == []
+    assert "nextToken" not in streams  # the SageMaker SDK loops forever on a token that does not advance
+    (stream,) = streams["logStreams"]
+    page = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream["logStreamName"],
+                               startFromHead=True, limit=2)
+    assert conforms(page, _shape("logs", "GetLogEvents")) == []
+    assert [e["message"] for e in page["events"]] == ["loss=1.000", "loss=0.500"]
+    rest = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream["logStreamName"],
+                               startFromHead=True, nextToken=page["nextForwardToken"])
+    assert [e["message"] for e in rest["events"]] == ["loss=0.333"]
+    end = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream["logStreamName"],
+                              startFromHead=True, nextToken=rest["nextForwardToken"])
+    assert end["events"] == [] and end["nextForwardToken"] == rest["nextForwardToken"]
+    newest = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream["logStreamName"],
+                                 limit=1)
+    assert [e["message"] for e in newest["events"]] == ["loss=0.333"]
+
+
+def test_stop_and_delete_through_the_client(home: Path, script) -> None:
+    train = script("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("client-stop", train))
+    with pytest.raises(sm.exceptions.ResourceInUse):
+        sm.delete_training_job(TrainingJobName="client-stop")
+    sm.stop_training_job(TrainingJobName="client-stop")
+    assert sm.describe_training_job(TrainingJobName="client-stop")["TrainingJobStatus"] in ("Stopping", "Stopped")
+    sm.get_waiter("training_job_completed_or_stopped").wait(
+        TrainingJobName="client-stop", WaiterConfig={"Delay": 0.2, "MaxAttempts": 300})
+    assert sm.describe_training_job(TrainingJobName="client-stop")["SecondaryStatus"] == "Stopped"
+    sm.delete_training_job(TrainingJobName="client-stop")
+    with pytest.raises(ValidationException) as info:
+        sm.describe_training_job(TrainingJobName="client-stop")
+    assert info.value.response["Error"]["Code"] == "ValidationException"
+    assert "Requested resource not found" in info.value.response["Error"]["Message"]
+
+
+def test_duplicate_and_invalid_requests(home: Path, script) -> None:
+    train = script("print('x')\n")
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("client-dup", train))
+    with pytest.raises(sm.exceptions.ResourceInUse) as info:
+        sm.create_training_job(**_request("client-dup", train))
+    assert info.value.response["Error"]["Code"] == "ResourceInUse"
+    bad = _request("client-bad", train)
+    bad["AlgorithmSpecification"]["MetricDefinitions"] = [{"Name": "x", "Regex": "("}]
+    with pytest.raises(sm.exceptions.ClientError) as info:
+        sm.create_training_job(**bad)
+    assert info.value.response["Error"]["Code"] == "ValidationException"
+    with pytest.raises(ValidationException, match="MaxRuntimeInSeconds must be an integer from 1 to 2419200"):
+        sm.create_training_job(**_request("client-bad", train, StoppingCondition={"MaxRuntimeInSeconds": 0}))
+    with pytest.raises(ValidationException, match="Unknown parameter"):
+        sm.create_training_job(**_request("client-bad", train, Bogus=1))
+    with pytest.raises(ValidationException, match="HyperParameters"):
+        sm.create_training_job(**_request("client-bad", train, HyperParameters={"lr": 0.1}))
+    with pytest.raises(ValidationException, match="only local paths and file:// URIs"):
+        sm.create_training_job(**_request("client-bad", train, OutputDataConfig={"S3OutputPath": "s3://bucket/x"}))
+    with pytest.raises(ValueError, match="Unknown service"):
+        trainmon.client("ec2")
+    sm.get_waiter("training_job_completed_or_stopped").wait(
+        TrainingJobName="client-dup", WaiterConfig={"Delay": 0.2, "MaxAttempts": 200})
+
+
+def test_training_image_directory_with_train_executable(home: Path, tmp_path: Path) -> None:
+    image = tmp_path / "image"
+    image.mkdir()
+    train = image / "train"
+    train.write_text(f"#!{PY}\nprint('loss=0.125')\n")
+    train.chmod(0o755)
+    sm = trainmon.client("sagemaker")
+    request = _request("client-image", train)
+    request["AlgorithmSpecification"] = {"TrainingInputMode": "File", "TrainingImage": str(image),
+                                         "MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"}]}
+    sm.create_training_job(**request)
+    sm.get_waiter("training_job_completed_or_stopped").wait(
+        TrainingJobName="client-image", WaiterConfig={"Delay": 0.2, "MaxAttempts": 200})
+    assert sm.describe_training_job(TrainingJobName="client-image")["FinalMetricDataList"][0]["Value"] == 0.125
+    (tmp_path / "empty").mkdir()
+    request["TrainingJobName"] = "client-image2"
+    request["AlgorithmSpecification"]["TrainingImage"] = str(tmp_path / "empty")
+    with pytest.raises(ValidationException, match="without an executable 'train'"):
+        sm.create_training_job(**request)
+
+
+def test_list_pagination_and_filters(home: Path, script) -> None:
+    train = script("print('x')\n")
+    sm = trainmon.client("sagemaker")
+    for n in range(3):
+        sm.create_training_job(**_request(f"page-{n}", train))
+        time.sleep(0.01)
+    first = sm.list_training_jobs(MaxResults=2, SortOrder="Ascending", NameContains="page")
+    assert [s["TrainingJobName"] for s in first["TrainingJobSummaries"]] == ["page-0", "page-1"]
+    second = sm.list_training_jobs(MaxResults=2, SortOrder="Ascending", NameContains="page", NextToken=first["NextToken"])
+    assert [s["TrainingJobName"] for s in second["TrainingJobSummaries"]] == ["page-2"]
+    assert "NextToken" not in second
+    for n in range(3):
+        sm.get_waiter("training_job_completed_or_stopped").wait(
+            TrainingJobName=f"page-{n}", WaiterConfig={"Delay": 0.2, "MaxAttempts": 200})

@@ -1,0 +1,66 @@
+"""`trainmon parse`: test definitions on saved logs before a job runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .conftest import run_cli
+
+DEFS = json.dumps([
+    {"Name": "train:error", "Regex": "Train_error=(.*?);"},
+    {"Name": "validation:rmse", "Regex": r".*\[[0-9]+\].*#011validation-rmse:([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?).*"},
+    {"Name": "typo", "Regex": "Valid_eror=(.*?);"},
+])
+LOG = "héllo\nTrain_error=0.5; Valid_error=0.6;\r\n[0]\ttrain-rmse:0.3\tvalidation-rmse:0.4\nTrain_error=nan;\rTrain_error=abc;\n".encode()
+
+
+def test_json_lines_give_line_offset_name_and_value(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(LOG)
+    result = run_cli("parse", "--metric-definitions", DEFS, "--json", str(log))
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert rows == [
+        {"line": 2, "offset": len("héllo\n".encode()), "name": "train:error", "value": 0.5},
+        {"line": 3, "offset": LOG.index(b"[0]"), "name": "validation:rmse", "value": 0.4},
+        {"line": 4, "offset": LOG.index(b"Train_error=nan"), "name": "train:error", "value": "nan"},
+    ]
+
+
+def test_summary_on_stderr_explains_rejections_and_misses(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(LOG)
+    result = run_cli("parse", "--metric-definitions", DEFS, str(log))
+    assert "train:error: 2 points, 1 NaN/infinite (kept, left out of statistics), 1 rejected (1 capture is not a number)" in result.stderr
+    assert "typo: 0 points" in result.stderr
+    assert "no record contains 'Valid_eror='" in result.stderr
+    assert result.stdout.splitlines()[0] == "line 2\ttrain:error\t0.5"
+
+
+def test_sagemaker_mode_keeps_cr_inside_records(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(LOG)
+    result = run_cli("parse", "--metric", "e=Train_error=(.*?);", "--mode", "sagemaker", "--json", str(log))
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["line"], r["value"]) for r in rows] == [(2, 0.5), (4, "nan")]
+
+
+def test_stdin_is_read_with_dash() -> None:
+    result = run_cli("parse", "--metric", "loss=loss=(\\S+)", "--json", "-", input=b"a\nloss=1\nloss=2")
+    assert [json.loads(line)["value"] for line in result.stdout.splitlines()] == [1.0, 2.0]
+
+
+def test_tab_in_definition_warns_with_hash_011(tmp_path: Path) -> None:
+    result = run_cli("parse", "--metric", "r=\\tvalidation-rmse:(\\S+)", "-", input=b"[0]\tvalidation-rmse:1\n")
+    assert "write '#011' instead" in result.stderr
+    assert "regex '\\\\tvalidation-rmse:(\\\\S+)' did not match records holding '\\tvalidation-rmse:'" in result.stderr
+
+
+def test_invalid_definitions_exit_2_with_a_readable_message() -> None:
+    result = run_cli("parse", "--metric-definitions", '[{"Name": "x", "Regex": "no group"}]', "-", input=b"")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "trainmon: ValidationException: Invalid metric definitions:\n"
+        "  MetricDefinitions[1] ('x'): regex has no capture group; put the value in parentheses, e.g. 'loss=(\\S+)'."
+    )
