@@ -50,7 +50,7 @@ def naive(log: bytes, defs: list[tuple[str, str]], mode: Mode) -> list[tuple[int
 
 def same(a, b) -> bool:
     return len(a) == len(b) and all(
-        x[:3] == y[:3] and (x[3] == y[3] or (math.isnan(x[3]) and math.isnan(y[3]))) for x, y in zip(a, b)
+        x[:3] == y[:3] and (x[3] == y[3] or (math.isnan(x[3]) and math.isnan(y[3]))) for x, y in zip(a, b, strict=False)
     )
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from trainmon import client
 from trainmon.store import open_store
 
 from .conftest import PY, run_cli
@@ -62,7 +61,7 @@ def test_job_runs_with_metrics_final_values_and_model(home: Path, script) -> Non
     assert stream.name.startswith("ok-1/algo-1-") and len(stream.name.split("-")[-1]) == 10
     events = store.events(stream.id)
     for point in points:  # every point traces to the record it came from
-        assert events[point.seq].message.find(f"Train_error=") >= 0
+        assert events[point.seq].message.find("Train_error=") >= 0
         assert events[point.seq].timestamp_ms == point.timestamp_ms
 
 

@@ -18,9 +18,10 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from .errors import StoreError
 from .extract import Extractor

@@ -14,9 +14,10 @@ import os
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import jobs, render
 from .client import SageMakerClient, with_datetimes
@@ -97,7 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ValidationException("no command to run: put it after '--', e.g. trainmon run --name my-job -- python train.py")
-    name = args.name if args.name is not None else datetime.now(timezone.utc).strftime("job-%Y%m%d-%H%M%S")
+    name = args.name if args.name is not None else datetime.now(UTC).strftime("job-%Y%m%d-%H%M%S")
     definitions = validate_definitions(_definitions(args))
     request: dict[str, Any] = {
         "TrainingJobName": name,
@@ -221,7 +222,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     rows = period_table(points, period)
     if args.json:
         _print_json([
-            {"MetricName": r.name, "Timestamp": datetime.fromtimestamp(r.start_ms / 1000, tz=timezone.utc),
+            {"MetricName": r.name, "Timestamp": datetime.fromtimestamp(r.start_ms / 1000, tz=UTC),
              "Period": period, "SampleCount": r.count, "FiniteCount": r.finite, "Average": r.average,
              "Minimum": r.minimum, "Maximum": r.maximum, "Last": _json_number(r.last)}
             for r in rows

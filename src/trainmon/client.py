@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,12 @@ _TIME_FIELDS = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastMod
 
 
 def _datetime(epoch_s: float) -> datetime:
-    return datetime.fromtimestamp(epoch_s, tz=timezone.utc)
+    return datetime.fromtimestamp(epoch_s, tz=UTC)
 
 
 def _epoch(value: Any, field: str) -> float:
     if isinstance(value, datetime):
-        return value.timestamp() if value.tzinfo else value.replace(tzinfo=timezone.utc).timestamp()
+        return value.timestamp() if value.tzinfo else value.replace(tzinfo=UTC).timestamp()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     raise ValidationException(f"{field} must be a datetime or epoch seconds.")

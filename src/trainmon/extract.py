@@ -15,10 +15,10 @@ that reason, in the definition's diagnostics.
 
 from __future__ import annotations
 
-import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from .definitions import MetricDefinition
 from .records import ESCAPE_TABLE, Mode

@@ -14,10 +14,10 @@ Text after the last break is a record; a final break adds no empty record.
 from __future__ import annotations
 
 import re
-from enum import Enum
+from enum import StrEnum
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     TERMINAL = "terminal"
     SAGEMAKER = "sagemaker"
     RAW = "raw"

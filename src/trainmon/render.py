@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import shlex
-from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from .extract import DefinitionStats
 from .query import PeriodRow
@@ -15,7 +16,7 @@ from .store import JobRow
 def clock(epoch_s: float | None, *, date: bool = False) -> str:
     if epoch_s is None:
         return "-"
-    moment = datetime.fromtimestamp(epoch_s, tz=timezone.utc)
+    moment = datetime.fromtimestamp(epoch_s, tz=UTC)
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC" if date else "%H:%M:%S.%f")[: None if date else -3]
 
 
@@ -32,7 +33,7 @@ def number(value: float | None) -> str:
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "  ") -> str:
     cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [indent + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines = [indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in cells]
     return "\n".join(lines)
 
 

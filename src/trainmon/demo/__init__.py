@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from .. import config
 
@@ -23,7 +23,7 @@ def make_dataset(directory: Path, rows: int, seed: int) -> Path:
     lines = []
     for _ in range(rows):
         x = [rng.gauss(0, 1) for _ in weights]
-        score = sum(a * b for a, b in zip(weights, x)) + rng.gauss(0, 1.5)
+        score = sum(a * b for a, b in zip(weights, x, strict=False)) + rng.gauss(0, 1.5)
         lines.append(",".join([str(int(score > 0))] + [f"{v:.5f}" for v in x]))
     path = directory / f"{directory.name}.csv"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -39,7 +39,7 @@ def run_demo(args: argparse.Namespace, run: Callable[[argparse.Namespace], int])
     data = config.home() / "demo-data"
     train = make_dataset(data / "train", 4000, seed=1)
     validation = make_dataset(data / "validation", 1000, seed=2)
-    name = args.name or datetime.now(timezone.utc).strftime("demo-%Y%m%d-%H%M%S")
+    name = args.name or datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S")
     run_args = argparse.Namespace(
         **vars(args),
         command=["--", sys.executable, str(HERE / "train.py")],

@@ -19,9 +19,10 @@ import json
 import math
 import sqlite3
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..errors import ResourceInUse, ResourceNotFound, StoreError
 from .records import Batch, EventRow, JobRow, PointRow, StreamRow
@@ -172,7 +173,7 @@ class SqliteStore:
         descending: bool = True,
         limit: int | None = None,
     ) -> list[JobRow]:
-        where, args = ["1=1"], []
+        where, args = ["1=1"], list[Any]()
         if status:
             where.append("status = ?")
             args.append(status)
@@ -235,7 +236,7 @@ class SqliteStore:
         return StreamRow(stream_id or 0, job_id, host, name, creation_ms, None, None, None, 0, 0)
 
     def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]:
-        where, args = [], []
+        where, args = list[str](), list[Any]()
         if job_id is not None:
             where.append("job_id = ?")
             args.append(job_id)
@@ -263,7 +264,7 @@ class SqliteStore:
     ) -> list[EventRow]:
         """Records with ``after_seq < seq < before_seq`` and a time in [start_ms, end_ms): the
         first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
-        where, args = ["stream_id = ?"], [stream_id]
+        where, args = ["stream_id = ?"], list[Any]([stream_id])
         if start_ms is not None:
             where.append("timestamp_ms >= ?")
             args.append(start_ms)
@@ -358,7 +359,7 @@ class SqliteStore:
         start_ms: int | None = None,
         end_ms: int | None = None,
     ) -> list[PointRow]:
-        where, args = ["job_id = ?"], [job_id]
+        where, args = ["job_id = ?"], list[Any]([job_id])
         if names:
             where.append(f"name IN ({','.join('?' * len(names))})")
             args.extend(names)
