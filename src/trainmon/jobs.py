@@ -17,7 +17,7 @@ import psutil
 
 from . import config
 from .definitions import validate_definitions
-from .errors import ResourceNotFound, ValidationException
+from .errors import ResourceNotFound, StoreError, ValidationException
 from .records import Mode
 from .store import JobRow, SqliteStore
 
@@ -323,9 +323,13 @@ def _alive(pid: int, create_time: float) -> bool:
 
 def reap_orphans(store: SqliteStore) -> list[str]:
     """Mark Failed every active job on this machine whose supervising process is gone."""
-    reaped = []
+    reaped: list[str] = []
     hostname = socket.gethostname()
-    for job in store.list_jobs(statuses=ACTIVE):
+    try:
+        active = store.list_jobs(statuses=ACTIVE)
+    except StoreError:
+        return reaped
+    for job in active:
         supervisor = job.supervisor
         if not supervisor or supervisor.get("hostname") != hostname:
             continue
@@ -340,6 +344,9 @@ def reap_orphans(store: SqliteStore) -> list[str]:
             f"trainmon's supervising process (pid {supervisor['pid']}) ended without finishing the job: it was "
             "killed or crashed. Logs and metrics captured until then are kept; the job's processes were ended."
         )
-        set_status(store, job.name, "Failed", FailureReason=reason)
+        try:
+            set_status(store, job.name, "Failed", FailureReason=reason)
+        except StoreError:  # a full disk: reading must still work; the next command tries again
+            continue
         reaped.append(job.name)
     return reaped

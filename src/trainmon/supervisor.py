@@ -159,6 +159,7 @@ class Supervisor:
                 assert source is not None
                 fd = os.dup(source.fileno())
                 source.close()
+                _widen_pipe(fd)
                 label = f"{layout.host}-{'stderr' if is_stderr else 'stdout'}"
                 reader = PipeReader(fd, spool_dir / label, self._wake, label)
                 pipes.append(Pipe(reader, RecordCutter(mode), is_stderr))
@@ -333,6 +334,16 @@ class Supervisor:
     def _restore_signals(previous: dict[int, Any]) -> None:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _widen_pipe(fd: int) -> None:
+    """A 1 MiB pipe buffer (Linux) lets the job keep writing through a brief pause of the reader."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except (ImportError, OSError):
+        pass
 
 
 def _tar(source: Path, target: Path) -> None:
