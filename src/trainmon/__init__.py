@@ -7,9 +7,22 @@
 
 from __future__ import annotations
 
+from .analytics import TrainingJobAnalytics
 from .client import client
 from .errors import ClientError, ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
+from .estimator import Estimator, Session, UnexpectedStatusException
 
 __version__ = "0.1.0"
 
-__all__ = ["ClientError", "ResourceInUse", "ResourceNotFound", "TrainmonError", "ValidationException", "client"]
+__all__ = [
+    "ClientError",
+    "Estimator",
+    "ResourceInUse",
+    "ResourceNotFound",
+    "Session",
+    "TrainingJobAnalytics",
+    "TrainmonError",
+    "UnexpectedStatusException",
+    "ValidationException",
+    "client",
+]
