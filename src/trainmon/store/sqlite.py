@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
+from ..cloudwatch.statistics import Sample
 from ..errors import ResourceInUse, ResourceNotFound, StoreError
 from .records import Batch, EventRow, JobRow, PointRow, StreamRow
 
@@ -73,6 +75,35 @@ _MIGRATIONS: list[str] = [
         seq INTEGER NOT NULL
     );
     CREATE INDEX points_by_metric ON points (job_id, name, timestamp_ms);
+    """,
+    """
+    CREATE TABLE metrics (
+        id INTEGER PRIMARY KEY,
+        namespace TEXT NOT NULL,
+        name TEXT NOT NULL,
+        dimensions TEXT NOT NULL,
+        last_ms INTEGER NOT NULL,
+        UNIQUE (namespace, name, dimensions)
+    );
+    CREATE TABLE datapoints (
+        metric_id INTEGER NOT NULL REFERENCES metrics (id) ON DELETE CASCADE,
+        timestamp_ms INTEGER NOT NULL,
+        resolution INTEGER NOT NULL,
+        count REAL NOT NULL,
+        sum REAL NOT NULL,
+        minimum REAL NOT NULL,
+        maximum REAL NOT NULL,
+        value REAL,
+        unit TEXT NOT NULL
+    );
+    CREATE INDEX datapoints_by_metric ON datapoints (metric_id, timestamp_ms);
+    CREATE TABLE job_metrics (
+        job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        last_ms INTEGER NOT NULL,
+        PRIMARY KEY (job_id, name)
+    ) WITHOUT ROWID;
+    INSERT INTO job_metrics SELECT job_id, name, max(timestamp_ms) FROM points GROUP BY job_id, name;
     """,
 ]
 
@@ -336,6 +367,16 @@ class SqliteStore:
                     f"VALUES ({batch.job_id}, ?, ?, ?, ?, ?, ?)",
                     batch.points,
                 )
+            if batch.points:
+                latest: dict[str, int] = {}
+                for name, stamp, *_ in batch.points:
+                    if stamp > latest.get(name, -1):
+                        latest[name] = stamp
+                db.executemany(
+                    "INSERT INTO job_metrics (job_id, name, last_ms) VALUES (?, ?, ?) ON CONFLICT (job_id, name) "
+                    "DO UPDATE SET last_ms = max(last_ms, excluded.last_ms)",
+                    [(batch.job_id, name, stamp) for name, stamp in latest.items()],
+                )
             for stream_id, (records, stored_bytes, last_ms) in batch.stream_stats.items():
                 db.execute(
                     "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
@@ -408,6 +449,77 @@ class SqliteStore:
             (job_id,),
         )
         return {name: (count, low, high) for name, count, low, high in rows}
+
+
+    # -- CloudWatch metrics ----------------------------------------------------------------
+
+    def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
+        """Store a whole PutMetricData call in one transaction: all of it or nothing."""
+        with self._write() as db:
+            for key, resolution, samples in items:
+                last = max(s.timestamp_ms for s in samples) if samples else 0
+                row = db.execute(
+                    "INSERT INTO metrics (namespace, name, dimensions, last_ms) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (namespace, name, dimensions) DO UPDATE SET last_ms = max(last_ms, excluded.last_ms) "
+                    "RETURNING id",
+                    (key.namespace, key.name, key.dimensions_json, last),
+                ).fetchone()
+                db.executemany(
+                    "INSERT INTO datapoints (metric_id, timestamp_ms, resolution, count, sum, minimum, maximum, value, "
+                    "unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(row[0], s.timestamp_ms, resolution, s.count, s.sum, s.minimum, s.maximum, s.value, s.unit)
+                     for s in samples],
+                )
+
+    def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
+        """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
+        rows = self._read(
+            "SELECT d.timestamp_ms, d.count, d.sum, d.minimum, d.maximum, d.value, d.unit FROM datapoints d "
+            "JOIN metrics m ON m.id = d.metric_id WHERE m.namespace = ? AND m.name = ? AND m.dimensions = ? "
+            "AND d.timestamp_ms >= ? AND d.timestamp_ms < ? ORDER BY d.timestamp_ms",
+            (key.namespace, key.name, key.dimensions_json, start_ms, end_ms),
+        )
+        samples = [Sample(*row) for row in rows]
+        job = _job_of(key)
+        if job is not None:
+            found = self._read(
+                f"SELECT p.timestamp_ms, p.value FROM points p JOIN jobs j ON j.id = p.job_id WHERE j.name = ? "
+                f"AND p.name = ? AND p.timestamp_ms >= ? AND p.timestamp_ms < ? AND p.{_FINITE} ORDER BY p.timestamp_ms",
+                (job, key.name, start_ms, end_ms),
+            )
+            samples.extend(Sample(t, 1.0, v, v, v, v, "None") for t, v in found)
+            samples.sort(key=lambda s: s.timestamp_ms)
+        return samples
+
+    def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
+        """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
+        where, args = ["1=1"], list[Any]()
+        if namespace is not None:
+            where.append("namespace = ?")
+            args.append(namespace)
+        if name is not None:
+            where.append("name = ?")
+            args.append(name)
+        rows = self._read(
+            f"SELECT namespace, name, dimensions, last_ms FROM metrics WHERE {' AND '.join(where)}", tuple(args)
+        )
+        keys = {MetricKey.from_row(ns, n, d): last for ns, n, d, last in rows}
+        if namespace in (None, JOB_NAMESPACE):
+            job_rows = self._read(
+                "SELECT j.name, m.name, m.last_ms FROM job_metrics m JOIN jobs j ON j.id = m.job_id"
+                + (" WHERE m.name = ?" if name is not None else ""),
+                (name,) if name is not None else (),
+            )
+            for job, metric, last in job_rows:
+                key = MetricKey(JOB_NAMESPACE, metric, (("TrainingJobName", job),))
+                keys[key] = max(last, keys.get(key, last))
+        return sorted(keys.items(), key=lambda item: (item[0].namespace, item[0].name, item[0].dimensions))
+
+
+def _job_of(key: MetricKey) -> str | None:
+    if key.namespace == JOB_NAMESPACE and len(key.dimensions) == 1 and key.dimensions[0][0] == "TrainingJobName":
+        return key.dimensions[0][1]
+    return None
 
 
 _JOB_COLUMNS = "id, name, status, creation_time, last_modified_time, doc, supervisor, stop_requested, diagnostics"

@@ -1,0 +1,1 @@
+"""CloudWatch's metric model, statistics and API over trainmon's store."""

@@ -1,0 +1,208 @@
+"""CloudWatch's metric model: a metric is namespace + name + the exact set of dimensions.
+
+This module validates requests as CloudWatch does (limits, ranges, codes) and turns
+PutMetricData items into :class:`~trainmon.cloudwatch.statistics.Sample` rows (pure).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import InvalidParameterCombination, InvalidParameterValue, MissingParameter
+from .statistics import Sample
+
+UNITS = frozenset({
+    "Seconds", "Microseconds", "Milliseconds", "Bytes", "Kilobytes", "Megabytes", "Gigabytes", "Terabytes", "Bits",
+    "Kilobits", "Megabits", "Gigabits", "Terabits", "Percent", "Count", "Bytes/Second", "Kilobytes/Second",
+    "Megabytes/Second", "Gigabytes/Second", "Terabytes/Second", "Bits/Second", "Kilobits/Second", "Megabits/Second",
+    "Gigabits/Second", "Terabits/Second", "Count/Second", "None",
+})
+MAX_METRICS_PER_PUT = 1000
+MAX_DIMENSIONS = 30
+MAX_VALUES = 150
+VALUE_LIMIT = 2.0**360
+PAST_LIMIT_S = 14 * 86_400
+FUTURE_LIMIT_S = 2 * 3600
+JOB_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricKey:
+    namespace: str
+    name: str
+    dimensions: tuple[tuple[str, str], ...]  # sorted by name: the exact set identifies the metric
+
+    @property
+    def dimensions_json(self) -> str:
+        return json.dumps(self.dimensions, separators=(",", ":"))
+
+    def to_api(self) -> dict[str, Any]:
+        return {"Namespace": self.namespace, "MetricName": self.name,
+                "Dimensions": [{"Name": n, "Value": v} for n, v in self.dimensions]}
+
+    @classmethod
+    def from_row(cls, namespace: str, name: str, dimensions_json: str) -> MetricKey:
+        return cls(namespace, name, tuple((n, v) for n, v in json.loads(dimensions_json)))
+
+
+def epoch_seconds(value: Any, field: str) -> float:
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return epoch_seconds(datetime.fromisoformat(value.replace("Z", "+00:00")), field)
+        except ValueError:
+            pass
+    raise InvalidParameterValue(f"The parameter {field} must be a timestamp (a datetime, ISO 8601 text or epoch seconds).")
+
+
+def check_namespace(namespace: Any, *, for_put: bool = False) -> str:
+    if namespace is None:
+        raise MissingParameter("The parameter Namespace is required.")
+    if not isinstance(namespace, str) or not 1 <= len(namespace) <= 255 or namespace.startswith(":"):
+        raise InvalidParameterValue("The parameter Namespace must be 1 to 255 characters and not start with ':'.")
+    if for_put and namespace.startswith("AWS/"):
+        raise InvalidParameterValue(f"The value {namespace} for parameter Namespace is invalid: 'AWS/' is reserved.")
+    return namespace
+
+
+def check_metric_name(name: Any, field: str = "MetricName") -> str:
+    if name is None:
+        raise MissingParameter(f"The parameter {field} is required.")
+    if not isinstance(name, str) or not 1 <= len(name) <= 255:
+        raise InvalidParameterValue(f"The parameter {field} must be 1 to 255 characters.")
+    return name
+
+
+def check_dimensions(dimensions: Any, field: str, *, values_required: bool = True,
+                     limit: int = MAX_DIMENSIONS) -> tuple[tuple[str, str | None], ...]:
+    if dimensions is None:
+        return ()
+    if not isinstance(dimensions, list) or len(dimensions) > limit:
+        raise InvalidParameterValue(f"The collection {field} must not have more than {limit} members.")
+    pairs: dict[str, str | None] = {}
+    for position, dimension in enumerate(dimensions, start=1):
+        where = f"{field}.member.{position}"
+        name = dimension.get("Name") if isinstance(dimension, dict) else None
+        value = dimension.get("Value") if isinstance(dimension, dict) else None
+        if name is None:
+            raise MissingParameter(f"The parameter {where}.Name is required.")
+        if not isinstance(name, str) or not 1 <= len(name) <= 255 or name.startswith(":") or not _clean(name):
+            raise InvalidParameterValue(f"The parameter {where}.Name must be 1 to 255 printable ASCII characters, not starting with ':'.")
+        if value is None and values_required:
+            raise MissingParameter(f"The parameter {where}.Value is required.")
+        if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 1024 or not _clean(value)):
+            raise InvalidParameterValue(f"The parameter {where}.Value must be 1 to 1024 printable ASCII characters.")
+        if name in pairs:
+            raise InvalidParameterValue(f"The parameter {field} holds the dimension name {name!r} twice.")
+        pairs[name] = value
+    return tuple(sorted(pairs.items()))
+
+
+def _clean(text: str) -> bool:
+    return text.isascii() and all(" " <= c <= "~" for c in text)
+
+
+def check_unit(unit: Any, field: str) -> str:
+    if unit is None:
+        return "None"
+    if unit not in UNITS:
+        raise InvalidParameterValue(f"The value {unit} for parameter {field} is not a valid unit.")
+    return str(unit)
+
+
+def _value(value: Any, field: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InvalidParameterValue(f"The parameter {field} must be a number.")
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        raise InvalidParameterValue(f"The value {number} for parameter {field} is invalid: NaN and infinities are not accepted.")
+    if abs(number) > VALUE_LIMIT:
+        raise InvalidParameterValue(f"The value {number} for parameter {field} is out of range: values must be within -2^360 to 2^360.")
+    return number
+
+
+def parse_put(namespace: Any, metric_data: Any, now_s: float) -> list[tuple[MetricKey, int, list[Sample]]]:
+    """Validate a whole PutMetricData request: (metric, storage resolution, samples) per item.
+
+    Everything is checked before anything is written, so a refused call writes nothing.
+    """
+    namespace = check_namespace(namespace, for_put=True)
+    if metric_data is None:
+        raise MissingParameter("The parameter MetricData is required.")
+    if not isinstance(metric_data, list) or not 1 <= len(metric_data) <= MAX_METRICS_PER_PUT:
+        raise InvalidParameterValue(f"The collection MetricData must have 1 to {MAX_METRICS_PER_PUT} members.")
+    result = []
+    for position, item in enumerate(metric_data, start=1):
+        where = f"MetricData.member.{position}"
+        if not isinstance(item, dict):
+            raise InvalidParameterValue(f"The parameter {where} must be a structure.")
+        name = check_metric_name(item.get("MetricName"), f"{where}.MetricName")
+        dimensions = check_dimensions(item.get("Dimensions"), f"{where}.Dimensions")
+        unit = check_unit(item.get("Unit"), f"{where}.Unit")
+        resolution = item.get("StorageResolution", 60)
+        if resolution not in (1, 60) or isinstance(resolution, bool):
+            raise InvalidParameterValue(f"The parameter {where}.StorageResolution must be a value in the set [ 1, 60 ].")
+        stamp = epoch_seconds(item["Timestamp"], f"{where}.Timestamp") if item.get("Timestamp") is not None else now_s
+        if not now_s - PAST_LIMIT_S <= stamp <= now_s + FUTURE_LIMIT_S:
+            raise InvalidParameterValue(
+                f"The parameter {where}.Timestamp must specify a time no more than two weeks in the past "
+                "and no more than two hours in the future."
+            )
+        if resolution == 60:
+            stamp = math.floor(stamp / 60) * 60  # standard resolution keeps minutes
+        stamp_ms = int(round(stamp * 1000)) if resolution == 1 else int(stamp) * 1000
+        forms = [k for k in ("Value", "StatisticValues", "Values") if item.get(k) is not None]
+        if len(forms) > 1:
+            raise InvalidParameterCombination(f"The parameters {where}.{' and '.join(forms)} are mutually exclusive.")
+        if item.get("Counts") is not None and item.get("Values") is None:
+            raise InvalidParameterCombination(f"The parameter {where}.Counts needs {where}.Values.")
+        samples = _samples(item, forms[0] if forms else None, where, stamp_ms, unit)
+        result.append((MetricKey(namespace, name, dimensions), resolution, samples))  # type: ignore[arg-type]
+    return result
+
+
+def _samples(item: dict[str, Any], form: str | None, where: str, stamp_ms: int, unit: str) -> list[Sample]:
+    if form is None:
+        raise MissingParameter(f"The parameter {where} needs one of Value, StatisticValues or Values.")
+    if form == "Value":
+        value = _value(item["Value"], f"{where}.Value")
+        return [Sample(stamp_ms, 1.0, value, value, value, value, unit)]
+    if form == "StatisticValues":
+        stats = item["StatisticValues"]
+        for key in ("SampleCount", "Sum", "Minimum", "Maximum"):
+            if not isinstance(stats, dict) or stats.get(key) is None:
+                raise MissingParameter(f"The parameter {where}.StatisticValues.{key} is required.")
+        count = _value(stats["SampleCount"], f"{where}.StatisticValues.SampleCount")
+        total = _value(stats["Sum"], f"{where}.StatisticValues.Sum")
+        low = _value(stats["Minimum"], f"{where}.StatisticValues.Minimum")
+        high = _value(stats["Maximum"], f"{where}.StatisticValues.Maximum")
+        if count <= 0:
+            raise InvalidParameterValue(f"The parameter {where}.StatisticValues.SampleCount must be greater than 0.")
+        if low > high:
+            raise InvalidParameterValue(f"The parameter {where}.StatisticValues.Minimum must not exceed Maximum.")
+        known = low if count == 1 or low == high else None
+        return [Sample(stamp_ms, count, total, low, high, known, unit)]
+    values = item["Values"]
+    counts = item.get("Counts")
+    if not isinstance(values, list) or not values:
+        raise InvalidParameterValue(f"The parameter {where}.Values must be a non-empty list.")
+    if len(set(values)) > MAX_VALUES:
+        raise InvalidParameterValue(f"The parameter {where}.Values holds more than {MAX_VALUES} unique values.")
+    if counts is not None and (not isinstance(counts, list) or len(counts) != len(values)):
+        raise InvalidParameterValue(f"The parameters {where}.Values and {where}.Counts must have the same length.")
+    samples = []
+    for index, raw in enumerate(values):
+        value = _value(raw, f"{where}.Values.member.{index + 1}")
+        count = 1.0 if counts is None else _value(counts[index], f"{where}.Counts.member.{index + 1}")
+        if count < 0:
+            raise InvalidParameterValue(f"The parameter {where}.Counts.member.{index + 1} must not be negative.")
+        if count:
+            samples.append(Sample(stamp_ms, count, value * count, value, value, value, unit))
+    return samples

@@ -1,0 +1,167 @@
+"""CloudWatch's statistics per period, and its rules on periods and time ranges (pure).
+
+A stored datapoint is a :class:`Sample`: a single value (count 1), a value with a count (the
+``Values``/``Counts`` form), or a statistic set (count, sum, minimum, maximum) whose single
+values are unknown. Percentiles use the known values, interpolated linearly between the two
+nearest ranks (numpy's default method); they are unavailable for a period holding a negative
+value or a statistic set of several different values, as in CloudWatch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidParameterCombination, InvalidParameterValue
+
+STATISTICS = ("SampleCount", "Average", "Sum", "Minimum", "Maximum")
+SUB_MINUTE_PERIODS = (1, 5, 10, 20, 30)
+MAX_DATAPOINTS = 1440
+HOUR_S, DAY_S = 3600, 86_400
+_PERCENTILE = re.compile(r"p(\d{1,3}(?:\.\d+)?)")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    timestamp_ms: int
+    count: float
+    sum: float
+    minimum: float
+    maximum: float
+    value: float | None  # the value each of ``count`` samples had, when known
+    unit: str = "None"
+
+
+def single(timestamp_ms: int, value: float, unit: str = "None", count: float = 1.0) -> Sample:
+    return Sample(timestamp_ms, count, value * count, value, value, value, unit)
+
+
+def percentile_of(stat: str) -> float:
+    """``p99.9`` -> 99.9; InvalidParameterValue unless it is p0.0 to p100."""
+    match = _PERCENTILE.fullmatch(stat)
+    if not match or float(match.group(1)) > 100:
+        raise InvalidParameterValue(
+            f"The value {stat} for parameter ExtendedStatistics is not valid: use p0.0 to p100, e.g. p99 or p99.9."
+        )
+    return float(match.group(1))
+
+
+def check_period(period: Any) -> int:
+    if not isinstance(period, int) or isinstance(period, bool) or period < 1:
+        raise InvalidParameterValue("The parameter Period must be a positive integer number of seconds.")
+    if period < 60 and period not in SUB_MINUTE_PERIODS:
+        raise InvalidParameterValue(
+            "The parameter Period must be 1, 5, 10, 20, 30 (high-resolution metrics only), 60 or a multiple of 60."
+        )
+    if period >= 60 and period % 60:
+        raise InvalidParameterValue("The parameter Period must be a multiple of 60.")
+    return period
+
+
+def aligned_start(start_s: float, period: int, now_s: float) -> float | None:
+    """StartTime rounded as CloudWatch rounds it by age; None when the age rules give no data.
+
+    Data older than 3 h is only served with periods that are multiples of 60, older than 15 days
+    with multiples of 300, older than 63 days with multiples of 3600 (an empty answer otherwise).
+    """
+    age = now_s - start_s
+    if age > 63 * DAY_S:
+        if period % 3600:
+            return None
+        unit = 3600
+    elif age > 15 * DAY_S:
+        if period % 300:
+            return None
+        unit = 300
+    else:
+        if age > 3 * HOUR_S and period % 60:
+            return None
+        unit = period if period < 60 else 60
+    return math.floor(start_s / unit) * unit
+
+
+def check_datapoint_count(start_s: float, end_s: float, period: int) -> None:
+    requested = math.ceil(max(0.0, end_s - start_s) / period)
+    if requested > MAX_DATAPOINTS:
+        raise InvalidParameterCombination(
+            f"You have requested up to {requested} datapoints, which exceeds the limit of {MAX_DATAPOINTS}. "
+            "You may reduce the datapoints requested by increasing Period, or decreasing the time range."
+        )
+
+
+def aggregate(
+    samples: Iterable[Sample],
+    *,
+    start_ms: int,
+    end_ms: int,
+    period_s: int,
+    statistics: Iterable[str] = (),
+    percentiles: Iterable[str] = (),
+    unit: str | None = None,
+) -> list[dict[str, Any]]:
+    """One CloudWatch datapoint per period (start inclusive, end exclusive) that holds data."""
+    wanted = list(statistics)
+    extended = list(percentiles)
+    period_ms = period_s * 1000
+    buckets: dict[tuple[int, str], list[Sample]] = {}
+    for sample in samples:
+        if not start_ms <= sample.timestamp_ms < end_ms or (unit is not None and sample.unit != unit):
+            continue
+        slot = start_ms + (sample.timestamp_ms - start_ms) // period_ms * period_ms
+        buckets.setdefault((slot, sample.unit), []).append(sample)
+    datapoints = []
+    for (slot, sample_unit), group in sorted(buckets.items()):
+        point: dict[str, Any] = {"Timestamp": slot / 1000.0, "Unit": sample_unit}
+        count = sum(s.count for s in group)
+        total = sum(s.sum for s in group)
+        for name in wanted:
+            point[name] = {
+                "SampleCount": count,
+                "Sum": total,
+                "Average": total / count if count else 0.0,
+                "Minimum": min(s.minimum for s in group),
+                "Maximum": max(s.maximum for s in group),
+            }[name]
+        if extended:
+            values = _percentile_input(group)
+            if values is not None:
+                point["ExtendedStatistics"] = {p: weighted_percentile(values, percentile_of(p)) for p in extended}
+        datapoints.append(point)
+    return datapoints
+
+
+def _percentile_input(group: list[Sample]) -> list[tuple[float, float]] | None:
+    values = []
+    for sample in group:
+        value = sample.value
+        if value is None:
+            if sample.count == 1 or sample.minimum == sample.maximum:
+                value = sample.minimum
+            else:
+                return None
+        if value < 0:
+            return None
+        values.append((value, sample.count))
+    return values
+
+
+def weighted_percentile(values: list[tuple[float, float]], q: float) -> float:
+    """Linear interpolation between closest ranks over values repeated ``count`` times."""
+    ordered = sorted(values)
+    total = sum(count for _, count in ordered)
+    position = q / 100.0 * (total - 1)
+    lower, upper = math.floor(position), math.ceil(position)
+    low_value = high_value = ordered[-1][0]
+    seen = 0.0
+    found_low = False
+    for value, count in ordered:
+        seen += count
+        if not found_low and seen > lower:
+            low_value, found_low = value, True
+        if seen > upper:
+            high_value = value
+            break
+    return low_value + (high_value - low_value) * (position - lower)
