@@ -112,3 +112,27 @@ def test_several_jobs_write_while_others_read(home: Path, script) -> None:
         job = store.get_job(f"busy-{n}")
         assert job.status == "Completed"
         assert [p.value for p in store.points(job.id)] == [float(i) for i in range(300)]
+
+
+def test_bad_paths_and_numbers_give_one_line_errors(home: Path, tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.log")
+    parse = run_cli("parse", "--metric", "l=l=(\\d)", missing)
+    assert parse.returncode == 2 and parse.stderr.startswith("trainmon: ValidationException: cannot read log")
+    hps = run_cli("run", "--name", "x", "--hyperparameters", missing, "--", "true")
+    assert hps.returncode == 2 and "is neither JSON nor a readable file" in hps.stderr
+    run_cli("run", "--name", "p", "--metric", "l=l=(\\d)", "--", PY, "-c", "print('l=1')", check=True)
+    period = run_cli("metrics", "p", "--period", "-5")
+    assert period.returncode == 2 and "--period must be a positive number" in period.stderr
+    for result in (parse, hps, period):
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_logs_api_shows_control_characters_as_cloudwatch_does(home: Path) -> None:
+    import trainmon
+
+    run_cli("run", "--name", "tabs", "--", PY, "-c", "print('[0]\\ttrain-rmse:0.5')", check=True)
+    logs = trainmon.client("logs")
+    (stream,) = logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix="tabs/")["logStreams"]
+    page = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream["logStreamName"])
+    assert [e["message"] for e in page["events"]] == ["[0]#011train-rmse:0.5"]
+    assert run_cli("logs", "tabs", check=True).stdout == "[0]\ttrain-rmse:0.5\n"  # the terminal view keeps the tab

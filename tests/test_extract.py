@@ -207,3 +207,27 @@ def test_long_records_for_backtracking_only_regex_are_rejected_with_a_reason() -
     found, extractor = points(long_line + b"\nloss=3x\n", [("loss", r"(?<=loss=)(\d+)x")])
     assert [(p[0], p[3]) for p in found] == [(2, 3.0)]
     assert list(extractor.stats[0].rejected) == ["record longer than 4096 characters for a regex RE2 cannot run"]
+
+
+def test_nested_repetition_runs_on_the_linear_engine() -> None:
+    line = b"1" * 40 + b"x\n"  # exponential for a backtracking engine; instant for RE2
+    found, extractor = points(line + b"22\n", [("n", r"((\d+)+)$")])
+    assert [(p[0], p[3]) for p in found] == [(2, 22.0)]
+
+
+def test_regex_that_no_engine_can_bound_is_refused() -> None:
+    from trainmon.errors import ValidationException
+
+    with pytest.raises(ValidationException, match="nested repetition"):
+        validate_definitions([{"Name": "n", "Regex": r"(?<=v)((\d+)+)$"}])
+
+
+def test_record_cutter_keeps_a_leading_cr_from_joining_two_lines() -> None:
+    from trainmon.capture import RecordCutter
+
+    cutter = RecordCutter(Mode.TERMINAL)
+    blocks = [cutter.feed(b"\repoch 1 [####] 100%"), cutter.feed(b"\nTrain_error=0.5;\n"), cutter.finish()]
+    assert b"".join(blocks) == b"\repoch 1 [####] 100%\nTrain_error=0.5;\n"
+    cutter = RecordCutter(Mode.TERMINAL)
+    assert cutter.feed(b"10%\r") == b"10%\r"
+    assert cutter.feed(b"\n20%\n") == b"20%\n"  # the "\n" of a split "\r\n" is not a new record

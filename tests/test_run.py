@@ -448,3 +448,51 @@ def test_full_disk_gives_a_clear_error_and_keeps_what_was_written(small_disk: Pa
         assert [p.value for p in store.points(store.get_job("full").id)] == [1.0]
     finally:
         store.close()
+
+
+def test_relative_commands_run_from_the_callers_directory(home: Path, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('loss=0.5')\n")
+    result = subprocess.run([sys.executable, "-m", "trainmon", "run", "--name", "relative", "--metric",
+                             r"loss=loss=(\S+)", "--", PY, "train.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert describe("relative")["FinalMetricDataList"][0]["Value"] == 0.5
+
+
+def test_failure_reason_names_the_host_that_failed_first(home: Path, script) -> None:
+    train = script(
+        """
+        import os, sys, time
+        if os.environ["SM_CURRENT_HOST"] == "algo-2":
+            print("algo-2 broke", file=sys.stderr)
+            sys.exit(3)
+        time.sleep(60)
+        """
+    )
+    run_cli("run", "--name", "twohosts", "--instance-count", "2", "--stop-grace-seconds", "5", "--", PY, str(train))
+    reason = describe("twohosts")["FailureReason"]
+    assert reason.startswith("AlgorithmError: algo-2 exited with code 3.") and reason.endswith("algo-2 broke")
+
+
+def test_a_deleted_jobs_files_do_not_leak_into_a_new_job_of_the_same_name(home: Path, script) -> None:
+    failing = script(
+        """
+        import os, sys
+        open(os.path.join(os.environ["SM_OUTPUT_DIR"], "failure"), "w").write("old failure")
+        sys.exit(1)
+        """
+    )
+    run_cli("run", "--name", "reuse", "--", PY, str(failing))
+    assert describe("reuse")["FailureReason"] == "old failure"
+    run_cli("delete", "reuse", check=True)
+    run_cli("run", "--name", "reuse", "--", PY, "-c", "import sys; sys.exit(2)")
+    assert describe("reuse")["FailureReason"] == "AlgorithmError: algo-1 exited with code 2."
+
+
+def test_a_stop_request_is_never_undone_by_a_later_status(store) -> None:
+    from trainmon import jobs
+
+    doc = jobs.build_job_doc({"TrainingJobName": "early", "AlgorithmSpecification": {"ContainerEntrypoint": ["true"]}}, 1.0)
+    store.create_job("early", doc, 1.0)
+    jobs.request_stop(store, "early")
+    jobs.set_status(store, "early", "Downloading")
+    assert store.get_job("early").status == "Stopping"

@@ -124,8 +124,8 @@ class RecordCutter:
         rest = data[cut:]
         self._pending = [rest] if rest else []
         self._pending_bytes = len(rest)
-        if self.mode.splits_on_cr and block[-1:] == b"\r":
-            self._skip_newline = True
+        if self.mode.splits_on_cr and not rest and block[-1:] == b"\r":
+            self._skip_newline = True  # the read ended on "\r": a "\n" may follow in the next one
         return block
 
     def finish(self) -> bytes:
@@ -140,6 +140,8 @@ class Pipe:
     cutter: RecordCutter
     is_stderr: bool
     spool: BinaryIO | None = None
+    bytes_read: int = 0
+    bytes_stored: int = 0
 
 
 @dataclass
@@ -259,6 +261,7 @@ class Ingestor(threading.Thread):
         work.sort(key=lambda item: (item[0], item[1]))
         for stamp, _, stream, pipe, chunk in work:
             data = chunk.data if chunk.data is not None else self._read_spool(pipe, chunk)
+            pipe.bytes_read += len(data)
             self._ingest(stream, pipe, pipe.cutter.feed(data), stamp, data)
         if final:
             stamp = now_ms()
@@ -306,11 +309,19 @@ class Ingestor(threading.Thread):
             self.echo.flush_points()
         stream.next_seq += count
         previous = batch.stream_stats.get(stream.stream_id, (0, 0, stamp))
-        batch.stream_stats[stream.stream_id] = (previous[0] + count, previous[1] + len(block), stamp)
+        batch.stream_stats[stream.stream_id] = (previous[0] + count, previous[1] + self._unstored_bytes(pipe),
+                                                stamp)
         if pipe.is_stderr:
             stream.stderr_tail.extend(text.rsplit("\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:])
         if batch.text_bytes >= FLUSH_BYTES or len(batch.points) >= FLUSH_POINTS:
             self._flush()
+
+    @staticmethod
+    def _unstored_bytes(pipe: Pipe) -> int:
+        """Bytes read from the pipe since the last stored block (what was read, "\r\n" split or not)."""
+        counted = pipe.bytes_read - pipe.bytes_stored
+        pipe.bytes_stored = pipe.bytes_read
+        return counted
 
     def _flush(self) -> None:
         if not self._pending:

@@ -58,7 +58,7 @@ def _hyperparameters(args: argparse.Namespace) -> dict[str, str]:
     if args.hyperparameters:
         text = args.hyperparameters
         if not text.lstrip().startswith("{"):
-            text = Path(text).expanduser().read_text(encoding="utf-8")
+            text = _read_text(text, "--hyperparameters")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -69,6 +69,13 @@ def _hyperparameters(args: argparse.Namespace) -> dict[str, str]:
         result.update({str(k): v if isinstance(v, str) else json.dumps(v) for k, v in data.items()})
     result.update(_pairs(args.hyperparameter, "-H"))
     return result
+
+
+def _read_text(path: str, flag: str) -> str:
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValidationException(f"{flag} {path!r} is neither JSON nor a readable file: {exc.strerror or exc}.") from None
 
 
 def _json_default(value: Any) -> Any:
@@ -218,6 +225,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
             hint = f"defined: {', '.join(defined)}" if defined else "the job has no metric definitions"
             print(f"no points for job {args.name} ({hint}); `trainmon describe {args.name}` shows why")
         return 0
+    if args.period is not None and args.period < 1:
+        raise ValidationException("--period must be a positive number of seconds.")
     period = args.period or auto_period_s(points[0].timestamp_ms, points[-1].timestamp_ms)
     rows = period_table(points, period)
     if args.json:
@@ -260,19 +269,26 @@ def cmd_parse(args: argparse.Namespace) -> int:
     for warning in definition_warnings(definitions, escapes_control=mode.escapes):
         print(f"trainmon: warning: {warning}", file=sys.stderr)
     out = sys.stdout
+    several = len(args.logs) > 1
     for path in args.logs:
         extractor = Extractor(definitions, mode)
-        if len(args.logs) > 1 and not args.json:
+        if several and not args.json:
             print(f"== {path}", file=out)
-        stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+        try:
+            stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+        except OSError as exc:
+            raise ValidationException(f"cannot read log {path!r}: {exc.strerror or exc}.") from None
+        names = [json.dumps(d.name) for d in definitions]
+        file_field = f'"file": {json.dumps(path)}, ' if several else ""
         try:
             lines = []
-            for point in scan_stream(stream, extractor):
+            for line, offset, name, value in scan_stream(stream, extractor):
                 if args.json:
-                    lines.append(json.dumps({"line": point.line, "offset": point.offset, "name": point.name,
-                                             "value": _json_number(point.value)}))
+                    number = repr(value) if value - value == 0.0 else json.dumps(_json_number(value))
+                    lines.append(f'{{{file_field}"line": {line}, "offset": {offset}, '
+                                 f'"name": {names[extractor.index_of[name]]}, "value": {number}}}')
                 else:
-                    lines.append(f"line {point.line}\t{point.name}\t{render.number(point.value)}")
+                    lines.append(f"line {line}\t{name}\t{render.number(value)}")
                 if len(lines) >= 4096:
                     out.write("\n".join(lines) + "\n")
                     lines.clear()

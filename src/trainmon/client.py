@@ -7,6 +7,7 @@ one line. Times come back as timezone-aware datetimes, as boto3 returns them.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,7 +19,8 @@ from typing import Any
 import psutil
 
 from . import config, jobs
-from .errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
+from .errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException, WaiterError
+from .records import escape
 from .store import JobRow, SqliteStore, open_store
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -150,6 +152,7 @@ class SageMakerClient(_Client):
         if job.status not in jobs.TERMINAL:
             raise ResourceInUse(f"Training job {TrainingJobName} is {job.status}; stop it before deleting it.")
         self.store.delete_job(TrainingJobName)
+        shutil.rmtree(config.jobs_dir(self.home) / TrainingJobName, ignore_errors=True)  # frees the name fully
         return {}
 
     def get_waiter(self, name: str) -> _Waiter:
@@ -172,10 +175,9 @@ class _Waiter:
             if status in ("Completed", "Stopped"):
                 return
             if status == "Failed":
-                raise TrainmonError(f"Waiter TrainingJobCompletedOrStopped failed: job {TrainingJobName} Failed",
-                                    code="WaiterError")
+                raise WaiterError(f"Waiter TrainingJobCompletedOrStopped failed: job {TrainingJobName} Failed")
             time.sleep(delay)
-        raise TrainmonError("Waiter TrainingJobCompletedOrStopped failed: Max attempts exceeded", code="WaiterError")
+        raise WaiterError("Waiter TrainingJobCompletedOrStopped failed: Max attempts exceeded")
 
 
 def _summary(row: JobRow) -> dict[str, Any]:
@@ -285,7 +287,7 @@ class LogsClient(_Client):
             forward_token = nextToken if nextToken and forward else f"f/{after}"
             backward_token = nextToken if nextToken and not forward else f"b/{before if before is not None else 0}"
         return {
-            "events": [{"timestamp": e.timestamp_ms, "message": e.message, "ingestionTime": e.timestamp_ms}
+            "events": [{"timestamp": e.timestamp_ms, "message": escape(e.message), "ingestionTime": e.timestamp_ms}
                        for e in events],
             "nextForwardToken": forward_token,
             "nextBackwardToken": backward_token,
@@ -299,4 +301,8 @@ def client(service: str, *, home: str | Path | None = None, store: SqliteStore |
         return SageMakerClient(store, root)
     if service == "logs":
         return LogsClient(store, root)
-    raise ValueError(f"Unknown service: {service!r}. Valid service names are: sagemaker, logs")
+    if service == "cloudwatch":
+        from .cloudwatch.client import CloudWatchClient
+
+        return CloudWatchClient(store or open_store(root))  # type: ignore[return-value]
+    raise ValueError(f"Unknown service: {service!r}. Valid service names are: sagemaker, logs, cloudwatch")

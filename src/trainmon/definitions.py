@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .engines import unsafe_reason
 from .errors import ValidationException
 
 MAX_DEFINITIONS = 40
@@ -109,6 +110,10 @@ def validate_definitions(raw: Any) -> list[MetricDefinition]:
             problems.append(
                 f"{label}: regex has no capture group; put the value in parentheses, e.g. 'loss=(\\S+)'."
             )
+            continue
+        unsafe = unsafe_reason(regex)
+        if unsafe:
+            problems.append(f"{label}: {unsafe}.")
             continue
         if isinstance(name, str) and name:
             result.append(MetricDefinition(name, regex))

@@ -5,7 +5,12 @@
     ├── ResourceNotFound                ResourceNotFound         400*
     ├── ResourceInUse                   ResourceInUse            400
     ├── ConflictException               ConflictException        409
-    └── StoreError                      InternalFailure          500
+    ├── StoreError                      InternalFailure          500
+    ├── WaiterError                     WaiterError
+    └── CloudWatchError                 (CloudWatch query codes) 400
+        ├── InvalidParameterValue       InvalidParameterValue
+        ├── MissingParameter            MissingParameter
+        └── InvalidParameterCombination InvalidParameterCombination
 
 * SageMaker answers a missing training job with ``ValidationException`` "Requested resource
   not found." and boto3's waiter relies on it; :meth:`ResourceNotFound.for_job` builds that form.
@@ -69,6 +74,30 @@ class ConflictException(TrainmonError):
 class StoreError(TrainmonError):
     code = "InternalFailure"
     http_status = 500
+
+
+class WaiterError(TrainmonError):
+    """A waiter saw a failure state or ran out of attempts (botocore's ``WaiterError``)."""
+
+    code = "WaiterError"
+
+
+class CloudWatchError(TrainmonError):
+    """CloudWatch's errors carry the query-protocol codes boto3 reports as ``Error.Code``."""
+
+    http_status = 400
+
+
+class InvalidParameterValue(CloudWatchError):
+    code = "InvalidParameterValue"
+
+
+class MissingParameter(CloudWatchError):
+    code = "MissingParameter"
+
+
+class InvalidParameterCombination(CloudWatchError):
+    code = "InvalidParameterCombination"
 
 
 # boto3 code catches ``botocore.exceptions.ClientError``; ours is the same base under that name.

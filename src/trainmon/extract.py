@@ -6,11 +6,8 @@ block of records is searched for those literals with ``bytes.find`` and only the
 hold one are decoded, escaped and matched. Definitions with no usable literal run on every
 record. The result is identical to the naive loop; the tests compare the two.
 
-Matching is bounded in time whatever the record: records up to ``SHORT_RECORD_CHARS`` go to
-Python's ``re`` (fast on short text); longer ones go to RE2, a linear-time engine, when the
-regex compiles there. A regex RE2 cannot run (lookaround, back-references) is matched on records
-up to ``BACKTRACKING_LIMIT_CHARS`` and longer candidate records are counted as rejected, with
-that reason, in the definition's diagnostics.
+Matching is bounded in time whatever the record: :mod:`trainmon.engines` picks Python's ``re``
+or RE2 per definition and record length.
 """
 
 from __future__ import annotations
@@ -21,15 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .definitions import MetricDefinition
+from .engines import BACKTRACKING_LIMIT_CHARS, SHORT_RECORD_CHARS, Matcher
 from .records import ESCAPE_TABLE, Mode
 
-try:  # RE2 is a core dependency; without it long records use the backtracking limit.
-    import re2 as _re2
-except ImportError:  # pragma: no cover - exercised only where the wheel is missing
-    _re2 = None
-
-SHORT_RECORD_CHARS = 1024
-BACKTRACKING_LIMIT_CHARS = 4096
 EXAMPLES_KEPT = 3
 _EXAMPLE_CHARS = 200
 
@@ -93,31 +84,6 @@ class DefinitionStats:
     @property
     def rejected_total(self) -> int:
         return sum(self.rejected.values())
-
-
-class _Matcher:
-    """One regex, two engines, chosen by record length (see module docstring)."""
-
-    def __init__(self, regex: str) -> None:
-        self.python = re.compile(regex)
-        self.re2 = None
-        if _re2 is not None:
-            options = _re2.Options()
-            options.log_errors = False
-            try:
-                self.re2 = _re2.compile(regex, options=options)
-            except Exception:  # RE2 lacks lookaround, back-references and a few more
-                self.re2 = None
-
-    def search(self, text: str) -> Any:
-        """A match object, None, or False when the record is too long for a backtracking-only regex."""
-        if len(text) <= SHORT_RECORD_CHARS:
-            return self.python.search(text)
-        if self.re2 is not None:
-            return self.re2.search(text)
-        if len(text) <= BACKTRACKING_LIMIT_CHARS:
-            return self.python.search(text)
-        return False
 
 
 def required_literal(regex: str, mode: Mode) -> str | None:
@@ -185,8 +151,9 @@ class Extractor:
     def __init__(self, definitions: Sequence[MetricDefinition], mode: Mode = Mode.TERMINAL) -> None:
         self.definitions = list(definitions)
         self.mode = mode
-        self._matchers = [_Matcher(d.regex) for d in self.definitions]
-        self._python = [m.python.search for m in self._matchers]
+        self._matchers = [Matcher(d.regex) for d in self.definitions]
+        self._python = [m.short_search for m in self._matchers]
+        self.index_of = {d.name: i for i, d in enumerate(self.definitions)}
         self._split_cr = mode.splits_on_cr
         self._escapes = mode.escapes
         self._by_literal: dict[bytes, list[int]] = {}
@@ -247,82 +214,91 @@ class Extractor:
         if not self.definitions or not block:
             return []
         split_cr = self._split_cr
-        ends: dict[int, int] = {}
-        wanted: dict[int, list[int]] = {}
+        wanted: dict[int, list[int]] = {}  # record start -> [record end, definition indexes...]
         if self._always:
             for start in self._record_starts(block):
-                ends[start] = -1
-                wanted[start] = list(self._always)
+                wanted[start] = [-1, *self._always]
         find, rfind = block.find, block.rfind
         for literal, indexes in self._by_literal.items():
             pos = find(literal)
             while pos != -1:
                 start = rfind(b"\n", 0, pos) + 1
+                end = find(b"\n", pos)
+                if end == -1:
+                    end = len(block)
                 if split_cr:
                     start = rfind(b"\r", start, pos) + 1 or start
-                end = self._record_end(block, pos)
-                if start in wanted:
-                    wanted[start] = wanted[start] + indexes
+                    carriage = find(b"\r", pos, end)
+                    if carriage != -1:
+                        end = carriage
+                entry = wanted.get(start)
+                if entry is None:
+                    wanted[start] = [end, *indexes]
                 else:
-                    wanted[start] = indexes
-                    ends[start] = end
+                    entry.extend(indexes)
                 pos = find(literal, end + 1)
         hits: list[Hit] = []
         has_cr = split_cr and b"\r" in block
+        has_crlf = has_cr and b"\r\n" in block
+        count = block.count
         record, counted_to = 0, 0
         escapes = self._escapes
+        python = self._python
         for start in sorted(wanted):
-            end = ends[start]
+            entry = wanted[start]
+            end = entry[0]
             if end == -1:
                 end = self._record_end(block, start)
-            record += self._count_breaks(block, counted_to, start, has_cr)
+            record += count(b"\n", counted_to, start)
+            if has_cr:
+                record += count(b"\r", counted_to, start)
+                if has_crlf:
+                    record -= count(b"\r\n", counted_to, start)
             counted_to = start
             text = block[start:end].decode("utf-8", "replace")
             if escapes and not text.isprintable():
                 text = text.translate(ESCAPE_TABLE)
-            indexes = wanted[start]
-            for index in indexes if len(indexes) == 1 else sorted(set(indexes)):
-                value = self._match(index, text)
-                if value is not None:
-                    hits.append(Hit(record, start, index, value))
+            indexes = entry[1:] if len(entry) == 2 else sorted(set(entry[1:]))
+            short = len(text) <= SHORT_RECORD_CHARS
+            for index in indexes:
+                found = python[index](text) if short else self._matchers[index].search(text)
+                if found:
+                    captured = found.group(1)
+                    if captured is not None:
+                        try:
+                            value = float(captured)  # float() ignores surrounding white space, as the rule says
+                        except ValueError:
+                            pass
+                        else:
+                            stats = self.stats[index]
+                            stats.matches += 1
+                            if value - value != 0.0:  # NaN or infinite
+                                stats.nonfinite += 1
+                            hits.append(Hit(record, start, index, value))
+                            continue
+                self._miss(index, text, found)
         return hits
 
-    def _match(self, index: int, text: str) -> float | None:
+    def _miss(self, index: int, text: str, found: Any) -> None:
+        """Count why a candidate record gave no point."""
         stats = self.stats[index]
-        if len(text) <= SHORT_RECORD_CHARS:
-            found = self._python[index](text)
-        else:
-            found = self._matchers[index].search(text)
         if found is False:
             stats.reject(f"record longer than {BACKTRACKING_LIMIT_CHARS} characters for a regex RE2 cannot run", text)
-            return None
-        if found is None:
+        elif found is None:
             if stats.literal is not None and len(stats.unmatched_examples) < EXAMPLES_KEPT:
                 stats.unmatched_examples.append(text[:_EXAMPLE_CHARS])
-            return None
-        captured = found.group(1)
-        if captured is None:
+        elif found.group(1) is None:
             stats.reject("capture group 1 did not take part in the match", text)
-            return None
-        try:
-            value = float(captured)  # float() ignores surrounding white space, as the rule says
-        except ValueError:
-            if captured.strip():
-                stats.reject("capture is not a number", captured)
-            else:
-                stats.reject("empty capture", text)
-            return None
-        stats.matches += 1
-        if value - value != 0.0:  # NaN or infinite
-            stats.nonfinite += 1
-        return value
+        elif found.group(1).strip():
+            stats.reject("capture is not a number", found.group(1))
+        else:
+            stats.reject("empty capture", text)
 
     def reset_stats(self) -> None:
         self.stats = [DefinitionStats(s.name, s.literal) for s in self.stats]
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedPoint:
+class ParsedPoint(NamedTuple):
     line: int    # 1-based record number under the mode's splitting
     offset: int  # byte offset of the record's first byte in the input
     name: str

@@ -61,6 +61,8 @@ _REQUEST_FIELDS = {
     "ProfilerRuleConfigurations", "DebugHookConfig", "DebugRuleConfigurations", "CheckpointConfig",
     "EnableNetworkIsolation", "EnableManagedSpotTraining", "EnableInterContainerTrafficEncryption",
     "ExperimentConfig", "VpcConfig", "RetryStrategy", "TensorBoardOutputConfig", "TrainmonConfig",
+    "InfraCheckConfig", "RemoteDebugConfig", "SessionChainingConfig", "ServerlessJobConfig", "MlflowConfig",
+    "ModelPackageConfig", "TrainingPlanArn",
 }
 
 
@@ -175,6 +177,9 @@ def build_job_doc(request: dict[str, Any], now: float) -> dict[str, Any]:
     if not isinstance(grace, (int, float)) or isinstance(grace, bool) or not 0 <= grace <= 3600:
         raise ValidationException("TrainmonConfig.StopGraceSeconds must be a number of seconds from 0 to 3600.")
     extension["Command"] = command
+    workdir = extension.setdefault("WorkingDirectory", os.getcwd())
+    if not isinstance(workdir, str) or not Path(workdir).is_dir():
+        raise ValidationException(f"TrainmonConfig.WorkingDirectory {workdir!r} is not a directory.")
 
     doc: dict[str, Any] = {
         "TrainingJobName": name,
@@ -261,7 +266,8 @@ def transition(doc: dict[str, Any], status: str, now: float, message: str | None
 def set_status(store: SqliteStore, name: str, status: str, message: str | None = None, **fields: Any) -> JobRow:
     def mutate(job: JobRow) -> None:
         now = time.time()
-        if job.doc["TrainingJobStatus"] in TERMINAL:
+        current = job.doc["TrainingJobStatus"]
+        if current in TERMINAL or (current == "Stopping" and _PRIMARY[status] == "InProgress"):
             return
         transition(job.doc, status, now, message)
         job.doc.update(fields)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,6 +67,7 @@ class Supervisor:
         self._stop_reason: str | None = None  # "Stopped" | "MaxRuntimeExceeded"
         self._interrupts = 0
         self._wake = threading.Event()
+        self.first_failure: str | None = None
 
     # -- the whole life of a job ------------------------------------------------------------
 
@@ -95,7 +97,13 @@ class Supervisor:
         count = doc["ResourceConfig"]["InstanceCount"]
 
         jobs.set_status(self.store, self.name, "Downloading")
+        for stale in job_dir.glob("algo-*"):  # left by an earlier job of the same name
+            shutil.rmtree(stale, ignore_errors=True)
         prepared = [contract.prepare_host(job_dir, doc, host) for host in contract.host_names(count)]
+        requested = self.store.get_job(self.name)
+        if requested is not None and requested.stop_requested:
+            self._stop_reason = requested.stop_requested  # stopped before it started: start nothing
+            return self._finish(self._stop_reason)
         spool_dir = job_dir / ".spool"
         spool_dir.mkdir(parents=True, exist_ok=True)
 
@@ -146,7 +154,7 @@ class Supervisor:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     env={**os.environ, **env},
-                    cwd=layout.root,
+                    cwd=job.doc["TrainmonConfig"].get("WorkingDirectory") or layout.root,
                     start_new_session=True,
                 )
             except OSError as exc:
@@ -174,7 +182,9 @@ class Supervisor:
             codes = {h.name: h.process.poll() for h in self.hosts}
             if all(code is not None for code in codes.values()):
                 return {name: code for name, code in codes.items() if code is not None}
-            if any(code not in (None, 0) for code in codes.values()):
+            failing = [name for name, code in codes.items() if code not in (None, 0)]
+            if failing:
+                self.first_failure = failing[0]
                 self._terminate(grace_s)  # one host failed: the job fails, the others end
                 return {h.name: h.process.wait() for h in self.hosts}
             now = time.time()
@@ -262,7 +272,8 @@ class Supervisor:
         if self._stop_reason is not None:
             self._pack(job)
             return self._finish(self._stop_reason)
-        failed = [h for h in self.hosts if exit_codes.get(h.name, 0) != 0]
+        failed = sorted((h for h in self.hosts if exit_codes.get(h.name, 0) != 0),
+                        key=lambda h: h.name != self.first_failure)  # the host that failed first, not one we ended
         if failed:
             return self._finish("Failed", FailureReason=self._failure_reason(failed[0], exit_codes[failed[0].name]))
         jobs.set_status(self.store, self.name, "Uploading")
