@@ -52,4 +52,4 @@ frame = estimator.training_job_analytics.dataframe()  # every raw point: timesta
 print(frame.groupby("metric_name")["value"].agg(["count", "min", "last"]))
 per_minute = TrainingJobAnalytics(estimator.latest_training_job.name, period=60, statistic="Average").dataframe()
 print(per_minute)
-# In a notebook: frame.pivot(index="timestamp", columns="metric_name", values="value").plot()
+# In a notebook: frame.pivot_table(index="timestamp", columns="metric_name", values="value").plot()

@@ -1,0 +1,226 @@
+"""The documentation stays true: the CLI reference is regenerated text, every page is reachable,
+every `trainmon` command shown parses, and the README tour and the Python page's examples run."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from trainmon.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+PAGES = sorted(DOCS.glob("*.md"))
+FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_cli_docs", ROOT / "scripts" / "gen_cli_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def blocks(path: Path, *languages: str) -> list[str]:
+    """The bodies of a page's fenced code blocks in the given languages, in order."""
+    return [body for language, body in FENCE.findall(path.read_text(encoding="utf-8")) if language in languages]
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors for a page's headings."""
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    found = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", text, re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+def trainmon_commands(text: str, *, prompted_only: bool = False) -> list[list[str]]:
+    """Every ``trainmon ...`` command in shell text (or, with ``prompted_only``, on the lines of a
+    transcript that start with "$ "), as argv without the program name."""
+    commands = []
+    for line in text.replace("\\\n", " ").splitlines():
+        line = line.strip()
+        if prompted_only and not line.startswith("$ "):
+            continue
+        line = line.removeprefix("$ ")
+        if not line or line.startswith("#"):
+            continue
+        words = shlex.split(line, comments=True)
+        while "trainmon" in words:
+            words = words[words.index("trainmon") + 1:]
+            argv = []
+            for word in words:
+                if word in ("|", "&&", ";", ">", ">>", "<"):
+                    break
+                argv.append(word)
+            commands.append(argv)
+            words = words[len(argv):]
+    return commands
+
+
+# -- the CLI reference -----------------------------------------------------------------------
+
+
+def test_cli_reference_is_generated_from_the_current_parser() -> None:
+    expected = _generator().render()
+    current = (DOCS / "cli.md").read_text(encoding="utf-8") if (DOCS / "cli.md").exists() else ""
+    assert current == expected, (
+        "docs/cli.md does not match the command's parser: run `python3 scripts/gen_cli_docs.py` and commit the result"
+    )
+
+
+def test_every_subcommand_and_option_is_in_the_cli_reference() -> None:
+    reference = (DOCS / "cli.md").read_text(encoding="utf-8")
+    parser = build_parser()
+    commands = _generator().subcommands(parser)
+    assert commands, "the parser has no subcommands?"
+    missing = []
+    for name, sub in [("", parser), *commands]:
+        title = f"## trainmon {name}".rstrip()
+        if f"\n{title}\n" not in reference:
+            missing.append(title)
+        for action in sub._actions:
+            missing += [f"{title}: {option}" for option in action.option_strings if option not in reference]
+    assert not missing, f"missing from docs/cli.md: {missing}; run `python3 scripts/gen_cli_docs.py`"
+
+
+def test_generator_check_mode_agrees() -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_cli_docs.py"), "--check"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+# -- pages and links -------------------------------------------------------------------------
+
+
+def test_readme_opens_with_one_paragraph_then_the_two_commands() -> None:
+    text = README.read_text(encoding="utf-8")
+    title, _, rest = text.partition("\n")
+    assert title.startswith("# ")
+    before, fence, _ = rest.partition("```")
+    paragraphs = [p for p in before.split("\n\n") if p.strip()]
+    assert fence and len(paragraphs) == 1, "the README starts with one paragraph on what trainmon is, then the commands"
+    first = FENCE.findall(text)[0]
+    assert first[1].strip().splitlines() == [
+        "python3 -m pip install -e '.[demo]' && trainmon demo",
+        "./scripts/test",
+    ]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "./scripts/test" in ci
+
+
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    assert PAGES, "no pages under docs/"
+    targets = {link.split("#")[0] for link in LINK.findall(README.read_text(encoding="utf-8"))}
+    unlinked = [f"docs/{page.name}" for page in PAGES if f"docs/{page.name}" not in targets]
+    assert not unlinked, f"README.md links to no {unlinked}"
+
+
+@pytest.mark.parametrize("page", [README, *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_links_to_pages_and_headings_resolve(page: Path) -> None:
+    broken = []
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    for link in LINK.findall(text):
+        if "://" in link or link.startswith("mailto:"):
+            continue
+        target, _, anchor = link.partition("#")
+        path = (page.parent / target).resolve() if target else page
+        if not path.is_relative_to(DOCS) and path != README:
+            continue  # other engineers' files (benchmarks/README.md) are checked where they live
+        if not path.exists():
+            broken.append(link)
+        elif anchor and anchor not in anchors(path):
+            broken.append(link)
+    assert not broken, f"{page.name}: broken links {broken}"
+
+
+@pytest.mark.parametrize("page", [README, *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_trainmon_commands_shown_parse(page: Path) -> None:
+    parser = build_parser()
+    shown = [argv for body in blocks(page, "sh") for argv in trainmon_commands(body)]
+    shown += [argv for body in blocks(page, "text") for argv in trainmon_commands(body, prompted_only=True)]
+    bad = []
+    for argv in shown:
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            bad.append(shlex.join(["trainmon", *argv]))
+    assert not bad, f"{page.name}: these commands do not parse: {bad}"
+
+
+# -- examples that run -----------------------------------------------------------------------
+
+
+def _shims(tmp_path: Path) -> dict[str, str]:
+    """An environment where `trainmon` and `python3` are this interpreter, with a fresh data directory."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, target in (("trainmon", f'"{sys.executable}" -m trainmon'), ("python3", f'"{sys.executable}"')):
+        shim = bin_dir / name
+        shim.write_text(f'#!/bin/sh\nexec {target} "$@"\n', encoding="utf-8")
+        shim.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "TRAINMON_HOME": str(tmp_path / "home"), "PYTHONWARNINGS": ""}
+
+
+def test_readme_tour_runs(tmp_path: Path) -> None:
+    env = _shims(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## A two-minute tour\n")
+    tour = text[start:text.index("\n## ", start + 1)]
+    ran = 0
+    for language, body in FENCE.findall(tour):
+        if language == "python" and body.startswith("# "):
+            (work / body.split("\n", 1)[0][2:].strip()).write_text(body, encoding="utf-8")
+            continue
+        if language == "python":
+            program = [sys.executable, "-c", body]
+            result = subprocess.run(program, cwd=work, env=env, capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, f"README Python example failed:\n{body}\n{result.stderr}"
+            ran += 1
+            continue
+        if language != "sh":
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            result = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True,
+                                    timeout=90)
+            assert result.returncode == 0, f"README command failed ({result.returncode}): {line}\n{result.stderr}"
+            ran += 1
+    assert ran >= 8, "the tour's blocks were not found"
+    describe = subprocess.run(["trainmon", "describe", "my-job"], cwd=work, env=env, capture_output=True, text=True,
+                              timeout=60)
+    assert "train:error: 5 points" in describe.stdout
+    stopped = subprocess.run(["trainmon", "list", "--json"], cwd=work, env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert '"TrainingJobStatus": "Stopped"' in stopped.stdout
+
+
+def test_python_page_examples_run(tmp_path: Path) -> None:
+    code = "\n\n".join(blocks(DOCS / "python.md", "python"))
+    assert "create_training_job" in code and "get_log_events" in code
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_shims(tmp_path), capture_output=True,
+                            text=True, timeout=100)
+    assert result.returncode == 0, f"docs/python.md examples failed:\n{result.stderr}"
+    out = result.stdout
+    assert "Completed Completed" in out
+    assert "train:error 0.1 " in out
+    assert "epoch 3 Train_error=0.100;" in out
+    assert "\nStopped\n" in out
+    assert "ValidationException\nRequested resource not found." in out
