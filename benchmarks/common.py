@@ -13,10 +13,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(__file__).resolve().parent / ".data"  # git-ignored
@@ -47,16 +48,19 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def timed(fn: Callable[[], object]) -> tuple[float, object]:
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
 
 
-def best_of(repeats: int, fn: Callable[[], object]) -> tuple[float, object]:
+def best_of(repeats: int, fn: Callable[[], T]) -> tuple[float, T]:
     """The fastest of ``repeats`` runs (the least disturbed by the rest of the machine) and its result."""
-    best, result = math.inf, None
-    for _ in range(max(1, repeats)):
+    best, result = timed(fn)
+    for _ in range(repeats - 1):
         elapsed, result = timed(fn)
         best = min(best, elapsed)
     return best, result
@@ -78,13 +82,23 @@ def median(values: Sequence[float]) -> float:
 
 @dataclass
 class Figure:
-    """One headline number: measured / baseline, and whether it meets its target."""
+    """One headline result; ``met`` is None for a figure without a target (informational)."""
 
     name: str
-    ratio: float
-    target: str
-    met: bool
+    value: str
+    target: str | None
+    met: bool | None
     detail: str = ""
+
+    def line(self) -> str:
+        verdict = "informational" if self.met is None else f"target {self.target}: {'ok' if self.met else 'MISSED'}"
+        return f"{self.name}: {self.value}  ({verdict}){'  ' + self.detail if self.detail else ''}"
+
+
+def ratio_text(value: float) -> str:
+    if value >= 0.095 or value == 0:
+        return f"{value:.2f}x"
+    return f"{value:.2g}x (1/{1 / value:,.0f})"
 
 
 @dataclass
@@ -93,13 +107,24 @@ class Report:
     figures: list[Figure] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # correctness checks that did not hold
 
-    def figure(self, name: str, ratio: float, target: str, met: bool, detail: str = "") -> None:
-        self.figures.append(Figure(name, ratio, target, met, detail))
-        mark = "ok" if met else "MISSED"
-        print(f"  => {name}: {ratio:.2f}x  (target {target}: {mark}){'  ' + detail if detail else ''}")
+    def _add(self, figure: Figure) -> None:
+        self.figures.append(figure)
+        print("  => " + figure.line())
+        sys.stdout.flush()
+
+    def ratio(self, name: str, value: float, target: str | None = None, met: bool | None = None,
+              detail: str = "") -> None:
+        """A ratio against the baseline measured in the same run."""
+        self._add(Figure(name, ratio_text(value), target, met, detail))
+
+    def absolute(self, name: str, value: str, target: str, met: bool, detail: str = "") -> None:
+        """An absolute figure with an absolute target (printed next to its ratio)."""
+        self._add(Figure(name, value, target, met, detail))
 
     def check(self, ok: bool, message: str) -> bool:
+        """A correctness check: a failed one makes the whole run exit non-zero."""
         print(f"  check: {message}: {'ok' if ok else 'FAILED'}")
+        sys.stdout.flush()
         if not ok:
             self.failures.append(message)
         return ok
@@ -116,7 +141,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for row in cells:
-        print("  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        print("  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
     sys.stdout.flush()
 
 

@@ -1,0 +1,105 @@
+"""Stand-in training jobs, run as separate processes (by path: ``python benchmarks/jobs.py KIND ...``).
+
+Each job writes what it measured about itself (its own elapsed time, CPU time, how far it fell
+behind its schedule) as JSON to the file named by ``--report``, never to stdout, so its output
+is exactly the lines under test.
+
+- ``paced``: ``--rate`` lines per second for ``--seconds``, paced by the clock, one ``print`` per
+  line: ``step N loss=0.123``.
+- ``flood``: ``--megabytes`` of ``step N loss=...`` lines, written as fast as the pipe takes them.
+- ``stamped``: ``--count`` lines ``t=<time.time()> value=<i>``, ``--interval-ms`` apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def loss_of(step: int) -> float:
+    """The value a line carries, so that a reader can check every stored point."""
+    return (step * 7919 % 1000) / 1000
+
+
+def paced(rate: float, seconds: float) -> dict[str, float]:
+    total = int(rate * seconds)
+    start = time.perf_counter()
+    cpu_start = time.process_time()
+    step = 0
+    worst_lag = 0.0
+    while step < total:
+        now = time.perf_counter()
+        due = min(total, int((now - start) * rate) + 1)
+        if due <= step:
+            time.sleep(min(0.001, (step / rate) - (now - start)))
+            continue
+        worst_lag = max(worst_lag, now - (start + step / rate))
+        while step < due:
+            print(f"step {step} loss={loss_of(step):.3f}")
+            step += 1
+    elapsed = time.perf_counter() - start
+    return {"lines": total, "elapsed_s": elapsed, "cpu_s": time.process_time() - cpu_start,
+            "worst_lag_s": worst_lag}
+
+
+FLOOD_LINE_PAD = "x" * 40
+
+
+def flood(megabytes: float) -> dict[str, float]:
+    lines_per_block = 1000
+    block = "".join(
+        f"step {step} loss={loss_of(step):.3f} {FLOOD_LINE_PAD}\n" for step in range(lines_per_block)
+    ).encode()
+    blocks = max(1, int(megabytes * 1e6 / len(block)))
+    out = sys.stdout.buffer
+    fd = out.fileno()
+    start = time.perf_counter()
+    cpu_start = time.process_time()
+    for _ in range(blocks):
+        view = memoryview(block)
+        while view:
+            view = view[os.write(fd, view):]
+    elapsed = time.perf_counter() - start
+    return {"lines": blocks * lines_per_block, "bytes": blocks * len(block), "elapsed_s": elapsed,
+            "cpu_s": time.process_time() - cpu_start}
+
+
+def stamped(count: int, interval_s: float, delay_s: float) -> dict[str, float]:
+    time.sleep(delay_s)  # let the reader start polling
+    start = time.perf_counter()
+    for i in range(count):
+        target = start + i * interval_s
+        pause = target - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        print(f"t={time.time():.6f} value={i}", flush=True)
+    return {"lines": count, "elapsed_s": time.perf_counter() - start}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind", choices=["paced", "flood", "stamped"])
+    parser.add_argument("--report", required=True)
+    parser.add_argument("--rate", type=float, default=100_000)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--megabytes", type=float, default=200)
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--interval-ms", type=float, default=5.0)
+    parser.add_argument("--delay-s", type=float, default=0.5)
+    args = parser.parse_args()
+    if args.kind == "paced":
+        result = paced(args.rate, args.seconds)
+    elif args.kind == "flood":
+        result = flood(args.megabytes)
+    else:
+        result = stamped(args.count, args.interval_ms / 1000, args.delay_s)
+    with open(args.report, "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
