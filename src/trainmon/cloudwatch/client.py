@@ -1,4 +1,4 @@
-"""``trainmon.client("cloudwatch")``: PutMetricData, GetMetricStatistics, ListMetrics with boto3's shapes.
+"""``trainmon.client("cloudwatch")``: PutMetricData, GetMetricStatistics, GetMetricData, ListMetrics with boto3's shapes.
 
 Jobs' metrics appear as CloudWatch shows SageMaker's: namespace ``/aws/sagemaker/TrainingJobs``,
 dimension ``TrainingJobName``, high resolution. Unlike CloudWatch, a new metric is listed at
@@ -7,13 +7,23 @@ once, and metrics stay listed after two weeks without data.
 
 from __future__ import annotations
 
+import base64
+import bisect
+import hashlib
+import json
+import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
-from ..errors import InvalidParameterCombination, InvalidParameterValue, MissingParameter
-from ..store import SqliteStore
+from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
+from ..store import Store
+from .expressions import Evaluator, Expression, Node, Series, evaluation_order, parse, render_label, result_labels
 from .model import (
+    FUTURE_LIMIT_S,
     MetricKey,
     check_dimensions,
     check_metric_name,
@@ -26,6 +36,14 @@ from .statistics import STATISTICS, aggregate, aligned_start, check_datapoint_co
 
 LIST_PAGE = 500
 RECENT_S = 3 * 3600
+MAX_QUERIES = 500
+DEFAULT_MAX_DATAPOINTS = 100_800
+MAX_EXPRESSION = 2048
+SCAN_BY = ("TimestampDescending", "TimestampAscending")
+_QUERY_ID = re.compile(r"[a-z][A-Za-z0-9_]{0,254}")
+_TIMEZONE = re.compile(r"[+-]\d{4}")
+_QUERY_FIELDS = ("Id", "MetricStat", "Expression", "Label", "ReturnData", "Period", "AccountId")
+_T = TypeVar("_T")
 
 
 def _datetime(epoch_s: float) -> datetime:
@@ -33,7 +51,7 @@ def _datetime(epoch_s: float) -> datetime:
 
 
 class CloudWatchClient:
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def put_metric_data(self, *, Namespace: str | None = None, MetricData: list[dict[str, Any]] | None = None,
@@ -80,6 +98,76 @@ class CloudWatchClient:
         for point in datapoints:
             point["Timestamp"] = _datetime(point["Timestamp"])
         return {"Label": key.name, "Datapoints": datapoints}
+
+    def get_metric_data(
+        self,
+        *,
+        MetricDataQueries: list[dict[str, Any]] | None = None,
+        StartTime: Any = None,
+        EndTime: Any = None,
+        NextToken: str | None = None,
+        ScanBy: str | None = None,
+        MaxDatapoints: int | None = None,
+        LabelOptions: dict[str, Any] | None = None,
+        **unsupported: Any,
+    ) -> dict[str, Any]:
+        """Metrics and metric math over them, paginated by datapoints (docs/metrics.md)."""
+        _refuse(unsupported)
+        queries, order = _data_queries(MetricDataQueries)
+        start_s, end_s = _time_range(StartTime, EndTime)
+        descending = _scan_descending(ScanBy)
+        limit = _max_datapoints(MaxDatapoints)
+        _check_label_options(LabelOptions)
+        fingerprint = _fingerprint(MetricDataQueries, start_s, end_s, descending)
+        after = _cursor(NextToken, fingerprint) if NextToken is not None else None
+        results = self._results(queries, order, start_s, end_s, time.time())
+        return _page(results, descending=descending, limit=limit, after=after, fingerprint=fingerprint)
+
+    def _results(self, queries: list[DataQuery], order: list[str], start_s: float, end_s: float,
+                 now_s: float) -> list[tuple[str, str, Series]]:
+        """(Id, Label, series) of every returned result, in the order of the queries."""
+        metrics = {q.id: self._series(q, q.metric, start_s, end_s, now_s) for q in queries if q.metric is not None}
+        expressions = {q.id: q.expression for q in queries if q.expression is not None}
+        evaluator = Evaluator(metrics, expressions, order, partial(_slots, start_s, end_s, now_s))
+        results: list[tuple[str, str, Series]] = []
+        for query in queries:
+            if not query.return_data:
+                continue
+            if query.id in metrics:
+                results.append((query.id, metrics[query.id].label, metrics[query.id]))
+                continue
+            value = evaluator.value(query.id)
+            if isinstance(value, float):
+                raise InvalidParameterValue(
+                    f"Error in expression {query.id}: its result is a number, and a returned result must be a time "
+                    "series or an array of time series (e.g. m1 - AVG(m1)); or set ReturnData to false."
+                )
+            results.extend((query.id, label, series) for label, series in result_labels(query.id, query.label, value))
+        return results
+
+    def _series(self, query: DataQuery, stat: MetricStat, start_s: float, end_s: float, now_s: float) -> Series:
+        """One MetricStat's series, computed as GetMetricStatistics computes its datapoints."""
+        start = aligned_start(start_s, stat.period, now_s)
+        points = {} if start is None else self._stat_points(stat, int(start * 1000), int(end_s * 1000))
+        series = Series(stat.key.name, points, stat.period, _props(stat))
+        if query.label is None:
+            return series
+        return replace(series, label=render_label(query.label, stat.key.name, series))
+
+    def _stat_points(self, stat: MetricStat, start_ms: int, end_ms: int) -> dict[int, float]:
+        samples = self.store.metric_samples(stat.key, start_ms, end_ms)
+        if stat.unit is None:  # one value per period, whatever units the data was put with
+            samples = [replace(sample, unit="None") for sample in samples]
+        percentile = stat.stat not in STATISTICS
+        rows = aggregate(samples, start_ms=start_ms, end_ms=end_ms, period_s=stat.period,
+                         statistics=() if percentile else (stat.stat,), percentiles=(stat.stat,) if percentile else (),
+                         unit=stat.unit)
+        points: dict[int, float] = {}
+        for row in rows:
+            value = row.get("ExtendedStatistics", {}).get(stat.stat) if percentile else row[stat.stat]
+            if value is not None:  # a percentile is unavailable for some periods
+                points[round(row["Timestamp"] * 1000)] = float(value)
+        return points
 
     def list_metrics(
         self,
@@ -135,3 +223,248 @@ def _refuse(unsupported: dict[str, Any], allowed: tuple[str, ...] = ()) -> None:
     unknown = sorted(set(unsupported) - set(allowed))
     if unknown:
         raise InvalidParameterValue(f"Unknown parameter(s): {', '.join(unknown)}.")
+
+
+# -- GetMetricData -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MetricStat:
+    key: MetricKey
+    period: int
+    stat: str  # one of STATISTICS or a percentile such as p99.9
+    unit: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DataQuery:
+    id: str
+    label: str | None
+    return_data: bool
+    metric: MetricStat | None = None
+    expression: Expression | None = None
+
+
+def _data_queries(value: Any) -> tuple[list[DataQuery], list[str]]:
+    """The validated queries, and their expressions' Ids in an order that computes each after its inputs."""
+    if value is None:
+        raise MissingParameter("The parameter MetricDataQueries is required.")
+    if not isinstance(value, list) or not value:
+        raise InvalidParameterValue(f"The collection MetricDataQueries must have 1 to {MAX_QUERIES} members.")
+    if len(value) > MAX_QUERIES:
+        raise InvalidParameterValue(f"The collection MetricDataQueries must not have a size greater than {MAX_QUERIES}.")
+    queries: list[DataQuery] = []
+    seen: set[str] = set()
+    for position, item in enumerate(value, start=1):
+        query = _data_query(item, f"MetricDataQueries.member.{position}")
+        if query.id in seen:
+            raise InvalidParameterValue(
+                f"The value {query.id} for parameter MetricDataQueries.member.{position}.Id is a duplicate: "
+                "each query of a request needs its own Id."
+            )
+        seen.add(query.id)
+        queries.append(query)
+    trees = {q.id: q.expression.tree for q in queries if q.expression is not None}
+    return queries, evaluation_order(trees, seen)
+
+
+def _data_query(item: Any, where: str) -> DataQuery:
+    fields = _structure(item, where, _QUERY_FIELDS)
+    query_id = _query_id(fields.get("Id"), f"{where}.Id")
+    label = fields.get("Label")
+    if label is not None and not isinstance(label, str):
+        raise InvalidParameterValue(f"The parameter {where}.Label must be a string.")
+    return_data = fields.get("ReturnData", True)
+    if not isinstance(return_data, bool):
+        raise InvalidParameterValue(f"The parameter {where}.ReturnData must be true or false.")
+    period = _located(check_period, fields["Period"], "Period", f"{where}.Period") if "Period" in fields else None
+    stat, expression = fields.get("MetricStat"), fields.get("Expression")
+    if stat is not None and expression is not None:
+        raise InvalidParameterCombination(
+            f"The parameters {where}.MetricStat and {where}.Expression are mutually exclusive: give one of them."
+        )
+    if stat is not None:
+        return DataQuery(query_id, label, return_data, metric=_metric_stat(stat, f"{where}.MetricStat"))
+    if expression is None:
+        raise MissingParameter(f"The parameter {where} needs one of MetricStat or Expression.")
+    tree = _expression_tree(expression, f"{where}.Expression")
+    return DataQuery(query_id, label, return_data, expression=Expression(query_id, tree, period))
+
+
+def _structure(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidParameterValue(f"The parameter {where} must be a structure.")
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise InvalidParameterValue(f"Unknown parameter(s) in {where}: {', '.join(map(str, unknown))}.")
+    return value
+
+
+def _query_id(value: Any, field: str) -> str:
+    if value is None:
+        raise MissingParameter(f"The parameter {field} is required.")
+    if not isinstance(value, str) or not _QUERY_ID.fullmatch(value):
+        raise InvalidParameterValue(
+            f"The value {value} for parameter {field} is not valid: an Id is 1 to 255 letters, digits and "
+            "underscores, and starts with a lowercase letter."
+        )
+    return value
+
+
+def _expression_tree(value: Any, field: str) -> Node:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_EXPRESSION:
+        raise InvalidParameterValue(f"The parameter {field} must be a string of 1 to {MAX_EXPRESSION} characters.")
+    return parse(value, field)
+
+
+def _metric_stat(value: Any, where: str) -> MetricStat:
+    fields = _structure(value, where, ("Metric", "Period", "Stat", "Unit"))
+    for name in ("Metric", "Period", "Stat"):
+        if fields.get(name) is None:
+            raise MissingParameter(f"The parameter {where}.{name} is required.")
+    metric = _structure(fields["Metric"], f"{where}.Metric", ("Namespace", "MetricName", "Dimensions"))
+    key = MetricKey(
+        _located(check_namespace, metric.get("Namespace"), "Namespace", f"{where}.Metric.Namespace"),
+        check_metric_name(metric.get("MetricName"), f"{where}.Metric.MetricName"),
+        check_dimensions(metric.get("Dimensions"), f"{where}.Metric.Dimensions"),  # type: ignore[arg-type]
+    )
+    period = _located(check_period, fields["Period"], "Period", f"{where}.Period")
+    unit = check_unit(fields["Unit"], f"{where}.Unit") if fields.get("Unit") is not None else None
+    return MetricStat(key, period, _stat(fields["Stat"], f"{where}.Stat"), unit)
+
+
+def _stat(value: Any, field: str) -> str:
+    if isinstance(value, str) and value in STATISTICS:
+        return value
+    if isinstance(value, str) and value.startswith("p"):
+        try:
+            percentile_of(value)
+            return value
+        except InvalidParameterValue:
+            pass
+    raise InvalidParameterValue(
+        f"The value {value} for parameter {field} is not a valid statistic: use SampleCount, Average, Sum, "
+        "Minimum, Maximum or a percentile from p0.0 to p100 (e.g. p99.9)."
+    )
+
+
+def _located(check: Callable[[Any], _T], value: Any, name: str, field: str) -> _T:
+    """``check(value)``, its error naming the parameter by its full path in the request."""
+    try:
+        return check(value)
+    except (InvalidParameterValue, MissingParameter) as error:
+        raise type(error)(error.message.replace(f"parameter {name} ", f"parameter {field} ")) from None
+
+
+def _time_range(start: Any, end: Any) -> tuple[float, float]:
+    for field, value in (("StartTime", start), ("EndTime", end)):
+        if value is None:
+            raise MissingParameter(f"The parameter {field} is required.")
+    start_s, end_s = epoch_seconds(start, "StartTime"), epoch_seconds(end, "EndTime")
+    if end_s <= start_s:
+        raise InvalidParameterValue("The parameter StartTime must be before EndTime.")
+    return start_s, end_s
+
+
+def _scan_descending(value: Any) -> bool:
+    if value is not None and value not in SCAN_BY:
+        raise InvalidParameterValue(f"The value {value} for parameter ScanBy is not one of {', '.join(SCAN_BY)}.")
+    return value != "TimestampAscending"
+
+
+def _max_datapoints(value: Any) -> int:
+    if value is None:
+        return DEFAULT_MAX_DATAPOINTS
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidParameterValue("The parameter MaxDatapoints must be a positive integer.")
+    return value
+
+
+def _check_label_options(value: Any) -> None:
+    """LabelOptions.Timezone only matters to time-based dynamic labels, which trainmon leaves as written."""
+    if value is None:
+        return
+    options = _structure(value, "LabelOptions", ("Timezone",))
+    zone = options.get("Timezone")
+    if zone is not None and (not isinstance(zone, str) or not _TIMEZONE.fullmatch(zone)):
+        raise InvalidParameterValue(
+            f"The value {zone} for parameter LabelOptions.Timezone is not valid: use + or - and four digits, e.g. +0130."
+        )
+
+
+def _props(stat: MetricStat) -> dict[str, str]:
+    """What ``${PROP('...')}`` in a label can show."""
+    props = {"MetricName": stat.key.name, "Namespace": stat.key.namespace, "Period": str(stat.period),
+             "Stat": stat.stat}
+    props.update({f"Dim.{name}": value for name, value in stat.key.dimensions})
+    return props
+
+
+def _slots(start_s: float, end_s: float, now_s: float, period: int) -> range:
+    """The period start times (epoch ms) FILL fills: the request's range, rounded as for the data, and
+    ending where data can end (two hours from now)."""
+    start = aligned_start(start_s, period, now_s)
+    if start is None:
+        return range(0)
+    return range(int(start * 1000), int(min(end_s, now_s + FUTURE_LIMIT_S) * 1000), period * 1000)
+
+
+# -- pagination: MaxDatapoints points a page, newest (or oldest) first across all results --------
+
+
+def _page(results: list[tuple[str, str, Series]], *, descending: bool, limit: int, after: tuple[int, int] | None,
+          fingerprint: str) -> dict[str, Any]:
+    def order(entry: tuple[int, int]) -> tuple[int, int]:
+        timestamp, index = entry
+        return (-timestamp if descending else timestamp, index)
+
+    entries = sorted(((t, index) for index, (_, _, series) in enumerate(results) for t in series.points), key=order)
+    start = bisect.bisect_right([order(entry) for entry in entries], order(after)) if after is not None else 0
+    page, rest = entries[start:start + limit], entries[start + limit:]
+    chosen: dict[int, list[int]] = {}
+    for timestamp, index in page:
+        chosen.setdefault(index, []).append(timestamp)
+    remaining = {index for _, index in rest}
+    response: dict[str, Any] = {
+        "MetricDataResults": [
+            _result(query_id, label, series, chosen.get(index, []), index in remaining)
+            for index, (query_id, label, series) in enumerate(results)
+        ],
+        "Messages": [],
+    }
+    if rest:
+        response["NextToken"] = _token(page[-1], fingerprint)
+    return response
+
+
+def _result(query_id: str, label: str, series: Series, timestamps: list[int], partial: bool) -> dict[str, Any]:
+    return {
+        "Id": query_id,
+        "Label": label,
+        "Timestamps": [_datetime(t / 1000) for t in timestamps],
+        "Values": [series.points[t] for t in timestamps],
+        "StatusCode": "PartialData" if partial else "Complete",
+        "Messages": [],
+    }
+
+
+def _fingerprint(queries: Any, start_s: float, end_s: float, descending: bool) -> str:
+    """What a NextToken is bound to: a token is only good for the request that gave it."""
+    text = json.dumps([queries, start_s, end_s, descending], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _token(last: tuple[int, int], fingerprint: str) -> str:
+    raw = json.dumps({"t": last[0], "i": last[1], "r": fingerprint}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _cursor(token: Any, fingerprint: str) -> tuple[int, int]:
+    """The last (timestamp, result) a previous page returned."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if data["r"] == fingerprint and isinstance(data["t"], int) and isinstance(data["i"], int):
+            return data["t"], data["i"]
+    except (AttributeError, ValueError, TypeError, KeyError):
+        pass
+    raise CloudWatchError("The next token specified is invalid.", code="InvalidNextToken")
