@@ -1,15 +1,22 @@
 from __future__ import annotations
 
+import itertools
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from trainmon.store import SqliteStore, open_store
+from trainmon.store import Store, open_store
+
+POSTGRES_BIN = Path(os.environ.get("TRAINMON_TEST_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
 
 
 @pytest.fixture
@@ -21,9 +28,129 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def _no_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests use SQLite unless they ask for PostgreSQL: a URL in the shell must not reach them."""
+    monkeypatch.delenv("TRAINMON_DATABASE_URL", raising=False)
+
+
 @pytest.fixture
-def store(home: Path) -> SqliteStore:
+def store(home: Path) -> Iterator[Store]:
     s = open_store(home)
+    yield s
+    s.close()
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------
+
+
+@dataclass
+class PostgresServer:
+    """A PostgreSQL cluster this test run started: trust authentication, 127.0.0.1 only."""
+
+    port: int
+    names = itertools.count()
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def admin(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as db:
+            db.execute(sql)
+
+    def create_database(self) -> str:
+        name = f"test_{os.getpid()}_{next(self.names)}"
+        self.admin(f"CREATE DATABASE {name} TEMPLATE template0")  # much faster than template1 here
+        return name
+
+    def drop_database(self, name: str) -> None:
+        self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _as_server_user(root: Path) -> list[str]:
+    """The prefix that runs PostgreSQL's programs: as the ``postgres`` user when we are root
+    (initdb refuses root; ``root`` is then in /tmp, which that user can enter), as ourselves otherwise."""
+    if os.geteuid() != 0:
+        return []
+    shutil.chown(root, "postgres", "postgres")
+    return ["runuser", "-u", "postgres", "--"]
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL 15 server for the whole test run, in a temp dir, on a free port."""
+    pytest.importorskip("psycopg", reason="the PostgreSQL tests need psycopg: pip install -e '.[test]'")
+    if not (POSTGRES_BIN / "initdb").exists():
+        pytest.skip(f"PostgreSQL is not installed at {POSTGRES_BIN} (set TRAINMON_TEST_POSTGRES_BIN)")
+    root = Path(tempfile.mkdtemp(prefix="trainmon-pg-", dir="/tmp" if os.geteuid() == 0 else None))
+    user = _as_server_user(root)
+    data = root / "data"
+
+    def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*user, *map(str, argv)], cwd=root, capture_output=True, text=True, timeout=120)
+
+    initdb = run(POSTGRES_BIN / "initdb", "-D", data, "-U", "postgres", "--auth=trust", "--encoding=UTF8",
+                 "--locale=C", "--no-sync")
+    assert initdb.returncode == 0, initdb.stdout + initdb.stderr
+    for _attempt in range(3):  # another process may take the free port before the server binds it
+        port = free_port()
+        options = (f"-p {port} -c listen_addresses=127.0.0.1 -k {root} -c fsync=off -c synchronous_commit=off "
+                   "-c full_page_writes=off -c max_connections=200")
+        started = run(POSTGRES_BIN / "pg_ctl", "-D", data, "-l", root / "server.log", "-o", options, "-w", "-t", "60",
+                      "start")
+        if started.returncode == 0:
+            break
+    else:
+        log = (root / "server.log").read_text(errors="replace") if (root / "server.log").exists() else ""
+        raise AssertionError(f"PostgreSQL did not start:\n{started.stdout}{started.stderr}\n{log}")
+    try:
+        yield PostgresServer(port)
+    finally:
+        run(POSTGRES_BIN / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """The URL of a fresh, empty database in the session's server, dropped after the test."""
+    name = postgres_server.create_database()
+    yield postgres_server.url(name)
+    postgres_server.drop_database(name)
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    """Where a test's store lives: what ``open_store`` needs to open it again (in another process too)."""
+
+    backend: str
+    home: Path
+    database_url: str  # "" for SQLite in ``home``
+
+    def open(self) -> Store:
+        return open_store(self.home, database_url=self.database_url)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> StoreTarget:
+    """Each backend in turn: SQLite in a temp dir, or a fresh database in the session's server."""
+    home = tmp_path / "store-home"
+    home.mkdir()
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else ""
+    return StoreTarget(request.param, home, url)
+
+
+@pytest.fixture
+def any_store(store_target: StoreTarget) -> Iterator[Store]:
+    """The store of each backend in turn, for the one contract suite (tests/test_store.py)."""
+    s = store_target.open()
     yield s
     s.close()
 

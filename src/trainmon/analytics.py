@@ -12,7 +12,7 @@ from typing import Any
 
 from . import jobs
 from .query import period_table
-from .store import SqliteStore, open_store
+from .store import Store, open_store
 
 STATISTICS = ("Average", "Sum", "Minimum", "Maximum", "SampleCount")
 
@@ -25,7 +25,7 @@ class TrainingJobAnalytics:
         *,
         period: int | None = None,
         statistic: str = "Average",
-        store: SqliteStore | None = None,
+        store: Store | None = None,
     ) -> None:
         if statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, not {statistic!r}")

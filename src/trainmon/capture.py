@@ -26,7 +26,7 @@ from typing import BinaryIO
 from .errors import StoreError
 from .extract import Extractor
 from .records import Mode, decode, last_break_end, split_text
-from .store import Batch, SqliteStore
+from .store import Batch, Store
 
 READ_BYTES = 1 << 20
 MAX_RECORD_BYTES = 16 << 20
@@ -199,7 +199,7 @@ class Ingestor(threading.Thread):
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         job_id: int,
         streams: list[HostStream],
         extractor: Extractor,

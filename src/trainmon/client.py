@@ -21,7 +21,7 @@ import psutil
 from . import config, jobs
 from .errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException, WaiterError
 from .records import escape
-from .store import JobRow, SqliteStore, open_store
+from .store import JobRow, Store, open_store
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 _TIME_FIELDS = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
@@ -65,8 +65,8 @@ class _Exceptions:
 class _Client:
     exceptions = _Exceptions
 
-    def __init__(self, store: SqliteStore | None = None, home: Path | None = None) -> None:
-        self.home = home or (store.path.parent if store else config.home())
+    def __init__(self, store: Store | None = None, home: Path | None = None) -> None:
+        self.home = home or (store.home if store else config.home())
         self.store = store or open_store(self.home)
 
 
@@ -86,7 +86,8 @@ class SageMakerClient(_Client):
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, "TRAINMON_HOME": str(self.home)},
+                env={**os.environ, "TRAINMON_HOME": str(self.home),  # the supervisor opens this same store
+                     config.DATABASE_URL_VARIABLE: self.store.database_url or ""},
             )
         threading.Thread(target=process.wait, name=f"trainmon-reap-{name}", daemon=True).start()  # no zombie
         try:
@@ -294,7 +295,7 @@ class LogsClient(_Client):
         }
 
 
-def client(service: str, *, home: str | Path | None = None, store: SqliteStore | None = None) -> _Client:
+def client(service: str, *, home: str | Path | None = None, store: Store | None = None) -> _Client:
     """``trainmon.client("sagemaker")`` or ``trainmon.client("logs")``, like ``boto3.client``."""
     root = Path(home).expanduser().resolve() if home is not None else None
     if service == "sagemaker":

@@ -1,4 +1,5 @@
-"""Where trainmon keeps its data: ``TRAINMON_HOME``, else the per-user data directory."""
+"""Where trainmon keeps its data: ``TRAINMON_HOME``, else the per-user data directory; and the
+database, when it is not the SQLite file there (``TRAINMON_DATABASE_URL``)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,11 @@ def jobs_dir(root: Path | None = None) -> Path:
 
 def output_dir(root: Path | None = None) -> Path:
     return (root or home()) / "output"
+
+
+DATABASE_URL_VARIABLE = "TRAINMON_DATABASE_URL"
+
+
+def database_url() -> str | None:
+    """The database to use instead of the SQLite file: ``TRAINMON_DATABASE_URL``, when set and not empty."""
+    return os.environ.get(DATABASE_URL_VARIABLE, "").strip() or None

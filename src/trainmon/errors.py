@@ -6,6 +6,7 @@
     ├── ResourceInUse                   ResourceInUse            400
     ├── ConflictException               ConflictException        409
     ├── StoreError                      InternalFailure          500
+    │   └── DuplicateKey                InternalFailure          500
     ├── WaiterError                     WaiterError
     └── CloudWatchError                 (CloudWatch query codes) 400
         ├── InvalidParameterValue       InvalidParameterValue
@@ -74,6 +75,10 @@ class ConflictException(TrainmonError):
 class StoreError(TrainmonError):
     code = "InternalFailure"
     http_status = 500
+
+
+class DuplicateKey(StoreError):
+    """A row's unique key is taken; the store turns it into the API's error (ResourceInUse for a job)."""
 
 
 class WaiterError(TrainmonError):

@@ -1,8 +1,11 @@
 """The store: jobs, log streams and metric points behind one interface.
 
-``open_store()`` returns the embedded SQLite store in the data directory. The records that
-cross this boundary are plain values (:mod:`trainmon.store.records`), so a second backend
-implements the same methods against the same tests.
+:class:`Store` (``store/base.py``) is the contract. ``open_store()`` returns the PostgreSQL store
+when a ``postgresql://`` URL is given (``database_url``, else ``TRAINMON_DATABASE_URL``), and
+otherwise the embedded SQLite store, ``trainmon.db`` in the data directory. The records that
+cross this boundary are plain values (:mod:`trainmon.store.records`), and both backends pass
+the same tests (``tests/test_store.py``). The PostgreSQL driver is an optional extra
+(``trainmon[postgres]``), imported only when a URL asks for it.
 """
 
 from __future__ import annotations
@@ -10,13 +13,37 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import config
+from ..errors import StoreError
+from .base import Store
 from .records import Batch, EventRow, JobRow, PointRow, StreamRow
 from .sqlite import SqliteStore
 
-__all__ = ["Batch", "EventRow", "JobRow", "PointRow", "StreamRow", "SqliteStore", "open_store"]
+__all__ = ["Batch", "EventRow", "JobRow", "PointRow", "StreamRow", "SqliteStore", "Store", "open_store"]
+
+POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
-def open_store(root: Path | None = None) -> SqliteStore:
-    directory = root or config.home()
+def open_store(home: Path | None = None, *, database_url: str | None = None) -> Store:
+    """The store for the data directory ``home`` (default: TRAINMON_HOME): PostgreSQL when
+    ``database_url`` (default: TRAINMON_DATABASE_URL) is a postgresql:// URL, else SQLite in
+    ``home``. An empty ``database_url`` means SQLite whatever the environment says."""
+    directory = home or config.home()
     directory.mkdir(parents=True, exist_ok=True)
-    return SqliteStore(config.database_path(directory))
+    url = (database_url if database_url is not None else config.database_url() or "").strip()
+    if not url:
+        return SqliteStore(config.database_path(directory), home=directory)
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme not in POSTGRES_SCHEMES:
+        shown = f"a {scheme}:// URL" if scheme else "not a URL"
+        raise StoreError(
+            f"the database URL ({config.DATABASE_URL_VARIABLE}) is {shown}: trainmon stores in PostgreSQL "
+            "(postgresql://USER:PASSWORD@HOST:PORT/DATABASE), or, when it is unset, in SQLite in the data directory"
+        )
+    try:
+        from .postgres import PostgresStore
+    except ImportError as exc:
+        raise StoreError(
+            f"a PostgreSQL store needs the psycopg driver, which is not installed ({exc}): "
+            "pip install 'trainmon[postgres]'"
+        ) from exc
+    return PostgresStore(url, directory)

@@ -16,7 +16,6 @@ NaN cannot be stored in SQLite (it becomes NULL), so a NULL value in ``points`` 
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -26,7 +25,26 @@ from typing import Any
 
 from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
 from ..cloudwatch.statistics import Sample
-from ..errors import ResourceInUse, ResourceNotFound, StoreError
+from ..errors import DuplicateKey, ResourceNotFound, StoreError
+from .base import (
+    FINITE_MAX,
+    JOB_COLUMNS,
+    SEQ_END,
+    STREAM_COLUMNS,
+    Problem,
+    chunk_events,
+    job_from_row,
+    job_name_in_use,
+    job_of,
+    job_point_samples,
+    job_values,
+    latest_per_metric,
+    merge_metric_keys,
+    new_job_values,
+    point_from_row,
+    store_error,
+    stream_stats,
+)
 from .records import Batch, EventRow, JobRow, PointRow, StreamRow
 
 _MIGRATIONS: list[str] = [
@@ -107,12 +125,17 @@ _MIGRATIONS: list[str] = [
     """,
 ]
 
-_FINITE = "value BETWEEN -1.7976931348623157e308 AND 1.7976931348623157e308"
+_FINITE = f"value BETWEEN -{FINITE_MAX!r} AND {FINITE_MAX!r}"
 
 
 class SqliteStore:
-    def __init__(self, path: Path | str) -> None:
+    """The store in one SQLite file; ``home`` is the data directory (by default the file's)."""
+
+    def __init__(self, path: Path | str, home: Path | None = None) -> None:
         self.path = Path(path)
+        self.home = home if home is not None else self.path.parent
+        self.location = str(self.path)
+        self.database_url: str | None = None
         self._lock = threading.RLock()
         try:
             self._db = sqlite3.connect(
@@ -171,26 +194,18 @@ class SqliteStore:
     ) -> JobRow:
         try:
             with self._write() as db:
-                db.execute(
+                row = db.execute(
                     "INSERT INTO jobs (name, status, creation_time, last_modified_time, doc, supervisor) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (name, doc["TrainingJobStatus"], creation_time, creation_time, json.dumps(doc),
-                     json.dumps(supervisor) if supervisor is not None else None),
-                )
-        except StoreError as exc:
-            if "UNIQUE" in str(exc):
-                raise ResourceInUse(
-                    "Training job names must be unique within an AWS account and region, and a training job "
-                    f"with this name already exists ({doc['TrainingJobArn']})"
-                ) from None
-            raise
-        job = self.get_job(name)
-        assert job is not None
-        return job
+                    f"VALUES (?, ?, ?, ?, ?, ?) RETURNING {JOB_COLUMNS}",
+                    new_job_values(name, doc, creation_time, supervisor),
+                ).fetchone()
+        except DuplicateKey:
+            raise job_name_in_use(doc) from None
+        return job_from_row(row)
 
     def get_job(self, name: str) -> JobRow | None:
-        rows = self._read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name = ?", (name,))
-        return _job(rows[0]) if rows else None
+        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?", (name,))
+        return job_from_row(rows[0]) if rows else None
 
     def list_jobs(
         self,
@@ -222,32 +237,24 @@ class SqliteStore:
             args.append(created_before)
         column = {"Name": "name", "Status": "status"}.get(sort_by, "creation_time")
         order = "DESC" if descending else "ASC"
-        sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY {column} {order}, id {order}"
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY {column} {order}, id {order}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [_job(row) for row in self._read(sql, tuple(args))]
+        return [job_from_row(row) for row in self._read(sql, tuple(args))]
 
     def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:
         """Read, change and write one job atomically; ``mutate`` edits the row in place."""
         with self._write() as db:
-            rows = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name = ?", (name,)).fetchall()
+            rows = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?", (name,)).fetchall()
             if not rows:
                 raise ResourceNotFound.for_job(name)
-            job = _job(rows[0])
+            job = job_from_row(rows[0])
             mutate(job)
             job.status = job.doc["TrainingJobStatus"]
             db.execute(
                 "UPDATE jobs SET status = ?, last_modified_time = ?, doc = ?, supervisor = ?, stop_requested = ?, "
                 "diagnostics = ? WHERE id = ?",
-                (
-                    job.status,
-                    job.last_modified_time,
-                    json.dumps(job.doc),
-                    json.dumps(job.supervisor) if job.supervisor is not None else None,
-                    job.stop_requested,
-                    json.dumps(job.diagnostics),
-                    job.id,
-                ),
+                job_values(job),
             )
         return job
 
@@ -275,11 +282,11 @@ class SqliteStore:
             where.append("substr(name, 1, ?) = ?")
             args.extend([len(prefix), prefix])
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self._read(f"SELECT {_STREAM_COLUMNS} FROM log_streams {clause} ORDER BY name", tuple(args))
+        rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams {clause} ORDER BY name", tuple(args))
         return [StreamRow(*row) for row in rows]
 
     def stream(self, name: str) -> StreamRow | None:
-        rows = self._read(f"SELECT {_STREAM_COLUMNS} FROM log_streams WHERE name = ?", (name,))
+        rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE name = ?", (name,))
         return StreamRow(*rows[0]) if rows else None
 
     def events(
@@ -302,7 +309,7 @@ class SqliteStore:
         if end_ms is not None:
             where.append("timestamp_ms < ?")
             args.append(end_ms)
-        upper = before_seq if before_seq is not None else 2**62
+        upper = before_seq if before_seq is not None else SEQ_END
         found: list[EventRow] = []
         if newest_first:
             cursor = upper
@@ -312,12 +319,8 @@ class SqliteStore:
                     "AND first_seq < ? ORDER BY first_seq DESC LIMIT 64",
                     (*args, cursor),
                 )
-                for first, stamp, text in rows:
-                    messages = text.split("\n")
-                    for offset in range(len(messages) - 1, -1, -1):
-                        seq = first + offset
-                        if after_seq < seq < upper and len(found) < limit:
-                            found.append(EventRow(stream_id, seq, stamp, messages[offset]))
+                found.extend(chunk_events(rows, stream_id, after_seq, upper, backward=True))
+                del found[limit:]
                 if not rows or rows[-1][0] <= after_seq + 1:
                     break
                 cursor = rows[-1][0]
@@ -342,11 +345,8 @@ class SqliteStore:
                 f"AND first_seq {comparison} ? AND first_seq < ? ORDER BY first_seq LIMIT 64",
                 (*args, lowest, upper),
             )
-            for first, stamp, text in rows:
-                for offset, message in enumerate(text.split("\n")):
-                    seq = first + offset
-                    if after_seq < seq < upper and len(found) < limit:
-                        found.append(EventRow(stream_id, seq, stamp, message))
+            found.extend(chunk_events(rows, stream_id, after_seq, upper))
+            del found[limit:]
             if not rows:
                 break
             lowest, comparison = rows[-1][0], ">"
@@ -367,23 +367,17 @@ class SqliteStore:
                     f"VALUES ({batch.job_id}, ?, ?, ?, ?, ?, ?)",
                     batch.points,
                 )
-            if batch.points:
-                latest: dict[str, int] = {}
-                for name, stamp, *_ in batch.points:
-                    if stamp > latest.get(name, -1):
-                        latest[name] = stamp
                 db.executemany(
                     "INSERT INTO job_metrics (job_id, name, last_ms) VALUES (?, ?, ?) ON CONFLICT (job_id, name) "
                     "DO UPDATE SET last_ms = max(last_ms, excluded.last_ms)",
-                    [(batch.job_id, name, stamp) for name, stamp in latest.items()],
+                    [(batch.job_id, name, stamp) for name, stamp in latest_per_metric(batch.points)],
                 )
-            for stream_id, (records, stored_bytes, last_ms) in batch.stream_stats.items():
-                db.execute(
-                    "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
-                    "first_event_ms = coalesce(first_event_ms, ?), last_event_ms = ?, last_ingestion_ms = ? "
-                    "WHERE id = ?",
-                    (records, stored_bytes, last_ms, last_ms, last_ms, stream_id),
-                )
+            db.executemany(
+                "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
+                "first_event_ms = coalesce(first_event_ms, ?), last_event_ms = ?, last_ingestion_ms = ? "
+                "WHERE id = ?",
+                stream_stats(batch),
+            )
             if batch.diagnostics is not None:
                 db.execute(
                     "UPDATE jobs SET diagnostics = ? WHERE id = ?", (json.dumps(batch.diagnostics), batch.job_id)
@@ -418,7 +412,7 @@ class SqliteStore:
             "ORDER BY timestamp_ms, rowid",
             tuple(args),
         )
-        return [PointRow(n, t, math.nan if v is None else v, h, s, q) for n, t, v, h, s, q in rows]
+        return [point_from_row(row) for row in rows]
 
     def metric_names(self, job_id: int) -> list[str]:
         return [row[0] for row in self._read("SELECT DISTINCT name FROM points WHERE job_id = ? ORDER BY name", (job_id,))]
@@ -449,8 +443,6 @@ class SqliteStore:
             (job_id,),
         )
         return {name: (count, low, high) for name, count, low, high in rows}
-
-
     # -- CloudWatch metrics ----------------------------------------------------------------
 
     def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
@@ -480,14 +472,14 @@ class SqliteStore:
             (key.namespace, key.name, key.dimensions_json, start_ms, end_ms),
         )
         samples = [Sample(*row) for row in rows]
-        job = _job_of(key)
+        job = job_of(key)
         if job is not None:
             found = self._read(
                 f"SELECT p.timestamp_ms, p.value FROM points p JOIN jobs j ON j.id = p.job_id WHERE j.name = ? "
-                f"AND p.name = ? AND p.timestamp_ms >= ? AND p.timestamp_ms < ? AND p.{_FINITE} ORDER BY p.timestamp_ms",
+                f"AND p.name = ? AND p.timestamp_ms >= ? AND p.timestamp_ms < ? AND p.{_FINITE} ORDER BY p.timestamp_ms, p.rowid",
                 (job, key.name, start_ms, end_ms),
             )
-            samples.extend(Sample(t, 1.0, v, v, v, v, "None") for t, v in found)
+            samples.extend(job_point_samples(found))
             samples.sort(key=lambda s: s.timestamp_ms)
         return samples
 
@@ -503,43 +495,23 @@ class SqliteStore:
         rows = self._read(
             f"SELECT namespace, name, dimensions, last_ms FROM metrics WHERE {' AND '.join(where)}", tuple(args)
         )
-        keys = {MetricKey.from_row(ns, n, d): last for ns, n, d, last in rows}
+        job_rows: list[tuple[Any, ...]] = []
         if namespace in (None, JOB_NAMESPACE):
             job_rows = self._read(
                 "SELECT j.name, m.name, m.last_ms FROM job_metrics m JOIN jobs j ON j.id = m.job_id"
                 + (" WHERE m.name = ?" if name is not None else ""),
                 (name,) if name is not None else (),
             )
-            for job, metric, last in job_rows:
-                key = MetricKey(JOB_NAMESPACE, metric, (("TrainingJobName", job),))
-                keys[key] = max(last, keys.get(key, last))
-        return sorted(keys.items(), key=lambda item: (item[0].namespace, item[0].name, item[0].dimensions))
-
-
-def _job_of(key: MetricKey) -> str | None:
-    if key.namespace == JOB_NAMESPACE and len(key.dimensions) == 1 and key.dimensions[0][0] == "TrainingJobName":
-        return key.dimensions[0][1]
-    return None
-
-
-_JOB_COLUMNS = "id, name, status, creation_time, last_modified_time, doc, supervisor, stop_requested, diagnostics"
-_STREAM_COLUMNS = (
-    "id, job_id, host, name, creation_ms, first_event_ms, last_event_ms, last_ingestion_ms, records, stored_bytes"
-)
-
-
-def _job(row: tuple[Any, ...]) -> JobRow:
-    id_, name, status, created, modified, doc, supervisor, stop, diagnostics = row
-    return JobRow(
-        id_, name, status, created, modified, json.loads(doc),
-        json.loads(supervisor) if supervisor else None, stop, json.loads(diagnostics or "[]"),
-    )
+        return merge_metric_keys(rows, job_rows)
 
 
 def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
     text = str(exc)
+    problem: Problem = "other"
     if "full" in text:
-        return StoreError(f"the disk holding {path} is full: free some space; what was stored so far stays readable")
-    if "locked" in text or "busy" in text:
-        return StoreError(f"the store at {path} stayed locked for 30 s by another process: {text}")
-    return StoreError(f"store error at {path}: {text}")
+        problem = "full"
+    elif "locked" in text or "busy" in text:
+        problem = "locked"
+    elif getattr(exc, "sqlite_errorname", "") in ("SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"):
+        problem = "duplicate"
+    return store_error(problem, str(path), text)

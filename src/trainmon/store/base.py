@@ -1,0 +1,256 @@
+"""The store contract, and the pure logic both backends share.
+
+:class:`Store` is what the rest of trainmon may call; :class:`~trainmon.store.sqlite.SqliteStore`
+and :class:`~trainmon.store.postgres.PostgresStore` implement it and pass one test suite
+(``tests/test_store.py``). Each backend keeps its own SQL; what does not depend on the database
+lives here: turning rows into records, the values written for a job, merging jobs' metrics
+into CloudWatch's view, and the words of the errors a driver failure becomes.
+
+Rows mean the same in both backends: a NULL ``points.value`` is NaN, job documents are JSON
+text, log chunks are records joined by "\\n", times are epoch seconds (jobs) or milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
+from ..cloudwatch.statistics import Sample
+from ..errors import DuplicateKey, ResourceInUse, StoreError
+from .records import Batch, EventRow, JobRow, PointRow, StreamRow
+
+FINITE_MAX = 1.7976931348623157e308  # the largest double: finite means -FINITE_MAX <= value <= FINITE_MAX
+SEQ_END = 2**62  # above every record number
+
+JOB_COLUMNS = "id, name, status, creation_time, last_modified_time, doc, supervisor, stop_requested, diagnostics"
+STREAM_COLUMNS = (
+    "id, job_id, host, name, creation_ms, first_event_ms, last_event_ms, last_ingestion_ms, records, stored_bytes"
+)
+
+
+class Store(Protocol):
+    """Jobs, log streams and metric points. Every method is one transaction (or one read)."""
+
+    home: Path  # the local data directory: job directories and outputs live there, whatever the backend
+    location: str  # where the data is, for messages: a file path, or a database URL without its password
+    database_url: str | None  # the URL open_store() takes to open this store again (None: the SQLite file in home)
+
+    def close(self) -> None: ...
+
+    # -- jobs
+    def create_job(
+        self, name: str, doc: dict[str, Any], creation_time: float, supervisor: dict[str, Any] | None = None
+    ) -> JobRow:
+        """Store a new job; ResourceInUse when a job of that name exists."""
+        ...
+
+    def get_job(self, name: str) -> JobRow | None: ...
+
+    def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        name_contains: str | None = None,
+        statuses: tuple[str, ...] | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        sort_by: str = "CreationTime",
+        descending: bool = True,
+        limit: int | None = None,
+    ) -> list[JobRow]: ...
+
+    def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:
+        """Read, change and write one job atomically; ``mutate`` edits the row in place."""
+        ...
+
+    def delete_job(self, name: str) -> None: ...
+
+    # -- log streams
+    def add_stream(self, job_id: int, host: str, name: str, creation_ms: int) -> StreamRow: ...
+
+    def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]: ...
+
+    def stream(self, name: str) -> StreamRow | None: ...
+
+    def events(
+        self,
+        stream_id: int,
+        *,
+        after_seq: int = -1,
+        before_seq: int | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        limit: int = 10_000,
+        newest_first: bool = False,
+    ) -> list[EventRow]:
+        """Records with ``after_seq < seq < before_seq`` and a time in [start_ms, end_ms): the
+        first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
+        ...
+
+    # -- ingestion
+    def write_batch(self, batch: Batch) -> None:
+        """Log chunks, points, stream counters and diagnostics of one step: all of it or nothing."""
+        ...
+
+    # -- points
+    def points(
+        self,
+        job_id: int,
+        *,
+        names: list[str] | None = None,
+        host: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+    ) -> list[PointRow]: ...
+
+    def metric_names(self, job_id: int) -> list[str]: ...
+
+    def final_metrics(self, job_id: int) -> list[tuple[str, float, int]]:
+        """Per metric, the last finite value and its time: (name, value, timestamp_ms)."""
+        ...
+
+    def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
+        """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
+        ...
+
+    # -- CloudWatch metrics
+    def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
+        """Store a whole PutMetricData call in one transaction: all of it or nothing."""
+        ...
+
+    def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
+        """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
+        ...
+
+    def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
+        """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
+        ...
+
+
+# -- rows and records ----------------------------------------------------------------------
+
+
+def job_from_row(row: tuple[Any, ...]) -> JobRow:
+    """A row of JOB_COLUMNS as a JobRow (JSON columns decoded)."""
+    id_, name, status, created, modified, doc, supervisor, stop, diagnostics = row
+    return JobRow(
+        id_, name, status, created, modified, json.loads(doc),
+        json.loads(supervisor) if supervisor else None, stop, json.loads(diagnostics or "[]"),
+    )
+
+
+def job_values(job: JobRow) -> tuple[Any, ...]:
+    """What ``update_job`` writes: status, last_modified_time, doc, supervisor, stop_requested,
+    diagnostics, then the id for the WHERE clause."""
+    return (
+        job.status,
+        job.last_modified_time,
+        json.dumps(job.doc),
+        json.dumps(job.supervisor) if job.supervisor is not None else None,
+        job.stop_requested,
+        json.dumps(job.diagnostics),
+        job.id,
+    )
+
+
+def new_job_values(name: str, doc: dict[str, Any], creation_time: float,
+                   supervisor: dict[str, Any] | None) -> tuple[Any, ...]:
+    """What ``create_job`` inserts: name, status, creation_time, last_modified_time, doc, supervisor."""
+    return (name, doc["TrainingJobStatus"], creation_time, creation_time, json.dumps(doc),
+            json.dumps(supervisor) if supervisor is not None else None)
+
+
+def point_from_row(row: tuple[Any, ...]) -> PointRow:
+    """(name, timestamp_ms, value, host, stream_id, seq); a NULL value is NaN."""
+    name, stamp, value, host, stream_id, seq = row
+    return PointRow(name, stamp, math.nan if value is None else value, host, stream_id, seq)
+
+
+def stored_value(value: float | None) -> float | None:
+    """A point's value as stored: NaN (or None) becomes NULL, infinities stay."""
+    return None if value is None or value != value else value
+
+
+def latest_per_metric(points: Iterable[tuple[Any, ...]]) -> list[tuple[str, int]]:
+    """The newest timestamp of each metric in a batch's point tuples, sorted by name (so that
+    concurrent writers lock ``job_metrics`` rows in one order)."""
+    latest: dict[str, int] = {}
+    for name, stamp, *_ in points:
+        if stamp > latest.get(name, -1):
+            latest[name] = stamp
+    return sorted(latest.items())
+
+
+def stream_stats(batch: Batch) -> list[tuple[int, int, int, int, int, int]]:
+    """``log_streams`` updates of a batch, in id order: (records, bytes, first, last, ingested, id)."""
+    return [(records, stored_bytes, last_ms, last_ms, last_ms, stream_id)
+            for stream_id, (records, stored_bytes, last_ms) in sorted(batch.stream_stats.items())]
+
+
+def chunk_events(
+    rows: Iterable[tuple[int, int, str]], stream_id: int, after_seq: int, before_seq: int, *, backward: bool = False
+) -> Iterable[EventRow]:
+    """The records in chunk rows (first_seq, timestamp_ms, text) with after_seq < seq < before_seq,
+    in the rows' order; with ``backward``, each chunk's records last first."""
+    for first, stamp, text in rows:
+        messages = text.split("\n")
+        offsets = range(len(messages) - 1, -1, -1) if backward else range(len(messages))
+        for offset in offsets:
+            if after_seq < first + offset < before_seq:
+                yield EventRow(stream_id, first + offset, stamp, messages[offset])
+
+
+def job_of(key: MetricKey) -> str | None:
+    """The training job a CloudWatch metric key names, if it is one of a job's metrics."""
+    if key.namespace == JOB_NAMESPACE and len(key.dimensions) == 1 and key.dimensions[0][0] == "TrainingJobName":
+        return key.dimensions[0][1]
+    return None
+
+
+def job_point_samples(rows: Iterable[tuple[int, float]]) -> list[Sample]:
+    """A job's finite points (timestamp_ms, value) as single-value samples."""
+    return [Sample(t, 1.0, v, v, v, v, "None") for t, v in rows]
+
+
+def merge_metric_keys(
+    metric_rows: Iterable[tuple[str, str, str, int]], job_rows: Iterable[tuple[str, str, int]]
+) -> list[tuple[MetricKey, int]]:
+    """Put metrics (namespace, name, dimensions JSON, last_ms) and jobs' metrics (job, name,
+    last_ms), newest time per key, sorted by namespace, name and dimensions."""
+    keys = {MetricKey.from_row(ns, n, d): last for ns, n, d, last in metric_rows}
+    for job, metric, last in job_rows:
+        key = MetricKey(JOB_NAMESPACE, metric, (("TrainingJobName", job),))
+        keys[key] = max(last, keys.get(key, last))
+    return sorted(keys.items(), key=lambda item: (item[0].namespace, item[0].name, item[0].dimensions))
+
+
+# -- errors --------------------------------------------------------------------------------
+
+Problem = Literal["full", "locked", "unreachable", "duplicate", "other"]
+
+
+def store_error(problem: Problem, location: str, detail: str) -> StoreError:
+    """The error a driver failure becomes, in the same words for every backend."""
+    if problem == "full":
+        return StoreError(f"the disk holding {location} is full: free some space; what was stored so far stays readable")
+    if problem == "locked":
+        return StoreError(f"the store at {location} stayed locked for 30 s by another process: {detail}")
+    if problem == "unreachable":
+        return StoreError(
+            f"cannot reach the store at {location}: {detail}. Check that the server runs and accepts this "
+            "user, or set TRAINMON_DATABASE_URL to another database"
+        )
+    if problem == "duplicate":
+        return DuplicateKey(f"store error at {location}: {detail}")
+    return StoreError(f"store error at {location}: {detail}")
+
+
+def job_name_in_use(doc: dict[str, Any]) -> ResourceInUse:
+    return ResourceInUse(
+        "Training job names must be unique within an AWS account and region, and a training job "
+        f"with this name already exists ({doc['TrainingJobArn']})"
+    )

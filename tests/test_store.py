@@ -1,0 +1,636 @@
+"""The store contract (``trainmon.store.base.Store``), run against every backend.
+
+``any_store`` is SQLite in a temp dir, then a fresh database in the PostgreSQL server this test
+run started (see conftest.py); each test here runs once per backend. Backend-specific checks
+(selection by URL, migrations, connection errors) come at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainmon.cloudwatch.model import JOB_NAMESPACE, MetricKey
+from trainmon.cloudwatch.statistics import Sample
+from trainmon.errors import ResourceInUse, StoreError, ValidationException
+from trainmon.store import Batch, EventRow, SqliteStore, Store, open_store
+from trainmon.store.records import JobRow
+
+from .conftest import PY, PostgresServer, StoreTarget, free_port, run_cli
+
+
+def doc(name: str, status: str = "InProgress", **extra: Any) -> dict[str, Any]:
+    return {"TrainingJobName": name, "TrainingJobStatus": status,
+            "TrainingJobArn": f"arn:aws:sagemaker:local:000000000000:training-job/{name}", **extra}
+
+
+def new_job(store: Store, name: str = "job", created: float = 1000.0, **extra: Any) -> JobRow:
+    return store.create_job(name, doc(name, **extra), created)
+
+
+def key(name: str, namespace: str = "App", **dimensions: str) -> MetricKey:
+    return MetricKey(namespace, name, tuple(sorted(dimensions.items())))
+
+
+# -- jobs ----------------------------------------------------------------------------------
+
+
+def test_create_get_update_delete_job(any_store: Store) -> None:
+    created = any_store.create_job("a-job", doc("a-job", Note="é ✓"), 1700000000.25, supervisor={"pid": 7})
+    assert created.name == "a-job" and created.status == "InProgress" and created.id > 0
+    assert created.creation_time == created.last_modified_time == 1700000000.25
+    assert created.doc["Note"] == "é ✓" and created.supervisor == {"pid": 7}
+    assert created.stop_requested is None and created.diagnostics == []
+    assert any_store.get_job("a-job") == created
+    assert any_store.get_job("no-such-job") is None
+
+    def finish(row: JobRow) -> None:
+        row.doc["TrainingJobStatus"] = "Completed"
+        row.last_modified_time = 1700000009.5
+        row.supervisor = None
+        row.stop_requested = "Stopped"
+        row.diagnostics = [{"Name": "loss", "Matched": 3}]
+
+    updated = any_store.update_job("a-job", finish)
+    assert updated.status == "Completed"  # the status column follows the document
+    assert any_store.get_job("a-job") == updated
+    assert updated.supervisor is None and updated.stop_requested == "Stopped"
+    assert updated.last_modified_time == 1700000009.5 and updated.diagnostics == [{"Name": "loss", "Matched": 3}]
+
+    any_store.delete_job("a-job")
+    assert any_store.get_job("a-job") is None
+    any_store.delete_job("a-job")  # deleting what is gone is no error
+
+
+def test_duplicate_job_name_is_resource_in_use(any_store: Store) -> None:
+    new_job(any_store, "twice")
+    with pytest.raises(ResourceInUse, match="already exists .*training-job/twice"):
+        new_job(any_store, "twice", created=2000.0)
+    assert any_store.get_job("twice").creation_time == 1000.0  # type: ignore[union-attr]
+    assert len(any_store.list_jobs()) == 1
+    new_job(any_store, "other")  # the store still works after the refusal
+
+
+def test_update_job_is_all_or_nothing(any_store: Store) -> None:
+    new_job(any_store, "steady")
+
+    def half_done(row: JobRow) -> None:
+        row.doc["TrainingJobStatus"] = "Failed"
+        raise ValidationException("changed my mind")
+
+    with pytest.raises(ValidationException, match="changed my mind"):
+        any_store.update_job("steady", half_done)
+    assert any_store.get_job("steady").status == "InProgress"  # type: ignore[union-attr]
+    with pytest.raises(ValidationException, match="Requested resource not found"):
+        any_store.update_job("missing", lambda row: None)
+
+
+def test_list_jobs_filters_sorting_and_limit(any_store: Store) -> None:
+    new_job(any_store, "Beta-run", created=200.0, status="Completed")
+    new_job(any_store, "alpha-run", created=100.0, status="InProgress")
+    new_job(any_store, "gamma", created=300.0, status="Failed")
+    new_job(any_store, "delta-RUN", created=300.0, status="Completed")  # same time as gamma: id breaks the tie
+
+    def names(**query: Any) -> list[str]:
+        return [job.name for job in any_store.list_jobs(**query)]
+
+    assert names() == ["delta-RUN", "gamma", "Beta-run", "alpha-run"]
+    assert names(descending=False) == ["alpha-run", "Beta-run", "gamma", "delta-RUN"]
+    assert names(sort_by="Name", descending=False) == ["Beta-run", "alpha-run", "delta-RUN", "gamma"]  # byte order
+    assert names(sort_by="Status", descending=False) == ["Beta-run", "delta-RUN", "gamma", "alpha-run"]
+    assert names(status="Completed") == ["delta-RUN", "Beta-run"]
+    assert names(statuses=("Failed", "InProgress")) == ["gamma", "alpha-run"]
+    assert names(name_contains="RUN") == ["delta-RUN", "Beta-run", "alpha-run"]  # case-insensitive
+    assert names(name_contains="%") == [] and names(name_contains="_") == []  # no wildcards
+    assert names(created_after=100.0, created_before=300.0) == ["Beta-run"]  # both bounds exclusive
+    assert names(limit=2) == ["delta-RUN", "gamma"]
+    assert names(limit=0) == []
+
+
+def test_deleting_a_job_deletes_its_streams_points_and_metrics(any_store: Store) -> None:
+    job = new_job(any_store, "gone")
+    stream = any_store.add_stream(job.id, "algo-1", "gone/algo-1-1", 1)
+    any_store.write_batch(Batch(job.id, chunks=[(stream.id, 0, 1, 5, "loss=1")],
+                                points=[("loss", 5, 1.0, "algo-1", stream.id, 0)], stream_stats={stream.id: (1, 7, 5)}))
+    any_store.delete_job("gone")
+    assert any_store.streams() == [] and any_store.stream("gone/algo-1-1") is None
+    assert any_store.points(job.id) == [] and any_store.metric_keys() == []
+    again = new_job(any_store, "gone")  # the name is free again
+    assert any_store.metric_names(again.id) == []
+
+
+# -- log streams and events ----------------------------------------------------------------
+
+
+def test_streams(any_store: Store) -> None:
+    one, two = new_job(any_store, "one"), new_job(any_store, "two")
+    a = any_store.add_stream(one.id, "algo-2", "one/algo-2-100", 100_000)
+    b = any_store.add_stream(one.id, "algo-1", "one/algo-1-100", 100_001)
+    c = any_store.add_stream(two.id, "algo-1", "two/algo-1-100", 100_002)
+    assert len({a.id, b.id, c.id}) == 3
+    assert (b.job_id, b.host, b.name, b.creation_ms) == (one.id, "algo-1", "one/algo-1-100", 100_001)
+    assert (b.first_event_ms, b.last_event_ms, b.last_ingestion_ms, b.records, b.stored_bytes) == (None, None, None, 0, 0)
+    assert any_store.streams(one.id) == [b, a]  # by name
+    assert [s.name for s in any_store.streams()] == ["one/algo-1-100", "one/algo-2-100", "two/algo-1-100"]
+    assert any_store.streams(prefix="one/algo-1") == [b]
+    assert any_store.streams(prefix="one/%") == []  # a prefix, not a pattern
+    assert any_store.streams(two.id, prefix="one/") == []
+    assert any_store.stream("two/algo-1-100") == c and any_store.stream("two/algo-9") is None
+    with pytest.raises(StoreError):
+        any_store.add_stream(two.id, "algo-1", "two/algo-1-100", 1)  # stream names are unique
+
+
+def test_write_batch_stores_chunks_points_counters_and_diagnostics(any_store: Store) -> None:
+    job = new_job(any_store)
+    stream = any_store.add_stream(job.id, "algo-1", "job/algo-1-1", 1000)
+    any_store.write_batch(Batch(
+        job.id,
+        chunks=[(stream.id, 0, 2, 2000, "epoch 1\nloss=0.5"), (stream.id, 2, 1, 2100, "loss=0.25")],
+        points=[("loss", 2000, 0.5, "algo-1", stream.id, 1), ("loss", 2100, 0.25, "algo-1", stream.id, 2)],
+        stream_stats={stream.id: (3, 27, 2100)},
+        diagnostics=[{"Name": "loss", "Matched": 2}],
+    ))
+    any_store.write_batch(Batch(job.id, chunks=[(stream.id, 3, 1, 2500, "done")], stream_stats={stream.id: (1, 5, 2500)}))
+    assert [(e.seq, e.timestamp_ms, e.message) for e in any_store.events(stream.id)] == [
+        (0, 2000, "epoch 1"), (1, 2000, "loss=0.5"), (2, 2100, "loss=0.25"), (3, 2500, "done")]
+    after = any_store.stream("job/algo-1-1")
+    assert after is not None
+    # a batch's counters carry its newest time only, so the first event's time is that of the first batch
+    assert (after.first_event_ms, after.last_event_ms, after.last_ingestion_ms) == (2100, 2500, 2500)
+    assert (after.records, after.stored_bytes) == (4, 32)
+    assert any_store.get_job("job").diagnostics == [{"Name": "loss", "Matched": 2}]  # type: ignore[union-attr]
+    assert [(p.name, p.timestamp_ms, p.value, p.seq) for p in any_store.points(job.id)] == [
+        ("loss", 2000, 0.5, 1), ("loss", 2100, 0.25, 2)]
+    any_store.write_batch(Batch(job.id))  # an empty batch is no error
+
+
+def test_write_batch_is_all_or_nothing(any_store: Store) -> None:
+    job = new_job(any_store)
+    stream = any_store.add_stream(job.id, "algo-1", "job/algo-1-1", 1000)
+    any_store.write_batch(Batch(job.id, chunks=[(stream.id, 0, 1, 10, "first")], stream_stats={stream.id: (1, 6, 10)}))
+    clash = Batch(job.id, chunks=[(stream.id, 1, 1, 20, "second"), (stream.id, 0, 1, 20, "again")],
+                  points=[("loss", 20, 1.0, "algo-1", stream.id, 1)], stream_stats={stream.id: (2, 13, 20)},
+                  diagnostics=[{"x": 1}])
+    with pytest.raises(StoreError):
+        any_store.write_batch(clash)  # record 0 is stored already
+    assert [e.message for e in any_store.events(stream.id)] == ["first"]
+    assert any_store.points(job.id) == [] and any_store.metric_names(job.id) == []
+    assert any_store.stream("job/algo-1-1").records == 1  # type: ignore[union-attr]
+    assert any_store.get_job("job").diagnostics == []  # type: ignore[union-attr]
+
+
+def test_log_text_round_trips_exactly(any_store: Store) -> None:
+    job = new_job(any_store)
+    stream = any_store.add_stream(job.id, "algo-1", "job/algo-1-1", 1)
+    records = ["", "tab\there", "carriage\rreturn", "nul\x00byte", "ünïcödé ✓ 🚀", "\ufffd replaced", " ", "#011"]
+    any_store.write_batch(Batch(job.id, chunks=[(stream.id, 0, len(records), 5, "\n".join(records))]))
+    assert [e.message for e in any_store.events(stream.id)] == records
+
+
+def _paging_stream(store: Store) -> tuple[int, list[EventRow]]:
+    """A stream of 600 records in chunks of 1 to 5 (more than one page of 64 chunks) whose
+    times rise by 10 ms per chunk, every third chunk at the same time as the one before."""
+    job = new_job(store)
+    stream = store.add_stream(job.id, "algo-1", "job/algo-1-1", 0)
+    records: list[EventRow] = []
+    chunks = []
+    seq, stamp, index = 0, 1000, 0
+    while seq < 600:
+        count = min(1 + index % 5, 600 - seq)
+        if index % 3:
+            stamp += 10
+        lines = [f"record {seq + i}" for i in range(count)]
+        chunks.append((stream.id, seq, count, stamp, "\n".join(lines)))
+        records += [EventRow(stream.id, seq + i, stamp, line) for i, line in enumerate(lines)]
+        seq, index = seq + count, index + 1
+    for start in range(0, len(chunks), 50):  # several batches
+        store.write_batch(Batch(job.id, chunks=chunks[start:start + 50]))
+    return stream.id, records
+
+
+def _expected(records: list[EventRow], after_seq: int = -1, before_seq: int | None = None, start_ms: int | None = None,
+              end_ms: int | None = None, limit: int = 10_000, newest_first: bool = False) -> list[EventRow]:
+    chosen = [r for r in records if after_seq < r.seq < (before_seq if before_seq is not None else 2**62)
+              and (start_ms is None or r.timestamp_ms >= start_ms) and (end_ms is None or r.timestamp_ms < end_ms)]
+    return chosen[-limit:] if newest_first else chosen[:limit]
+
+
+PAGING_CASES: list[dict[str, Any]] = [
+    {},
+    {"limit": 1},
+    {"limit": 7},
+    {"after_seq": 0, "limit": 3},
+    {"after_seq": 2, "limit": 5},  # starts inside a chunk
+    {"after_seq": 298, "limit": 150},  # crosses pages of chunks
+    {"after_seq": 599},
+    {"after_seq": 700},
+    {"before_seq": 0},
+    {"before_seq": 10, "newest_first": True, "limit": 4},
+    {"newest_first": True, "limit": 1},
+    {"newest_first": True, "limit": 333},
+    {"newest_first": True, "after_seq": 590},
+    {"after_seq": 100, "before_seq": 103},
+    {"after_seq": 100, "before_seq": 400, "newest_first": True, "limit": 250},
+    {"start_ms": 1500},
+    {"start_ms": 1500, "limit": 3},
+    {"start_ms": 1500, "end_ms": 1600},
+    {"end_ms": 1050, "newest_first": True, "limit": 2},
+    {"start_ms": 1500, "after_seq": 400, "limit": 10},
+    {"start_ms": 1500, "newest_first": True, "limit": 10},
+    {"start_ms": 99_999},
+    {"end_ms": 1000},
+    {"start_ms": 1200, "end_ms": 1200},
+]
+
+
+def test_events_paging_forward_and_backward_with_time_filters(any_store: Store) -> None:
+    stream_id, records = _paging_stream(any_store)
+    assert any_store.events(stream_id) == records
+    for case in PAGING_CASES:
+        assert any_store.events(stream_id, **case) == _expected(records, **case), case
+    # walking the whole stream a page at a time, both ways, gives every record once
+    forward: list[EventRow] = []
+    while page := any_store.events(stream_id, after_seq=forward[-1].seq if forward else -1, limit=37):
+        forward += page
+    backward: list[EventRow] = []
+    while page := any_store.events(stream_id, before_seq=backward[0].seq if backward else None, limit=41,
+                                   newest_first=True):
+        backward = page + backward
+    assert forward == backward == records
+    assert any_store.events(stream_id + 1000) == []
+
+
+# -- points --------------------------------------------------------------------------------
+
+
+def _points_job(store: Store, name: str = "job") -> tuple[JobRow, int, int]:
+    job = new_job(store, name)
+    one = store.add_stream(job.id, "algo-1", f"{name}/algo-1-1", 0)
+    two = store.add_stream(job.id, "algo-2", f"{name}/algo-2-1", 0)
+    store.write_batch(Batch(job.id, points=[
+        ("loss", 100, 3.0, "algo-1", one.id, 0),
+        ("acc", 100, 0.1, "algo-1", one.id, 0),
+        ("loss", 100, 2.5, "algo-2", two.id, 0),
+        ("loss", 200, 2.0, "algo-1", one.id, 1),
+        ("loss", 300, None, "algo-1", one.id, 2),  # NaN
+        ("acc", 300, 0.7, "algo-2", two.id, 1),
+    ]))
+    store.write_batch(Batch(job.id, points=[
+        ("loss", 400, math.inf, "algo-2", two.id, 2),
+        ("loss", 400, 1.5, "algo-2", two.id, 3),  # same time: written later, so it is the last
+        ("lr", 400, -math.inf, "algo-1", one.id, 3),
+        ("lr", 500, math.nan, "algo-1", one.id, 4),
+    ]))
+    return job, one.id, two.id
+
+
+def test_points_in_time_then_write_order_with_filters(any_store: Store) -> None:
+    job, one, two = _points_job(any_store)
+    everything = any_store.points(job.id)
+    assert [(p.name, p.timestamp_ms, p.host) for p in everything] == [
+        ("loss", 100, "algo-1"), ("acc", 100, "algo-1"), ("loss", 100, "algo-2"), ("loss", 200, "algo-1"),
+        ("loss", 300, "algo-1"), ("acc", 300, "algo-2"), ("loss", 400, "algo-2"), ("loss", 400, "algo-2"),
+        ("lr", 400, "algo-1"), ("lr", 500, "algo-1")]
+    assert [(p.stream_id, p.seq) for p in everything[:3]] == [(one, 0), (one, 0), (two, 0)]
+    loss = any_store.points(job.id, names=["loss"], host="algo-2")
+    assert [(p.timestamp_ms, p.value) for p in loss] == [(100, 2.5), (400, math.inf), (400, 1.5)]
+    assert [p.name for p in any_store.points(job.id, names=["acc", "lr"], start_ms=300, end_ms=500)] == ["acc", "lr"]
+    assert any_store.points(job.id, names=["nothing"]) == [] and any_store.points(job.id + 99) == []
+    assert any_store.metric_names(job.id) == ["acc", "loss", "lr"]
+
+
+def test_nan_and_infinity(any_store: Store) -> None:
+    job, _, _ = _points_job(any_store)
+    values = {(p.name, p.timestamp_ms, p.seq): p.value for p in any_store.points(job.id)}
+    assert math.isnan(values[("loss", 300, 2)]) and math.isnan(values[("lr", 500, 4)])  # None and nan both read as NaN
+    assert values[("loss", 400, 2)] == math.inf and values[("lr", 400, 3)] == -math.inf
+    # final metrics and summaries skip NaN and the infinities; the counts include them
+    assert any_store.final_metrics(job.id) == [("acc", 0.7, 300), ("loss", 1.5, 400)]
+    assert any_store.metric_summaries(job.id) == {"acc": (2, 0.1, 0.7), "loss": (6, 1.5, 3.0), "lr": (2, None, None)}
+
+
+def test_final_metrics_is_the_last_finite_value(any_store: Store) -> None:
+    job = new_job(any_store)
+    stream = any_store.add_stream(job.id, "algo-1", "job/algo-1-1", 0)
+    any_store.write_batch(Batch(job.id, points=[
+        ("a", 10, 1.0, "algo-1", stream.id, 0), ("a", 30, 3.0, "algo-1", stream.id, 2),
+        ("a", 20, 2.0, "algo-1", stream.id, 1),  # written after, but older
+        ("b", 10, None, "algo-1", stream.id, 0),  # only NaN: no final value
+        ("c", 50, 7.0, "algo-1", stream.id, 3), ("c", 50, 8.0, "algo-1", stream.id, 4),
+        ("c", 60, math.nan, "algo-1", stream.id, 5),
+        ("d", 5, -1e308, "algo-1", stream.id, 6), ("d", 6, 1.7976931348623157e308, "algo-1", stream.id, 7),
+    ]))
+    assert any_store.final_metrics(job.id) == [("a", 3.0, 30), ("c", 8.0, 50), ("d", 1.7976931348623157e308, 6)]
+    assert any_store.metric_summaries(job.id)["d"] == (2, -1e308, 1.7976931348623157e308)
+    assert any_store.final_metrics(job.id + 1) == [] and any_store.metric_summaries(job.id + 1) == {}
+
+
+# -- CloudWatch metrics --------------------------------------------------------------------
+
+
+def test_put_samples_and_metric_samples(any_store: Store) -> None:
+    cpu_a, cpu_b = key("CPU", Host="a"), key("CPU", Host="b")
+    cpu_ab = key("CPU", Host="a", Zone="z")
+    any_store.put_samples([
+        (cpu_a, 60, [Sample(1000, 1.0, 10.0, 10.0, 10.0, 10.0, "Percent"), Sample(3000, 2.0, 50.0, 20.0, 30.0, None)]),
+        (cpu_b, 1, [Sample(2000, 1.0, 5.0, 5.0, 5.0, 5.0, "Percent")]),
+        (cpu_ab, 60, [Sample(2000, 1.0, 1.0, 1.0, 1.0, 1.0)]),
+    ])
+    any_store.put_samples([(cpu_a, 60, [Sample(2000, 1.0, 15.0, 15.0, 15.0, 15.0, "Percent")])])
+    assert any_store.metric_samples(cpu_a, 0, 10_000) == [
+        Sample(1000, 1.0, 10.0, 10.0, 10.0, 10.0, "Percent"), Sample(2000, 1.0, 15.0, 15.0, 15.0, 15.0, "Percent"),
+        Sample(3000, 2.0, 50.0, 20.0, 30.0, None, "None")]
+    assert [s.timestamp_ms for s in any_store.metric_samples(cpu_a, 1000, 3000)] == [1000, 2000]  # [start, end)
+    assert any_store.metric_samples(cpu_b, 0, 10_000) == [Sample(2000, 1.0, 5.0, 5.0, 5.0, 5.0, "Percent")]
+    assert [s.sum for s in any_store.metric_samples(cpu_ab, 0, 10_000)] == [1.0]  # the exact dimension set
+    assert any_store.metric_samples(key("CPU"), 0, 10_000) == []
+    assert any_store.metric_samples(key("CPU", namespace="Other", Host="a"), 0, 10_000) == []
+
+
+def test_put_samples_is_all_or_nothing(any_store: Store) -> None:
+    good = (key("Good"), 60, [Sample(1000, 1.0, 1.0, 1.0, 1.0, 1.0)])
+    bad = (key("Bad"), 60, [Sample(1000, None, 1.0, 1.0, 1.0, 1.0)])  # type: ignore[arg-type]  # count is required
+    with pytest.raises(StoreError):
+        any_store.put_samples([good, bad])
+    assert any_store.metric_keys() == [] and any_store.metric_samples(key("Good"), 0, 10_000) == []
+
+
+def test_put_samples_accepts_long_dimension_sets(any_store: Store) -> None:
+    many = key("Wide", **{f"Dim{i:02}": "v" * 1024 for i in range(30)})  # CloudWatch's limits: 30 of 1,024 chars
+    any_store.put_samples([(many, 60, [Sample(1000, 1.0, 2.0, 2.0, 2.0, 2.0)])])
+    any_store.put_samples([(many, 60, [Sample(2000, 1.0, 3.0, 3.0, 3.0, 3.0)])])
+    assert [s.sum for s in any_store.metric_samples(many, 0, 10_000)] == [2.0, 3.0]
+    assert any_store.metric_keys(name="Wide") == [(many, 2000)]
+
+
+def test_metric_keys_list_put_metrics_and_jobs_metrics(any_store: Store) -> None:
+    job, _, _ = _points_job(any_store, "train-1")
+    any_store.put_samples([
+        (key("CPU", Host="a"), 60, [Sample(5000, 1.0, 1.0, 1.0, 1.0, 1.0), Sample(4000, 1.0, 1.0, 1.0, 1.0, 1.0)]),
+        (key("Mem", namespace="Sys"), 60, [Sample(10, 1.0, 1.0, 1.0, 1.0, 1.0)]),
+        (key("loss", namespace=JOB_NAMESPACE, TrainingJobName="train-1"), 60, [Sample(9000, 1.0, 1.0, 1.0, 1.0, 1.0)]),
+    ])
+    job_key = key("acc", namespace=JOB_NAMESPACE, TrainingJobName="train-1")
+    assert any_store.metric_keys() == [  # by namespace ("/aws/..." first), name, dimensions
+        (job_key, 300),
+        (key("loss", namespace=JOB_NAMESPACE, TrainingJobName="train-1"), 9000),  # the newer of put and points
+        (key("lr", namespace=JOB_NAMESPACE, TrainingJobName="train-1"), 500),
+        (key("CPU", Host="a"), 5000),
+        (key("Mem", namespace="Sys"), 10),
+    ]
+    assert any_store.metric_keys(namespace="Sys") == [(key("Mem", namespace="Sys"), 10)]
+    assert [k.name for k, _ in any_store.metric_keys(namespace=JOB_NAMESPACE)] == ["acc", "loss", "lr"]
+    assert any_store.metric_keys(namespace=JOB_NAMESPACE, name="lr") == [
+        (key("lr", namespace=JOB_NAMESPACE, TrainingJobName="train-1"), 500)]
+    assert any_store.metric_keys(name="nothing") == []
+    # a job's metric reads as CloudWatch datapoints: its finite points, one sample each
+    assert [(s.timestamp_ms, s.value) for s in any_store.metric_samples(job_key, 0, 10_000)] == [(100, 0.1), (300, 0.7)]
+    loss = any_store.metric_samples(key("loss", namespace=JOB_NAMESPACE, TrainingJobName="train-1"), 0, 10_000)
+    assert [(s.timestamp_ms, s.value) for s in loss] == [(100, 3.0), (100, 2.5), (200, 2.0), (400, 1.5), (9000, 1.0)]
+    assert job.id > 0
+
+
+# -- several writers -----------------------------------------------------------------------
+
+WORKERS, THREADS, BATCHES = 4, 2, 15
+
+
+def _writer(target: StoreTarget, job_id: int, worker: int, start: Any) -> None:
+    """One process: two threads share one store object, each writing its own stream's batches,
+    CloudWatch datapoints and updates of the job."""
+    store = target.open()
+    streams = [store.add_stream(job_id, f"algo-{worker}", f"job/algo-{worker}-{thread}", 0) for thread in range(THREADS)]
+    start.wait(timeout=60)
+
+    def bump(row: JobRow) -> None:
+        row.doc["Bumps"] = row.doc.get("Bumps", 0) + 1
+
+    def write(stream_id: int, thread: int) -> None:
+        for batch in range(BATCHES):
+            stamp = 1000 + batch * 10 + worker
+            chunks = [(stream_id, batch * 6 + i * 2, 2, stamp, f"w{worker}t{thread}b{batch}r{i}a\nmore") for i in range(3)]
+            points = [(name, stamp, float(batch), f"algo-{worker}", stream_id, batch * 6)
+                      for name in ("loss", "acc", f"own-{worker}")]
+            store.write_batch(Batch(job_id, chunks=chunks, points=points, stream_stats={stream_id: (6, 60, stamp)},
+                                    diagnostics=[{"Worker": worker}]))
+            store.update_job("job", bump)  # read-modify-write of one row, against the others
+            store.put_samples([(key("Shared"), 60, [Sample(stamp, 1.0, 1.0, 1.0, 1.0, 1.0)]),
+                               (key("Own", Worker=str(worker)), 60, [Sample(stamp, 1.0, 1.0, 1.0, 1.0, 1.0)])])
+
+    threads = [threading.Thread(target=write, args=(s.id, t)) for t, s in enumerate(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    store.close()
+
+
+def test_several_processes_write_at_once(store_target: StoreTarget, any_store: Store) -> None:
+    job = new_job(any_store)
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(WORKERS)
+    workers = [context.Process(target=_writer, args=(store_target, job.id, w, start)) for w in range(WORKERS)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=90)
+    assert [w.exitcode for w in workers] == [0] * WORKERS, "a writer failed: see its traceback above"
+
+    streams = any_store.streams(job.id)
+    assert len(streams) == WORKERS * THREADS
+    for stream in streams:
+        events = any_store.events(stream.id)
+        assert [e.seq for e in events] == list(range(BATCHES * 6))
+        assert (stream.records, stream.stored_bytes) == (BATCHES * 6, BATCHES * 60)
+    points = any_store.points(job.id)
+    assert len(points) == WORKERS * THREADS * BATCHES * 3
+    assert any_store.metric_names(job.id) == ["acc", "loss", *[f"own-{w}" for w in range(WORKERS)]]
+    newest = 1000 + (BATCHES - 1) * 10
+    assert any_store.final_metrics(job.id)[0] == ("acc", float(BATCHES - 1), newest + WORKERS - 1)
+    keys = dict(any_store.metric_keys(namespace="App"))
+    assert keys[key("Shared")] == newest + WORKERS - 1
+    assert all(keys[key("Own", Worker=str(w))] == newest + w for w in range(WORKERS))
+    assert len(any_store.metric_samples(key("Shared"), 0, 10**9)) == WORKERS * THREADS * BATCHES
+    assert any_store.get_job("job").doc["Bumps"] == WORKERS * THREADS * BATCHES  # type: ignore[union-attr]  # none lost
+
+
+# -- end to end: a real job in PostgreSQL --------------------------------------------------
+
+DEFS = '[{"Name": "train:error", "Regex": "Train_error=(.*?);"}]'
+
+
+def test_trainmon_run_stores_its_job_in_postgres(home: Path, postgres_url: str, script) -> None:
+    train = script(
+        """
+        for epoch in range(1, 4):
+            print(f"epoch {epoch} Train_error={0.5 / epoch:.3f};")
+        print("Train_error=nan;")
+        """
+    )
+    env = {"TRAINMON_DATABASE_URL": postgres_url}
+    result = run_cli("run", "--name", "pg-job", "--metric-definitions", DEFS, "--", PY, str(train), env=env)
+    assert result.returncode == 0, result.stderr
+    described = json.loads(run_cli("describe", "pg-job", "--json", env=env, check=True).stdout)
+    assert described["TrainingJobStatus"] == "Completed"
+    assert [(m["MetricName"], m["Value"]) for m in described["FinalMetricDataList"]] == [("train:error", 0.167)]
+    assert not (home / "trainmon.db").exists()  # nothing went to SQLite
+    assert run_cli("describe", "pg-job").returncode != 0  # and without the URL, the job is not there
+
+    store = open_store(home, database_url=postgres_url)
+    job = store.get_job("pg-job")
+    assert job is not None and type(store).__name__ == "PostgresStore"
+    (stream,) = store.streams(job.id)
+    assert [e.message for e in store.events(stream.id)][-1] == "Train_error=nan;"
+    store.close()
+
+
+def test_a_detached_job_follows_its_clients_store(home: Path, postgres_url: str, script) -> None:
+    """create_training_job starts a supervisor process: it must open the client's store, not SQLite."""
+    import trainmon
+
+    train = script("print('Train_error=0.25;')")
+    store = open_store(home, database_url=postgres_url)  # the URL is not in the environment
+    sagemaker = trainmon.client("sagemaker", store=store)
+    sagemaker.create_training_job(
+        TrainingJobName="detached", RoleArn="arn:aws:iam::123456789012:role/local",
+        AlgorithmSpecification={"TrainingInputMode": "File", "ContainerEntrypoint": [PY, str(train)],
+                                "MetricDefinitions": json.loads(DEFS)},
+        OutputDataConfig={"S3OutputPath": str(home / "out")},
+        ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
+        StoppingCondition={"MaxRuntimeInSeconds": 120},
+    )
+    sagemaker.get_waiter("training_job_completed_or_stopped").wait(
+        TrainingJobName="detached", WaiterConfig={"Delay": 0.1, "MaxAttempts": 600})
+    described = sagemaker.describe_training_job(TrainingJobName="detached")
+    assert [(m["MetricName"], m["Value"]) for m in described["FinalMetricDataList"]] == [("train:error", 0.25)]
+    assert not (home / "trainmon.db").exists()
+    store.close()
+
+
+# -- choosing and opening a backend --------------------------------------------------------
+
+
+def test_open_store_chooses_the_backend_by_url(tmp_path: Path, postgres_url: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainmon.store.postgres import PostgresStore
+
+    sqlite = open_store(tmp_path)
+    assert isinstance(sqlite, SqliteStore) and sqlite.home == tmp_path and sqlite.database_url is None
+    monkeypatch.setenv("TRAINMON_DATABASE_URL", postgres_url)
+    postgres = open_store(tmp_path)
+    assert isinstance(postgres, PostgresStore) and postgres.home == tmp_path and postgres.database_url == postgres_url
+    assert isinstance(open_store(tmp_path, database_url=""), SqliteStore)  # an empty URL means SQLite
+    for bad in ("mysql://db/x", "trainmon.db"):
+        with pytest.raises(StoreError, match="TRAINMON_DATABASE_URL.*postgresql://"):
+            open_store(tmp_path, database_url=bad)
+    sqlite.close()
+    postgres.close()
+
+
+def test_postgres_errors_say_where_and_hide_the_password(tmp_path: Path, postgres_server: PostgresServer) -> None:
+    from trainmon.store.postgres import PostgresStore, redact
+
+    assert redact("postgresql://me:secret@db:5432/x?sslmode=require") == "postgresql://me:***@db:5432/x?sslmode=require"
+    closed = f"postgresql://me:secret@127.0.0.1:{free_port()}/nothing"  # nothing listens there
+    with pytest.raises(StoreError, match=r"cannot reach the store at postgresql://me:\*\*\*@127.0.0.1") as caught:
+        PostgresStore(closed, tmp_path)
+    assert "secret" not in str(caught.value)
+    with pytest.raises(StoreError, match="cannot reach.*does_not_exist"):
+        PostgresStore(postgres_server.url("does_not_exist"), tmp_path)
+
+
+def test_postgres_migrates_once_and_refuses_a_newer_schema(tmp_path: Path, postgres_url: str) -> None:
+    import psycopg
+
+    from trainmon.store.postgres import PostgresStore
+
+    first = PostgresStore(postgres_url, tmp_path)
+    new_job(first, "kept")
+    second = PostgresStore(postgres_url, tmp_path)  # opening again migrates nothing and keeps the data
+    assert second.get_job("kept") is not None
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        db.execute("UPDATE schema_version SET version = 99")
+    with pytest.raises(StoreError, match="schema version 99, newer than this trainmon knows .*upgrade trainmon"):
+        PostgresStore(postgres_url, tmp_path)
+    first.close()
+    second.close()
+
+
+def test_postgres_store_needs_only_data_rights_once_migrated(tmp_path: Path, postgres_url: str,
+                                                              postgres_server: PostgresServer) -> None:
+    import psycopg
+
+    from trainmon.store.postgres import PostgresStore
+
+    PostgresStore(postgres_url, tmp_path).close()  # the owner creates the schema
+    database = postgres_url.rsplit("/", 1)[1]
+    role = f"writer_{database}"
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(f"CREATE ROLE {role} LOGIN")
+        db.execute(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role}")
+        db.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+        db.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}")
+    try:
+        store = PostgresStore(postgres_url.replace("postgres@", f"{role}@"), tmp_path)
+        job = new_job(store, "by-writer")
+        store.write_batch(Batch(job.id, points=[("loss", 1, 1.0, "algo-1", 0, 0)]))
+        assert store.final_metrics(job.id) == [("loss", 1.0, 1)]
+        store.close()
+    finally:
+        postgres_server.drop_database(database)
+        postgres_server.admin(f"DROP ROLE {role}")
+
+
+def test_postgres_store_reconnects_after_the_connection_drops(tmp_path: Path, postgres_url: str) -> None:
+    import psycopg
+
+    from trainmon.store.postgres import PostgresStore
+
+    store = PostgresStore(postgres_url, tmp_path)
+    new_job(store, "before")
+
+    def terminate() -> None:  # as a server restart would
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE application_name = 'trainmon' AND datname = current_database()")
+
+    terminate()
+    assert store.get_job("before") is not None  # a read reconnects and runs again
+    terminate()
+    with pytest.raises(StoreError, match="cannot reach the store"):
+        new_job(store, "lost")  # a write fails: whether it was committed is unknown, so the caller decides
+    new_job(store, "after")  # and the next one reconnects
+    assert [job.name for job in store.list_jobs()] == ["after", "before"]
+    store.close()
+
+
+def test_the_core_imports_and_explains_without_psycopg(tmp_path: Path) -> None:
+    code = """
+import sys
+class NoPsycopg:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "psycopg":
+            raise ImportError("No module named 'psycopg'")
+sys.meta_path.insert(0, NoPsycopg())
+from pathlib import Path
+import trainmon, trainmon.cli, trainmon.client, trainmon.store
+from trainmon.errors import StoreError
+trainmon.store.open_store(Path(sys.argv[1])).close()
+try:
+    trainmon.store.open_store(Path(sys.argv[1]), database_url="postgresql://localhost/x")
+except StoreError as exc:
+    print(exc)
+"""
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'trainmon[postgres]'" in result.stdout
+
