@@ -1,4 +1,4 @@
-"""``python3 -m benchmarks [extraction] [capture] [latency] [--scale S] [--flood-mb N] [--strict]``"""
+"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [--scale S] [--flood-mb N] [--strict]``"""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import subprocess
 import sys
 import time
 
-from . import capture, extraction, latency
+from . import capture, extraction, latency, monitor
 from .common import ROOT, Report
 
-BENCHMARKS = ("extraction", "capture", "latency")
+BENCHMARKS = ("extraction", "capture", "latency", "monitor")
 
 
 def _revision() -> str:
@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             reports.append(capture.run(args.scale, args.flood_mb))
         elif name == "latency":
             reports.append(latency.run(args.scale))
+        elif name == "monitor":
+            reports.append(monitor.run(args.scale))
 
     print()
     print(f"Summary ({time.perf_counter() - start:.0f} s)")

@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 from .analytics import TrainingJobAnalytics
+from .analytics import TrainingJobAnalytics as analytics
 from .client import client
 from .errors import ClientError, ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
 from .estimator import Estimator, Session, UnexpectedStatusException
+from .profiler import profile
 
 __version__ = "0.1.0"
 
@@ -24,5 +26,7 @@ __all__ = [
     "TrainmonError",
     "UnexpectedStatusException",
     "ValidationException",
+    "analytics",
     "client",
+    "profile",
 ]

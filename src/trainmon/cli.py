@@ -19,14 +19,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import jobs, render
+from . import jobs, profiler, render
 from .client import SageMakerClient, with_datetimes
+from .cloudwatch.model import JOB_NAMESPACE
 from .definitions import definition_warnings, load_definitions, parse_short_form, validate_definitions
 from .errors import TrainmonError, ValidationException
-from .extract import DefinitionStats, Extractor, scan_stream
+from .extract import DefinitionStats, Extractor, scan_file, scan_stream
 from .query import auto_period_s, period_table
 from .records import Mode
-from .store import SqliteStore, open_store
+from .store import PointRow, Store, open_store
 from .supervisor import Supervisor
 
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 3
@@ -35,7 +36,7 @@ EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 3
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _store(args: argparse.Namespace) -> SqliteStore:
+def _store(args: argparse.Namespace) -> Store:
     return open_store(args.home)
 
 
@@ -124,8 +125,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "S3DataDistributionType": "FullyReplicated"}}}
             for channel, path in _pairs(args.channel, "--channel").items()
         ],
-        "TrainmonConfig": {"RecordMode": args.mode, "StopGraceSeconds": args.stop_grace_seconds},
+        "TrainmonConfig": {"RecordMode": args.mode, "StopGraceSeconds": args.stop_grace_seconds,
+                           "SystemMetricsIntervalSeconds": args.system_metrics_interval},
     }
+    if args.disable_profiler:
+        request["ProfilerConfig"] = {"DisableProfiler": True}
+    elif args.profiling_interval_ms is not None or args.profile_output is not None:
+        request["ProfilerConfig"] = {
+            "ProfilingIntervalInMilliseconds": args.profiling_interval_ms or profiler.DEFAULT_INTERVAL_MS,
+            "S3OutputPath": args.profile_output or profiler.default_location(),
+        }
     if args.output_path:
         request["OutputDataConfig"] = {"S3OutputPath": str(Path(args.output_path).expanduser().resolve())}
     for warning in definition_warnings(definitions, escapes_control=Mode(args.mode).escapes):
@@ -147,7 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return {"Completed": 0, "Stopped": EXIT_STOPPED}.get(job.status, EXIT_FAILED)
 
 
-def _describe_text(store: SqliteStore, name: str) -> str:
+def _describe_text(store: Store, name: str) -> str:
     job = jobs.get_job(store, name)
     doc = jobs.describe(store, job)
     stats = [DefinitionStats.from_json(d) for d in job.diagnostics]
@@ -216,7 +225,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_metrics(args: argparse.Namespace) -> int:
     store = _store(args)
     job = jobs.get_job(store, args.name)
-    points = store.points(job.id, names=args.metric or None, host=args.host)
+    points = _system_points(store, args) if args.system else store.points(job.id, names=args.metric or None, host=args.host)
     if not points:
         defined = [d["Name"] for d in job.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
         if args.json:
@@ -242,6 +251,21 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _system_points(store: Store, args: argparse.Namespace) -> list[PointRow]:
+    """The hosts' system metrics as points (namespace /aws/sagemaker/TrainingJobs, dimension Host)."""
+    points = []
+    for key, _ in store.metric_keys(JOB_NAMESPACE):
+        host = dict(key.dimensions).get("Host", "")
+        if not host.startswith(f"{args.name}/") or (args.metric and key.name not in args.metric):
+            continue
+        if args.host and host != f"{args.name}/{args.host}":
+            continue
+        for sample in store.metric_samples(key, 0, 2**62):
+            points.append(PointRow(f"{key.name} ({host.split('/', 1)[1]})", sample.timestamp_ms,
+                                   sample.sum / sample.count, host, 0, 0))
+    return sorted(points, key=lambda p: p.timestamp_ms)
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     store = _store(args)
     jobs.get_job(store, args.name)
@@ -261,6 +285,47 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """Every raw point of a job, each with the log record it came from."""
+    import csv
+
+    store = _store(args)
+    job = jobs.get_job(store, args.name)
+    streams = {s.id: s.name for s in store.streams(job.id)}
+    rows: list[dict[str, Any]] = [
+        {"timestamp": datetime.fromtimestamp(p.timestamp_ms / 1000, tz=UTC).isoformat(timespec="milliseconds"),
+         "metric_name": p.name, "value": p.value, "host": p.host, "log_stream": streams.get(p.stream_id, ""),
+         "record": p.seq + 1}
+        for p in store.points(job.id, names=args.metric or None)
+    ]
+    columns = ["timestamp", "metric_name", "value", "host", "log_stream", "record"]
+    if args.format == "parquet":
+        if not args.output:
+            raise ValidationException("--format parquet needs --output FILE.")
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ValidationException("Parquet export needs pyarrow: pip install 'trainmon[profiler]'") from None
+        pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([
+            ("timestamp", pa.string()), ("metric_name", pa.string()), ("value", pa.float64()),
+            ("host", pa.string()), ("log_stream", pa.string()), ("record", pa.int64())])), args.output)
+        print(f"wrote {len(rows)} points to {args.output}", file=sys.stderr)
+        return 0
+    out = open(args.output, "w", newline="", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        if args.format == "csv":
+            writer = csv.DictWriter(out, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        else:
+            out.write("".join(json.dumps({**r, "value": _json_number(r["value"])}) + "\n" for r in rows))
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
 def cmd_parse(args: argparse.Namespace) -> int:
     mode = Mode(args.mode)
     definitions = validate_definitions(_definitions(args))
@@ -274,15 +339,14 @@ def cmd_parse(args: argparse.Namespace) -> int:
         extractor = Extractor(definitions, mode)
         if several and not args.json:
             print(f"== {path}", file=out)
-        try:
-            stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-        except OSError as exc:
-            raise ValidationException(f"cannot read log {path!r}: {exc.strerror or exc}.") from None
+        if path != "-" and not os.access(path, os.R_OK):
+            raise ValidationException(f"cannot read log {path!r}: it does not exist or is not readable.")
         names = [json.dumps(d.name) for d in definitions]
         file_field = f'"file": {json.dumps(path)}, ' if several else ""
         try:
             lines = []
-            for line, offset, name, value in scan_stream(stream, extractor):
+            found = scan_stream(sys.stdin.buffer, extractor) if path == "-" else scan_file(path, extractor)
+            for line, offset, name, value in found:
                 if args.json:
                     number = repr(value) if value - value == 0.0 else json.dumps(_json_number(value))
                     lines.append(f'{{{file_field}"line": {line}, "offset": {offset}, '
@@ -294,12 +358,35 @@ def cmd_parse(args: argparse.Namespace) -> int:
                     lines.clear()
             if lines:
                 out.write("\n".join(lines) + "\n")
-        finally:
-            if stream is not sys.stdin.buffer:
-                stream.close()
+        except OSError as exc:
+            raise ValidationException(f"cannot read log {path!r}: {exc.strerror or exc}.") from None
         print(f"Summary for {path} ({mode.value} mode):", file=sys.stderr)
         print("\n".join(render.definition_report(extractor.stats, [d.to_api() for d in definitions])),
               file=sys.stderr)
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    store = _store(args)
+    job = jobs.get_job(store, args.name)
+    settings = job.doc.get("ProfilerConfig", {})
+    if settings.get("DisableProfiler", True):
+        raise ValidationException(f"job {args.name} ran without the profiler; run with --profiling-interval-ms to get one.")
+    try:
+        rows = profiler.Profile(args.name, settings["S3OutputPath"]).summary()
+    except ImportError:
+        raise ValidationException("reading profiles needs pyarrow and pandas: pip install 'trainmon[profiler]'") from None
+    if args.metric:
+        rows = [r for r in rows if r["metric"] in args.metric]
+    if args.json:
+        _print_json(rows)
+    elif rows:
+        print(f"Job {args.name}: profiler every {settings['ProfilingIntervalInMilliseconds']} ms")
+        print(render.table(["HOST", "METRIC", "SAMPLES", "MIN", "P50", "P95", "P99", "MAX"],
+                           [[r["host"], r["metric"], r["samples"], *(render.number(r[k]) for k in
+                             ("min", "p50", "p95", "p99", "max"))] for r in rows]))
+    else:
+        print(f"no profiler data for job {args.name} yet")
     return 0
 
 
@@ -351,6 +438,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--live-metrics", action=argparse.BooleanOptionalAction, default=None,
                      help="print each metric point as it is extracted (default: when stdout is a terminal)")
     run.add_argument("--detach", action="store_true", help="run in the background and return at once")
+    run.add_argument("--system-metrics-interval", type=int, default=60, metavar="S",
+                     help="seconds between the hosts' CPU/memory/disk/GPU metrics, 1 to 60 (default 60)")
+    run.add_argument("--profiling-interval-ms", type=int, metavar="MS",
+                     help="profiler interval: 100, 200, 500, 1000, 5000 or 60000 (default 500)")
+    run.add_argument("--profile-output", metavar="LOCATION",
+                     help="directory or URL (s3://...) for profiler data (default: <home>/profiles)")
+    run.add_argument("--disable-profiler", action="store_true", help="no profiler data for this job")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
     describe = add("describe", cmd_describe, "Show a job: status, transitions, final metrics, definition diagnostics.")
@@ -374,6 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--metric", action="append", metavar="NAME", help="only this metric (repeatable)")
     metrics.add_argument("--host", metavar="HOST")
     metrics.add_argument("--period", type=int, metavar="SECONDS", help="period length (default: chosen from the span)")
+    metrics.add_argument("--system", action="store_true",
+                         help="the hosts' CPU, memory, disk and GPU metrics instead of the job's own")
     metrics.add_argument("--json", action="store_true")
 
     stop = add("stop", cmd_stop, "Stop a running job (SIGTERM, then SIGKILL after the grace period).")
@@ -383,10 +479,21 @@ def build_parser() -> argparse.ArgumentParser:
     delete = add("delete", cmd_delete, "Delete a finished job with its logs and metrics; frees the name.")
     delete.add_argument("name")
 
+    export = add("export", cmd_export, "Write every raw point of a job, with the log record it came from.")
+    export.add_argument("name")
+    export.add_argument("--format", choices=["csv", "jsonl", "parquet"], default="csv")
+    export.add_argument("--metric", action="append", metavar="NAME", help="only this metric (repeatable)")
+    export.add_argument("--output", "-o", metavar="FILE", help="write here instead of standard output")
+
     parse = add("parse", cmd_parse, "Apply metric definitions to saved logs and print every point (test before you run).")
     add_definitions(parse)
     parse.add_argument("--json", action="store_true", help='one {"line", "offset", "name", "value"} object per line')
     parse.add_argument("logs", nargs="+", metavar="LOG", help="log files; - reads standard input")
+
+    prof = add("profile", cmd_profile, "Summarize a job's profiler data per host: min, p50, p95, p99, max.")
+    prof.add_argument("name")
+    prof.add_argument("--metric", action="append", metavar="NAME", help="only this profiler metric (repeatable)")
+    prof.add_argument("--json", action="store_true")
 
     demo = add("demo", cmd_demo, "Run the bundled demo training job with live metrics, then describe it.")
     demo.add_argument("--name", help="job name (default: demo-<time>)")

@@ -15,11 +15,11 @@ from typing import Any
 
 import psutil
 
-from . import config
+from . import config, profiler
 from .definitions import validate_definitions
 from .errors import ResourceNotFound, StoreError, ValidationException
 from .records import Mode
-from .store import JobRow, SqliteStore
+from .store import JobRow, Store
 
 ACCOUNT = "000000000000"
 REGION = "local"
@@ -203,10 +203,34 @@ def build_job_doc(request: dict[str, Any], now: float) -> dict[str, Any]:
         "EnableManagedSpotTraining": bool(request.get("EnableManagedSpotTraining", False)),
         "TrainmonConfig": extension,
     }
-    for optional in ("Tags", "ProfilerConfig", "CheckpointConfig", "DebugHookConfig", "ExperimentConfig"):
+    doc["ProfilerConfig"] = _profiler_config(request.get("ProfilerConfig"))
+    interval = extension.setdefault("SystemMetricsIntervalSeconds", 60)
+    if not isinstance(interval, int) or isinstance(interval, bool) or not 1 <= interval <= 60:
+        raise ValidationException("TrainmonConfig.SystemMetricsIntervalSeconds must be an integer from 1 to 60.")
+    for optional in ("Tags", "CheckpointConfig", "DebugHookConfig", "ExperimentConfig"):
         if request.get(optional) is not None:
             doc[optional] = request[optional]
     return doc
+
+
+def _profiler_config(given: Any) -> dict[str, Any]:
+    """ProfilerConfig with SageMaker's default (500 ms); the location is checked for writing now.
+
+    Without the profiler extra (pyarrow) a job that did not ask for profiling runs without it.
+    """
+    if given is not None and not isinstance(given, dict):
+        raise ValidationException("ProfilerConfig must be a structure.")
+    settings = dict(given or {})
+    if settings.get("DisableProfiler"):
+        return {**settings, "DisableProfiler": True}
+    settings["ProfilingIntervalInMilliseconds"] = profiler.check_interval(
+        settings.get("ProfilingIntervalInMilliseconds", profiler.DEFAULT_INTERVAL_MS))
+    settings.setdefault("S3OutputPath", profiler.default_location())
+    settings["DisableProfiler"] = False
+    if given is None and not profiler.available():
+        return {"DisableProfiler": True}
+    profiler.check_location(settings["S3OutputPath"])
+    return settings
 
 
 def resolve_command(algorithm: dict[str, Any]) -> list[str]:
@@ -263,7 +287,7 @@ def transition(doc: dict[str, Any], status: str, now: float, message: str | None
     doc["LastModifiedTime"] = now
 
 
-def set_status(store: SqliteStore, name: str, status: str, message: str | None = None, **fields: Any) -> JobRow:
+def set_status(store: Store, name: str, status: str, message: str | None = None, **fields: Any) -> JobRow:
     def mutate(job: JobRow) -> None:
         now = time.time()
         current = job.doc["TrainingJobStatus"]
@@ -276,7 +300,7 @@ def set_status(store: SqliteStore, name: str, status: str, message: str | None =
     return store.update_job(name, mutate)
 
 
-def request_stop(store: SqliteStore, name: str) -> JobRow:
+def request_stop(store: Store, name: str) -> JobRow:
     """StopTrainingJob: InProgress -> Stopping; the supervisor sees the request and stops the hosts."""
 
     def mutate(job: JobRow) -> None:
@@ -291,7 +315,7 @@ def request_stop(store: SqliteStore, name: str) -> JobRow:
     return store.update_job(name, mutate)
 
 
-def get_job(store: SqliteStore, name: str) -> JobRow:
+def get_job(store: Store, name: str) -> JobRow:
     check_job_name(name)
     reap_orphans(store)
     job = store.get_job(name)
@@ -300,14 +324,14 @@ def get_job(store: SqliteStore, name: str) -> JobRow:
     return job
 
 
-def describe(store: SqliteStore, job: JobRow) -> dict[str, Any]:
+def describe(store: Store, job: JobRow) -> dict[str, Any]:
     """The DescribeTrainingJob document (times as epoch seconds)."""
     doc = {k: v for k, v in job.doc.items() if k != "TrainmonConfig"}
     doc["FinalMetricDataList"] = [
         {"MetricName": name, "Value": value, "Timestamp": ts / 1000.0}
         for name, value, ts in store.final_metrics(job.id)
     ]
-    doc["ProfilingStatus"] = "Disabled"
+    doc["ProfilingStatus"] = "Disabled" if doc.get("ProfilerConfig", {}).get("DisableProfiler", True) else "Enabled"
     return doc
 
 
@@ -327,7 +351,7 @@ def _alive(pid: int, create_time: float) -> bool:
         return False
 
 
-def reap_orphans(store: SqliteStore) -> list[str]:
+def reap_orphans(store: Store) -> list[str]:
     """Mark Failed every active job on this machine whose supervising process is gone."""
     reaped: list[str] = []
     hostname = socket.gethostname()

@@ -26,8 +26,11 @@ from .capture import Echo, HostStream, Ingestor, Pipe, PipeReader, RecordCutter
 from .definitions import validate_definitions
 from .errors import StoreError, TrainmonError
 from .extract import Extractor
+from .monitor import SystemMonitor
+from .profiler import ProfileWriter
 from .records import Mode
-from .store import JobRow, SqliteStore, open_store
+from .sampler import default_gpu_source
+from .store import JobRow, Store, open_store
 
 POLL_S = 0.05
 STOP_POLL_S = 0.25
@@ -51,7 +54,7 @@ class Host:
 class Supervisor:
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         name: str,
         *,
         echo: bool = True,
@@ -93,7 +96,7 @@ class Supervisor:
         mode = Mode(settings["RecordMode"])
         grace_s = float(settings["StopGraceSeconds"])
         extractor = Extractor(validate_definitions(doc["AlgorithmSpecification"]["MetricDefinitions"]), mode)
-        job_dir = config.jobs_dir(self.store.path.parent) / self.name
+        job_dir = config.jobs_dir(self.store.home) / self.name
         count = doc["ResourceConfig"]["InstanceCount"]
 
         jobs.set_status(self.store, self.name, "Downloading")
@@ -120,6 +123,7 @@ class Supervisor:
                 pipe.reader.start()
         ingestor.start()
 
+        monitor = self._start_monitor(doc, job_dir) if start_failure is None else None
         exit_codes = {}
         if start_failure is None:
             deadline = doc["CreationTime"] + doc["StoppingCondition"]["MaxRuntimeInSeconds"]
@@ -127,12 +131,14 @@ class Supervisor:
         else:
             self._terminate(grace_s)
         self._end_leftovers()
+        if monitor is not None:
+            self._stop_monitor(monitor)
         self._drain(ingestor)
         final = self._conclude(job, exit_codes, start_failure, ingestor)
         if ingestor.unsaved is not None:
             records, points = ingestor.unsaved
             raise StoreError(
-                f"the disk holding {self.store.path} is full: free some space; what was stored so far stays "
+                f"the disk holding {self.store.location} is full: free some space; what was stored so far stays "
                 f"readable. The job ended {final.status}, but its last {records} log records and {points} "
                 "points could not be stored."
             )
@@ -174,6 +180,31 @@ class Supervisor:
             host_stream = HostStream(layout.host, stream.id, pipes)
             self.hosts.append(Host(layout.host, layout, process, host_stream))
         return None
+
+    def _start_monitor(self, doc: dict[str, Any], job_dir: Path) -> SystemMonitor | None:
+        if not self.hosts:
+            return None
+        profiler_config = doc.get("ProfilerConfig", {})
+        profiler = None
+        if not profiler_config.get("DisableProfiler", True):
+            profiler = ProfileWriter(profiler_config["S3OutputPath"], self.name)
+        env = {**os.environ, **doc.get("Environment", {})}
+        monitor = SystemMonitor(
+            self.store, self.name, {h.name: h.pgid for h in self.hosts}, job_dir,
+            system_interval_s=doc["TrainmonConfig"].get("SystemMetricsIntervalSeconds", 60),
+            profile_interval_ms=profiler_config.get("ProfilingIntervalInMilliseconds"),
+            profiler=profiler, gpu=default_gpu_source(env),
+        )
+        monitor.start()
+        return monitor
+
+    @staticmethod
+    def _stop_monitor(monitor: SystemMonitor) -> None:
+        monitor.stop()
+        problems = [str(p) for p in (monitor.error, monitor.profiler.failed if monitor.profiler else None) if p]
+        for problem in problems:
+            print(f"trainmon: warning: system monitoring: {problem}; the job itself was not affected",
+                  file=sys.stderr)
 
     def _watch(self, deadline: float, grace_s: float) -> dict[str, int]:
         """Wait for every host; act on failures, stop requests and the runtime limit."""

@@ -1,0 +1,220 @@
+"""Profiler data: one row per (host, metric, time), written as Parquet while the job runs, kept forever.
+
+Files rotate every minute (a file is whole once closed, so a crash loses at most the open
+minute) under ``<location>/<job>/<host>/<epoch seconds>.parquet``. The location is a local
+directory (default ``<home>/profiles``) or any URL fsspec can write (``s3://...`` with s3fs).
+Columns are sorted by host, metric and time and encoded for size: timestamps delta-encoded,
+values byte-stream-split, all zstd-compressed.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from . import config
+from .errors import ValidationException
+
+ROTATE_S = 60.0
+ALLOWED_INTERVALS_MS = (100, 200, 500, 1000, 5000, 60000)
+DEFAULT_INTERVAL_MS = 500
+
+
+def check_interval(interval_ms: Any) -> int:
+    if interval_ms not in ALLOWED_INTERVALS_MS or isinstance(interval_ms, bool):
+        raise ValidationException(
+            f"ProfilingIntervalInMilliseconds {interval_ms!r} is not allowed: use one of "
+            f"{', '.join(map(str, ALLOWED_INTERVALS_MS))} (default {DEFAULT_INTERVAL_MS})."
+        )
+    return int(interval_ms)
+
+
+def available() -> bool:
+    try:
+        import fsspec  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def default_location() -> str:
+    return str(config.home() / "profiles")
+
+
+def _filesystem(location: str) -> tuple[Any, str]:
+    import fsspec
+
+    if "://" not in location:
+        return fsspec.filesystem("file"), str(Path(location).expanduser().resolve())
+    fs, path = fsspec.core.url_to_fs(location)
+    return fs, path
+
+
+def check_location(location: str) -> None:
+    """Fail before the job starts when the profile location cannot be written."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ValidationException(
+            "profiling needs pyarrow: pip install 'trainmon[profiler]', or disable the profiler "
+            "(--disable-profiler / ProfilerConfig.DisableProfiler)."
+        ) from None
+    try:
+        fs, path = _filesystem(location)
+        fs.makedirs(path, exist_ok=True)
+        probe = f"{path.rstrip('/')}/.trainmon-write-test-{uuid.uuid4().hex}"
+        with fs.open(probe, "wb") as handle:
+            handle.write(b"ok")
+        fs.rm(probe)
+    except ImportError as exc:
+        raise ValidationException(f"profile location {location!r} needs a package that is missing: {exc}.") from None
+    except Exception as exc:  # fsspec raises many kinds; all mean "cannot write there"
+        raise ValidationException(f"profile location {location!r} cannot be written: {exc}.") from None
+
+
+class ProfileWriter:
+    """Buffers the monitor's rows and writes a file per host every ``rotate_s`` seconds.
+
+    Rows arrive in time order, so keeping a list per (host, metric) gives the file's sort order
+    for free; the file is written on a background thread so that a tick is never held up by it.
+    Failures (a full disk, a vanished bucket) are kept in ``failed`` and never raised.
+    """
+
+    def __init__(self, location: str, job: str, rotate_s: float = ROTATE_S) -> None:
+        self.location = location
+        self.job = job
+        self.rotate_s = rotate_s
+        self.failed: Exception | None = None
+        self.samples_written = 0
+        self.files_written = 0
+        self._rows: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
+        self._opened = time.monotonic()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"trainmon-profile-{job}")
+
+    def add(self, host: str, timestamp_ms: int, values: dict[str, float]) -> None:
+        metrics = self._rows.setdefault(host, {})
+        for metric, value in values.items():
+            series = metrics.get(metric)
+            if series is None:
+                series = metrics[metric] = ([], [])
+            series[0].append(timestamp_ms)
+            series[1].append(value)
+        if time.monotonic() - self._opened >= self.rotate_s:
+            self.flush()
+
+    def flush(self) -> None:
+        rows, self._rows, self._opened = self._rows, {}, time.monotonic()
+        if rows and self.failed is None:
+            self._writer.submit(self._write_all, rows)
+
+    def close(self) -> None:
+        self.flush()
+        self._writer.shutdown(wait=True)
+
+    def _write_all(self, rows: dict[str, dict[str, tuple[list[int], list[float]]]]) -> None:
+        try:
+            fs, root = _filesystem(self.location)
+            for host, metrics in rows.items():
+                self._write(fs, f"{root.rstrip('/')}/{self.job}/{host}", metrics)
+        except Exception as exc:  # a full disk or a vanished bucket must not stop the job
+            self.failed = exc
+
+    def _write(self, fs: Any, directory: str, metrics: dict[str, tuple[list[int], list[float]]]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        names = sorted(metrics)
+        stamps = [stamp for name in names for stamp in metrics[name][0]]
+        if not stamps:
+            return
+        table = pa.table({
+            "timestamp_ms": pa.array(stamps, pa.int64()),
+            "metric": pa.DictionaryArray.from_arrays(
+                pa.array([i for i, name in enumerate(names) for _ in metrics[name][0]], pa.int32()),
+                pa.array(names, pa.string())),
+            "value": pa.array([value for name in names for value in metrics[name][1]], pa.float64()),
+        })
+        buffer = io.BytesIO()
+        pq.write_table(
+            table, buffer, compression="zstd", compression_level=9, use_dictionary=["metric"],
+            column_encoding={"timestamp_ms": "DELTA_BINARY_PACKED", "value": "PLAIN"},
+            write_statistics=False, store_schema=False,
+        )
+        fs.makedirs(directory, exist_ok=True)
+        name = f"{directory}/{min(stamps) // 1000}-{uuid.uuid4().hex[:8]}.parquet"
+        with fs.open(name + ".part", "wb") as handle:
+            handle.write(buffer.getvalue())
+        fs.mv(name + ".part", name)
+        self.samples_written += len(stamps)
+        self.files_written += 1
+
+
+class Profile:
+    """A job's profiler data: ``trainmon.profile(job).dataframe()``."""
+
+    def __init__(self, job: str, location: str | None = None) -> None:
+        self.job = job
+        self.location = location or default_location()
+
+    def files(self) -> list[str]:
+        fs, root = _filesystem(self.location)
+        return sorted(fs.glob(f"{root.rstrip('/')}/{self.job}/*/*.parquet"))
+
+    def dataframe(self) -> Any:
+        """Columns ``timestamp`` (UTC), ``host``, ``metric``, ``value``, in time order."""
+        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        fs, _ = _filesystem(self.location)
+        tables = []
+        for name in self.files():
+            with fs.open(name, "rb") as handle:
+                table = pq.read_table(handle)
+            host = name.rsplit("/", 2)[-2]
+            table = table.append_column("host", pa.array([host] * table.num_rows, pa.string()))
+            tables.append(table.cast(pa.schema([("timestamp_ms", pa.int64()), ("metric", pa.string()),
+                                                ("value", pa.float64()), ("host", pa.string())])))
+        if not tables:
+            return pd.DataFrame({"timestamp": pd.Series(dtype="datetime64[ms, UTC]"), "host": [], "metric": [],
+                                 "value": pd.Series(dtype="float64")})
+        frame = pa.concat_tables(tables).to_pandas()
+        frame["timestamp"] = pd.to_datetime(frame.pop("timestamp_ms"), unit="ms", utc=True)
+        frame = frame[["timestamp", "host", "metric", "value"]]
+        return frame.sort_values(["timestamp", "host", "metric"], kind="stable").reset_index(drop=True)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per host and metric: samples, min, p50, p95, p99, max."""
+        frame = self.dataframe()
+        rows = []
+        for (host, metric), group in frame.groupby(["host", "metric"], sort=True):
+            values = sorted(v for v in group["value"] if not math.isnan(v))
+            if not values:
+                continue
+            rows.append({"host": host, "metric": metric, "samples": len(values), "min": values[0],
+                         "p50": _quantile(values, 50), "p95": _quantile(values, 95), "p99": _quantile(values, 99),
+                         "max": values[-1]})
+        return rows
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    position = q / 100 * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def profile(job: str, location: str | None = None) -> Profile:
+    return Profile(job, location)
+
+
+def stored_bytes(files: Iterable[str], location: str) -> int:
+    fs, _ = _filesystem(location)
+    return sum(int(fs.size(name)) for name in files)
