@@ -136,3 +136,26 @@ def test_logs_api_shows_control_characters_as_cloudwatch_does(home: Path) -> Non
     page = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream["logStreamName"])
     assert [e["message"] for e in page["events"]] == ["[0]#011train-rmse:0.5"]
     assert run_cli("logs", "tabs", check=True).stdout == "[0]\ttrain-rmse:0.5\n"  # the terminal view keeps the tab
+
+
+def test_export_every_raw_point_with_its_record(home: Path, tmp_path: Path) -> None:
+    import csv
+    import io
+
+    import pyarrow.parquet as pq
+
+    import trainmon
+
+    run_cli("run", "--name", "exp", "--metric", r"loss=loss=(\S+)", "--", PY, "-c",
+            "print('a')\nprint('loss=0.5')\nprint('loss=nan')", check=True)
+    rows = list(csv.DictReader(io.StringIO(run_cli("export", "exp", check=True).stdout)))
+    assert [(r["metric_name"], r["value"], r["host"], r["record"]) for r in rows] == [
+        ("loss", "0.5", "algo-1", "2"), ("loss", "nan", "algo-1", "3")]
+    assert rows[0]["log_stream"].startswith("exp/algo-1-")
+    lines = [json.loads(line) for line in run_cli("export", "exp", "--format", "jsonl", check=True).stdout.splitlines()]
+    assert [line["value"] for line in lines] == [0.5, "nan"]
+    target = tmp_path / "points.parquet"
+    run_cli("export", "exp", "--format", "parquet", "--output", str(target), check=True)
+    assert pq.read_table(target).column("record").to_pylist() == [2, 3]
+    frame = trainmon.analytics("exp").dataframe()
+    assert frame["metric_name"].tolist() == ["loss", "loss"]

@@ -231,3 +231,35 @@ def test_record_cutter_keeps_a_leading_cr_from_joining_two_lines() -> None:
     cutter = RecordCutter(Mode.TERMINAL)
     assert cutter.feed(b"10%\r") == b"10%\r"
     assert cutter.feed(b"\n20%\n") == b"20%\n"  # the "\n" of a split "\r\n" is not a new record
+
+
+def test_large_files_scanned_on_every_core_give_the_same_points(tmp_path, monkeypatch) -> None:
+    import trainmon.extract as extract
+
+    monkeypatch.setattr(extract, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(extract, "PARALLEL_CHUNK_BYTES", 4096)
+    rng = random.Random(7)
+    log = _random_log(rng, 3000)
+    path = tmp_path / "big.log"
+    path.write_bytes(log)
+    defs = [("train:error", r"Train_error=(.*?);"), ("rmse", XGB), ("loss", r"loss=(\S+)"), ("pct", r"^(\d+)%")]
+    definitions = validate_definitions([{"Name": n, "Regex": r} for n, r in defs])
+    serial = Extractor(definitions)
+    parallel = Extractor(definitions)
+    one = list(scan_stream(io.BytesIO(log), serial))
+    many = list(extract.scan_file(str(path), parallel, workers=2))
+    assert same([(p.line, p.offset, p.name, p.value) for p in many], [(p.line, p.offset, p.name, p.value) for p in one])
+    assert [s.to_json() for s in parallel.stats] == [s.to_json() for s in serial.stats]
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_dense_logs_take_the_per_record_path_with_the_same_result(mode: Mode) -> None:
+    rng = random.Random(3)
+    lines = [f"step {i} loss={rng.random():.4f}" + ("\tx" if i % 7 == 0 else "") + (" Train_error=0.5;" if i % 3 else "")
+             for i in range(20_000)]
+    log = ("\n".join(lines) + "\n").encode()
+    defs = [("loss", r"loss=(\S+)"), ("err", r"Train_error=(.*?);"), ("tab", r"#011(x)")]
+    extractor = Extractor(validate_definitions([{"Name": n, "Regex": r} for n, r in defs]), mode)
+    assert extractor._dense(log)
+    found = [(p.line, p.offset, p.name, p.value) for p in scan_stream(io.BytesIO(log), extractor)]
+    assert same(found, naive(log, defs, mode))

@@ -22,6 +22,7 @@ from .engines import BACKTRACKING_LIMIT_CHARS, SHORT_RECORD_CHARS, Matcher
 from .records import ESCAPE_TABLE, Mode
 
 EXAMPLES_KEPT = 3
+DENSE_SAMPLE_BYTES = 64 << 10
 _EXAMPLE_CHARS = 200
 
 _SRE_LITERAL = re._constants.LITERAL  # type: ignore[attr-defined]
@@ -213,6 +214,8 @@ class Extractor:
         """Points in a block of whole records (the last may lack its break), in record order."""
         if not self.definitions or not block:
             return []
+        if self._dense(block):
+            return self._scan_dense(block)
         split_cr = self._split_cr
         wanted: dict[int, list[int]] = {}  # record start -> [record end, definition indexes...]
         if self._always:
@@ -279,6 +282,55 @@ class Extractor:
                 self._miss(index, text, found)
         return hits
 
+    def _dense(self, block: bytes) -> bool:
+        """True when most records hold a literal (a log of metric lines): then finding records one by
+        one costs more than walking them all. Judged on a sample; only for plain ASCII "\n" text."""
+        if self._always or len(block) < DENSE_SAMPLE_BYTES:
+            return False
+        sample = block[:DENSE_SAMPLE_BYTES]
+        hits = sum(sample.count(literal) for literal in self._by_literal)
+        return hits * 3 > sample.count(b"\n") and b"\r" not in block and block.isascii()
+
+    def _scan_dense(self, block: bytes) -> list[Hit]:
+        text = block.decode("ascii")
+        checks = [(literal.decode("ascii"), indexes) for literal, indexes in self._by_literal.items()]
+        escapes, python, hits = self._escapes, self._python, []
+        offset = 0
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        for record, line in enumerate(lines):
+            start, offset = offset, offset + len(line) + 1
+            wanted = [index for literal, indexes in checks if literal in line for index in indexes]
+            if not wanted:
+                continue
+            if escapes and not line.isprintable():
+                line = line.translate(ESCAPE_TABLE)
+            short = len(line) <= SHORT_RECORD_CHARS
+            for index in wanted if len(wanted) == 1 else sorted(set(wanted)):
+                found = python[index](line) if short else self._matchers[index].search(line)
+                value = self._value(index, line, found)
+                if value is not None:
+                    hits.append(Hit(record, start, index, value))
+        return hits
+
+    def _value(self, index: int, text: str, found: Any) -> float | None:
+        if found:
+            captured = found.group(1)
+            if captured is not None:
+                try:
+                    value = float(captured)
+                except ValueError:
+                    pass
+                else:
+                    stats = self.stats[index]
+                    stats.matches += 1
+                    if value - value != 0.0:  # NaN or infinite
+                        stats.nonfinite += 1
+                    return value
+        self._miss(index, text, found)
+        return None
+
     def _miss(self, index: int, text: str, found: Any) -> None:
         """Count why a candidate record gave no point."""
         stats = self.stats[index]
@@ -293,6 +345,11 @@ class Extractor:
             stats.reject("capture is not a number", found.group(1))
         else:
             stats.reject("empty capture", text)
+
+    def merge_stats(self, stats: list[dict[str, Any]]) -> None:
+        """Add the diagnostics of the same definitions run elsewhere (another process)."""
+        for mine, theirs in zip(self.stats, stats, strict=True):
+            _merge(mine, DefinitionStats.from_json(theirs))
 
     def reset_stats(self) -> None:
         self.stats = [DefinitionStats(s.name, s.literal) for s in self.stats]
@@ -332,3 +389,70 @@ def scan_stream(stream: Any, extractor: Extractor, block_bytes: int = SCAN_BLOCK
         offset_before += len(block)
         if not data:
             return
+
+
+# -- whole files, on every core ------------------------------------------------------------
+
+PARALLEL_MIN_BYTES = 32 << 20
+PARALLEL_CHUNK_BYTES = 32 << 20
+
+
+def _chunk_bounds(path: str, size: int, chunk_bytes: int) -> list[tuple[int, int]]:
+    """Byte ranges that start just after a newline, so no record (nor a "\\r\\n") is split."""
+    bounds, start = [], 0
+    with open(path, "rb") as handle:
+        while start < size:
+            handle.seek(min(size, start + chunk_bytes))
+            handle.readline()
+            end = min(size, handle.tell()) if start + chunk_bytes < size else size
+            bounds.append((start, end))
+            start = end
+    return bounds
+
+
+def _scan_range(task: tuple[str, int, int, list[MetricDefinition], Mode]) -> tuple[list[tuple[int, int, int, float]], int, list[dict[str, Any]]]:
+    path, start, end, definitions, mode = task
+    extractor = Extractor(definitions, mode)
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        block = handle.read(end - start)
+    hits = [(hit.record, hit.offset, hit.definition, hit.value) for hit in extractor.scan(block)]
+    return hits, extractor.count_records(block), [s.to_json() for s in extractor.stats]
+
+
+def scan_file(path: str, extractor: Extractor, workers: int | None = None) -> Iterable[ParsedPoint]:
+    """Every point of a saved log, in order, using every core for a large file.
+
+    The file is cut into ranges after newlines; each range is scanned in a worker process and the
+    results are joined in order, with line numbers carried across ranges. ``extractor.stats``
+    holds the merged diagnostics afterwards.
+    """
+    import multiprocessing
+    import os
+
+    size = os.path.getsize(path)
+    cores = workers or os.cpu_count() or 1
+    if size < PARALLEL_MIN_BYTES or cores < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        with open(path, "rb") as handle:
+            yield from scan_stream(handle, extractor)
+        return
+    tasks = [(path, start, end, extractor.definitions, extractor.mode)
+             for start, end in _chunk_bounds(path, size, PARALLEL_CHUNK_BYTES)]
+    names = [d.name for d in extractor.definitions]
+    records_before = 0
+    with multiprocessing.get_context("fork").Pool(cores) as pool:
+        for (_path, start, *_), (hits, records, stats) in zip(tasks, pool.imap(_scan_range, tasks), strict=True):
+            for record, offset, definition, value in hits:
+                yield ParsedPoint(records_before + record + 1, start + offset, names[definition], value)
+            records_before += records
+            extractor.merge_stats(stats)
+
+
+def _merge(into: DefinitionStats, other: DefinitionStats) -> None:
+    into.matches += other.matches
+    into.nonfinite += other.nonfinite
+    into.candidates += other.candidates
+    for reason, count in other.rejected.items():
+        into.rejected[reason] = into.rejected.get(reason, 0) + count
+    into.rejected_examples.extend(other.rejected_examples[: max(0, EXAMPLES_KEPT - len(into.rejected_examples))])
+    into.unmatched_examples.extend(other.unmatched_examples[: max(0, EXAMPLES_KEPT - len(into.unmatched_examples))])
