@@ -195,21 +195,39 @@ def test_max_runtime_stops_the_job_as_max_runtime_exceeded(home: Path, script) -
     assert run_cli("logs", "slow", check=True).stdout == "started\n"
 
 
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _end_started_runs():
+    """A failed test must not leave its `trainmon run` behind for the next one."""
+    yield
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
 def _start(name: str, train: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-m", "trainmon", "run", "--name", name, *extra, "--", PY, str(train)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    _STARTED.append(process)
+    return process
 
 
-def _wait_for_log(name: str, text: str, timeout_s: float = 30) -> None:
+def _wait_for_log(name: str, text: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
+    result = None
     while time.monotonic() < deadline:
         result = run_cli("logs", name)
         if text in result.stdout:
             return
         time.sleep(0.1)
-    raise AssertionError(f"{text!r} never appeared in the logs of {name}")
+    runs = [(p.args, p.poll()) for p in _STARTED]
+    raise AssertionError(f"{text!r} never appeared in the logs of {name}; last `trainmon logs`: {result!r}; runs: {runs}")
 
 
 def test_stop_from_another_terminal_ends_the_whole_process_group(home: Path, script, tmp_path: Path) -> None:

@@ -143,6 +143,7 @@ class ProcReader:
         self._fds: dict[str, int] = {}
         self._known: dict[int, tuple[int, int]] = {}  # pid -> (ppid, pgrp), as first read
         self._io: dict[int, tuple[int, int]] = {}  # pid -> (read bytes, write bytes), as last read
+        self._disks: dict[bytes, bool] = {}
 
     def _read(self, relative: str) -> bytes:
         """The current contents of a /proc file, through a descriptor kept open."""
@@ -187,8 +188,11 @@ class ProcReader:
         read = write = 0
         try:
             for line in self._read("diskstats").split(b"\n"):
-                fields = line.split()
-                if len(fields) > 9 and _WHOLE_DISK.fullmatch(fields[2].decode()):
+                name_end = line.find(b" ", 13)  # "   8       0 sda ..." : the name is the third field
+                if not self._is_disk(line[:name_end]):
+                    continue
+                fields = line.split(None, 10)
+                if len(fields) > 9:
                     read += int(fields[5]) * 512
                     write += int(fields[9]) * 512
         except OSError:
@@ -205,6 +209,14 @@ class ProcReader:
             pass
         return HostCounters(tuple(busy), tuple(total), iowait, all_total, memory.get(b"MemTotal", 0),
                             memory.get(b"MemAvailable", 0), read, write, receive, transmit)
+
+    def _is_disk(self, head: bytes) -> bool:
+        """Whether a diskstats line (its start) is a whole disk; decided once per device."""
+        known = self._disks.get(head)
+        if known is None:
+            parts = head.split()
+            known = self._disks[head] = len(parts) >= 3 and bool(_WHOLE_DISK.fullmatch(parts[2].decode()))
+        return known
 
     def process_groups(self, pgids: Iterable[int]) -> dict[int, set[int]]:
         """pgid -> its members and their descendants; reads only processes not seen before."""
@@ -245,17 +257,27 @@ class ProcReader:
     def tree(self, pids: Iterable[int], *, with_io: bool = True) -> TreeCounters:
         resident = threads = 0
         counters: dict[int, tuple[int, int, int]] = {}
+        fds, io_counters, pread = self._fds, self._io, os.pread
         for pid in pids:
-            stat = self._stat(pid)
-            if stat is None or stat[0] == b"Z":
+            relative = f"{pid}/stat"
+            fd = fds.get(relative)
+            try:
+                if fd is None:
+                    fd = fds[relative] = os.open(self.root / relative, os.O_RDONLY)
+                data = pread(fd, 1024, 0)
+            except OSError:
+                self._forget(relative)
+                continue
+            stat = data[data.rfind(b")") + 2:].split(None, 22)  # state ppid pgrp ... utime stime ... rss
+            if stat[0] == b"Z":
                 continue
             threads += int(stat[17])
-            resident += int(stat[21]) * PAGE_BYTES
-            if with_io or pid not in self._io:
-                self._io[pid] = self._io_counters(pid)
-            read, write = self._io[pid]
+            resident += int(stat[21])
+            if with_io or pid not in io_counters:
+                io_counters[pid] = self._io_counters(pid)
+            read, write = io_counters[pid]
             counters[pid] = (int(stat[11]) + int(stat[12]), read, write)  # utime + stime
-        return TreeCounters(resident, threads, len(counters), counters)
+        return TreeCounters(resident * PAGE_BYTES, threads, len(counters), counters)
 
     def _io_counters(self, pid: int) -> tuple[int, int]:
         read = write = 0
