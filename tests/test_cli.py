@@ -159,3 +159,17 @@ def test_export_every_raw_point_with_its_record(home: Path, tmp_path: Path) -> N
     assert pq.read_table(target).column("record").to_pylist() == [2, 3]
     frame = trainmon.analytics("exp").dataframe()
     assert frame["metric_name"].tolist() == ["loss", "loss"]
+
+
+def test_many_processes_creating_the_store_at_once_all_succeed(tmp_path: Path) -> None:
+    home = tmp_path / "fresh"
+    code = "from pathlib import Path; import sys; from trainmon.store import open_store; open_store(Path(sys.argv[1]))"
+    for _ in range(3):
+        if home.exists():
+            import shutil
+
+            shutil.rmtree(home)
+        runs = [subprocess.Popen([sys.executable, "-c", code, str(home)], stderr=subprocess.PIPE, text=True)
+                for _ in range(8)]
+        errors = [run.communicate(timeout=60)[1] for run in runs]
+        assert all(run.returncode == 0 for run in runs), errors

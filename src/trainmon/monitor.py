@@ -164,7 +164,7 @@ class SystemMonitor(threading.Thread):
             self._members = {name: groups.get(pgid, set()) for name, pgid in self.hosts.items()}
             self._listed_at = monotonic
         wall = time.time()
-        trees = {name: self.reader.tree(pids, with_io=relist) for name, pids in self._members.items()}
+        trees = {name: self.reader.tree(pids, with_io=relist, key=name) for name, pids in self._members.items()}
         return wall, self.reader.host(), trees
 
     def _emit(self, window: _Window, host: HostCounters, wall: float) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Protocol
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 RELIST_S = 1.0
+IDLE_S = 1.0  # a process whose CPU time has not moved this long is read once a second
 _WHOLE_DISK = re.compile(r"(sd[a-z]+|vd[a-z]+|xvd[a-z]+|hd[a-z]+|nvme\d+n\d+|mmcblk\d+)")
 
 
@@ -121,9 +123,11 @@ class TreeCounters:
         """CPU seconds, read bytes and written bytes since ``earlier``, over the processes in both
         (a process seen for the first time brings no history, so it cannot make a spike)."""
         ticks = read = write = 0
-        for pid, (cpu_now, read_now, write_now) in self.counters.items():
-            before = earlier.counters.get(pid)
-            if before is not None:
+        previous = earlier.counters
+        for pid, now in self.counters.items():
+            before = previous.get(pid)
+            if before is not None and before != now:
+                cpu_now, read_now, write_now = now
                 ticks += max(0, cpu_now - before[0])
                 read += max(0, read_now - before[1])
                 write += max(0, write_now - before[2])
@@ -144,6 +148,8 @@ class ProcReader:
         self._known: dict[int, tuple[int, int]] = {}  # pid -> (ppid, pgrp), as first read
         self._io: dict[int, tuple[int, int]] = {}  # pid -> (read bytes, write bytes), as last read
         self._disks: dict[bytes, bool] = {}
+        self._last: dict[int, tuple[int, float]] = {}  # pid -> (cpu ticks, when they last moved)
+        self._idle: dict[str, tuple[dict[int, tuple[int, int, int]], int, int, list[int]]] = {}
 
     def _read(self, relative: str) -> bytes:
         """The current contents of a /proc file, through a descriptor kept open."""
@@ -225,7 +231,9 @@ class ProcReader:
         for gone in set(self._known) - present:
             del self._known[gone]
             self._io.pop(gone, None)
+            self._last.pop(gone, None)
             self._forget(f"{gone}/stat")
+            self._forget(f"{gone}/io")
         for pid in present - set(self._known):
             stat = self._stat(pid, keep_open=False)
             if stat is not None:
@@ -254,41 +262,84 @@ class ProcReader:
             return None
         return data[data.rfind(b")") + 2:].split()
 
-    def tree(self, pids: Iterable[int], *, with_io: bool = True) -> TreeCounters:
-        resident = threads = 0
+    def tree(self, pids: Iterable[int], *, with_io: bool = True, key: str = "") -> TreeCounters:
+        """The tree's counters now.
+
+        ``with_io`` (once a second) reads every process, I/O counters included, and notes which
+        processes are idle (CPU time unmoved for ``IDLE_S``). Other calls with the same ``key``
+        read only the busy ones (the kernel's stat is costly) and carry the idle ones' figures
+        over; whatever an idle process uses meanwhile is counted at the next full read.
+        """
+        if with_io or key not in self._idle:
+            return self._full_tree(pids, key)
+        idle_counters, idle_threads, idle_pages, busy = self._idle[key]
+        counters = dict(idle_counters)
+        threads, pages = idle_threads, idle_pages
+        for pid in busy:
+            reading = self._stat_numbers(pid)
+            if reading is None:
+                continue
+            cpu, pid_threads, pid_pages = reading
+            threads += pid_threads
+            pages += pid_pages
+            read, write = self._io.get(pid, (0, 0))
+            counters[pid] = (cpu, read, write)
+        return TreeCounters(pages * PAGE_BYTES, threads, len(counters), counters)
+
+    def _full_tree(self, pids: Iterable[int], key: str) -> TreeCounters:
+        now = time.monotonic()
         counters: dict[int, tuple[int, int, int]] = {}
-        fds, io_counters, pread = self._fds, self._io, os.pread
+        idle_counters: dict[int, tuple[int, int, int]] = {}
+        threads = pages = idle_threads = idle_pages = 0
+        busy = []
         for pid in pids:
-            relative = f"{pid}/stat"
-            fd = fds.get(relative)
-            try:
-                if fd is None:
-                    fd = fds[relative] = os.open(self.root / relative, os.O_RDONLY)
-                data = pread(fd, 1024, 0)
-            except OSError:
-                self._forget(relative)
+            reading = self._stat_numbers(pid)
+            if reading is None:
                 continue
-            stat = data[data.rfind(b")") + 2:].split(None, 22)  # state ppid pgrp ... utime stime ... rss
-            if stat[0] == b"Z":
-                continue
-            threads += int(stat[17])
-            resident += int(stat[21])
-            if with_io or pid not in io_counters:
-                io_counters[pid] = self._io_counters(pid)
-            read, write = io_counters[pid]
-            counters[pid] = (int(stat[11]) + int(stat[12]), read, write)  # utime + stime
-        return TreeCounters(resident * PAGE_BYTES, threads, len(counters), counters)
+            cpu, pid_threads, pid_pages = reading
+            known = self._last.get(pid)
+            moved_at = now if known is None or known[0] != cpu else known[1]
+            self._last[pid] = (cpu, moved_at)
+            self._io[pid] = self._io_counters(pid)
+            counters[pid] = (cpu, *self._io[pid])
+            threads += pid_threads
+            pages += pid_pages
+            if now - moved_at >= IDLE_S:
+                idle_counters[pid] = counters[pid]
+                idle_threads += pid_threads
+                idle_pages += pid_pages
+            else:
+                busy.append(pid)
+        self._idle[key] = (idle_counters, idle_threads, idle_pages, busy)
+        return TreeCounters(pages * PAGE_BYTES, threads, len(counters), counters)
+
+    def _stat_numbers(self, pid: int) -> tuple[int, int, int] | None:
+        """(CPU clock ticks, threads, resident pages) of a live process, from its stat."""
+        relative = f"{pid}/stat"
+        fd = self._fds.get(relative)
+        try:
+            if fd is None:
+                fd = self._fds[relative] = os.open(self.root / relative, os.O_RDONLY)
+            data = os.pread(fd, 1024, 0)
+        except OSError:
+            self._forget(relative)
+            return None
+        stat = data[data.rfind(b")") + 2:].split(None, 22)  # state ppid pgrp ... utime stime ... rss
+        if stat[0] == b"Z":
+            return None
+        return int(stat[11]) + int(stat[12]), int(stat[17]), int(stat[21])
 
     def _io_counters(self, pid: int) -> tuple[int, int]:
         read = write = 0
         try:
-            for line in (self.root / str(pid) / "io").read_bytes().split(b"\n"):
-                if line.startswith(b"read_bytes:"):
-                    read = int(line.split()[1])
-                elif line.startswith(b"write_bytes:"):
-                    write = int(line.split()[1])
+            data = self._read(f"{pid}/io")
         except OSError:
-            pass
+            return read, write
+        for line in data.split(b"\n"):
+            if line.startswith(b"read_bytes:"):
+                read = int(line[11:])
+            elif line.startswith(b"write_bytes:"):
+                write = int(line[12:])
         return read, write
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -128,6 +129,9 @@ _MIGRATIONS: list[str] = [
 _FINITE = f"value BETWEEN -{FINITE_MAX!r} AND {FINITE_MAX!r}"
 
 
+OPEN_TIMEOUT_S = 30.0
+
+
 class SqliteStore:
     """The store in one SQLite file; ``home`` is the data directory (by default the file's)."""
 
@@ -137,16 +141,32 @@ class SqliteStore:
         self.location = str(self.path)
         self.database_url: str | None = None
         self._lock = threading.RLock()
-        try:
-            self._db = sqlite3.connect(
-                self.path, timeout=30.0, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+        deadline = time.monotonic() + OPEN_TIMEOUT_S
+        while True:
+            try:
+                self._db = sqlite3.connect(
+                    self.path, timeout=OPEN_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                )
+                break
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+        while True:
+            try:
+                # Switching a new file to WAL does not wait on a busy handler: when several
+                # processes create the store at once, the losers retry here.
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("PRAGMA foreign_keys=ON")
+                self._migrate()
+                return
+            except (sqlite3.OperationalError, StoreError) as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    self._db.close()
+                    raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+                time.sleep(0.05)
+            except sqlite3.Error as exc:
+                self._db.close()
+                raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
 
     def close(self) -> None:
         with self._lock:
