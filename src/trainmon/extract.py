@@ -265,21 +265,9 @@ class Extractor:
             short = len(text) <= SHORT_RECORD_CHARS
             for index in indexes:
                 found = python[index](text) if short else self._matchers[index].search(text)
-                if found:
-                    captured = found.group(1)
-                    if captured is not None:
-                        try:
-                            value = float(captured)  # float() ignores surrounding white space, as the rule says
-                        except ValueError:
-                            pass
-                        else:
-                            stats = self.stats[index]
-                            stats.matches += 1
-                            if value - value != 0.0:  # NaN or infinite
-                                stats.nonfinite += 1
-                            hits.append(Hit(record, start, index, value))
-                            continue
-                self._miss(index, text, found)
+                value = self._value(index, text, found)
+                if value is not None:
+                    hits.append(Hit(record, start, index, value))
         return hits
 
     def _dense(self, block: bytes) -> bool:
@@ -315,11 +303,12 @@ class Extractor:
         return hits
 
     def _value(self, index: int, text: str, found: Any) -> float | None:
+        """The point's value from a match (or None, counting why there is none)."""
         if found:
             captured = found.group(1)
             if captured is not None:
                 try:
-                    value = float(captured)
+                    value = float(captured)  # float() ignores surrounding white space, as the rule says
                 except ValueError:
                     pass
                 else:
