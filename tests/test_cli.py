@@ -173,3 +173,14 @@ def test_many_processes_creating_the_store_at_once_all_succeed(tmp_path: Path) -
                 for _ in range(8)]
         errors = [run.communicate(timeout=60)[1] for run in runs]
         assert all(run.returncode == 0 for run in runs), errors
+
+
+def test_the_demo_runs_a_real_job_with_live_metrics(home: Path) -> None:
+    result = run_cli("demo", "--epochs", "2", "--name", "demo-test", timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "» train:error = " in result.stdout  # live metrics, while the job runs
+    assert "Training job demo-test: Completed (Completed)" in result.stdout
+    doc = json.loads(run_cli("describe", "demo-test", "--json", check=True).stdout)
+    assert {m["MetricName"] for m in doc["FinalMetricDataList"]} == {
+        "train:error", "validation:error", "train:loss", "validation:rmse", "epoch:progress"}
+    assert doc["HyperParameters"] == {"epochs": "2", "learning_rate": "0.5", "batch_size": "64"}

@@ -154,26 +154,39 @@ class HostStream:
 
 
 class Echo:
-    """Shows the job's output on the terminal (host-prefixed when several) and, optionally, each point."""
+    """Shows the job's output on the terminal (host-prefixed when several) and, optionally, each
+    point right after the line it came from (never in the middle of a progress bar)."""
 
-    def __init__(self, *, prefix_hosts: bool, live_metrics: bool, raw: bool = True) -> None:
+    def __init__(self, *, prefix_hosts: bool, live_metrics: bool) -> None:
         self.prefix_hosts = prefix_hosts
         self.live_metrics = live_metrics
         self.color = sys.stdout.isatty()
         self._at_line_start = True
         self._pending_points: list[str] = []
 
-    def output(self, host: str, is_stderr: bool, data: bytes, records: list[str]) -> None:
+    def records(self, host: str, is_stderr: bool, records: list[str]) -> None:
+        """Several hosts: whole records, each prefixed by its host, then the points."""
+        self._write(is_stderr, "".join(f"{host} | {record}\n" for record in records).encode())
+        self.flush_points()
+
+    def passthrough(self, is_stderr: bool, data: bytes) -> None:
+        """One host: the bytes as the job wrote them; points go after the last complete line."""
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            self._write(is_stderr, data[:cut])
+            if not is_stderr:
+                self._at_line_start = True
+        self.flush_points()
+        if cut < len(data):
+            self._write(is_stderr, data[cut:])
+            if not is_stderr:
+                self._at_line_start = False
+
+    def _write(self, is_stderr: bool, data: bytes) -> None:
         target = sys.stderr if is_stderr else sys.stdout
         try:
-            if self.prefix_hosts:
-                text = "".join(f"{host} | {record}\n" for record in records)
-                target.write(text)
-            else:
-                target.flush()
-                target.buffer.write(data)
-                if not is_stderr and data:
-                    self._at_line_start = data.endswith(b"\n")
+            target.flush()
+            target.buffer.write(data)
             target.flush()
         except (OSError, ValueError):
             pass  # a closed terminal must not stop the capture
@@ -186,11 +199,7 @@ class Echo:
 
     def flush_points(self) -> None:
         if self._pending_points and (self._at_line_start or self.prefix_hosts):
-            try:
-                sys.stdout.write("\n".join(self._pending_points) + "\n")
-                sys.stdout.flush()
-            except (OSError, ValueError):
-                pass
+            self._write(False, ("\n".join(self._pending_points) + "\n").encode())
             self._pending_points.clear()
 
 
@@ -217,7 +226,7 @@ class Ingestor(threading.Thread):
         self.on_error = on_error or (lambda message: print(f"trainmon: {message}", file=sys.stderr))
         self._finishing = threading.Event()
         self._pending = Batch(job_id)
-        self._store_failed = False
+        self.store_error: StoreError | None = None  # set while the store refuses writes
         self.failure: BaseException | None = None
         self.points_written = 0
         self.unsaved: tuple[int, int] | None = None  # (records, points) the store never took
@@ -281,9 +290,9 @@ class Ingestor(threading.Thread):
         return pipe.spool.read(chunk.length)
 
     def _ingest(self, stream: HostStream, pipe: Pipe, block: bytes, stamp: int, raw: bytes) -> None:
-        if self.echo and raw and not self.echo.prefix_hosts:
-            self.echo.output(stream.host, pipe.is_stderr, raw, [])
         if not block:
+            if self.echo and raw and not self.echo.prefix_hosts:
+                self.echo.passthrough(pipe.is_stderr, raw)
             return
         extractor = self.extractor
         text = decode(block)
@@ -296,8 +305,6 @@ class Ingestor(threading.Thread):
         batch = self._pending
         batch.chunks.append((stream.stream_id, first, count, stamp, text))
         batch.text_bytes += len(block)
-        if self.echo and self.echo.prefix_hosts:
-            self.echo.output(stream.host, pipe.is_stderr, raw, text.split("\n"))
         names = self._names
         host, stream_id = stream.host, stream.stream_id
         for record, _offset, definition, value in extractor.scan(block):
@@ -306,7 +313,12 @@ class Ingestor(threading.Thread):
             if self.echo:
                 self.echo.point(names[definition], value, host, first + record)
         if self.echo:
-            self.echo.flush_points()
+            if self.echo.prefix_hosts:
+                self.echo.records(host, pipe.is_stderr, text.split("\n"))
+            elif raw:
+                self.echo.passthrough(pipe.is_stderr, raw)
+            else:
+                self.echo.flush_points()
         stream.next_seq += count
         previous = batch.stream_stats.get(stream.stream_id, (0, 0, stamp))
         batch.stream_stats[stream.stream_id] = (previous[0] + count, previous[1] + self._unstored_bytes(pipe),
@@ -329,13 +341,13 @@ class Ingestor(threading.Thread):
         try:
             self.store.write_batch(self._pending)
         except StoreError as exc:
-            if not self._store_failed:
-                self.on_error(f"{exc}. Keeping the job's output in memory and retrying.")
-            self._store_failed = True
+            if self.store_error is None:
+                self.on_error(f"{exc.message}. Keeping the job's output in memory and retrying.")
+            self.store_error = exc
             return
-        if self._store_failed:
+        if self.store_error is not None:
             self.on_error("the store accepts writes again; nothing was lost.")
-        self._store_failed = False
+        self.store_error = None
         self.points_written += len(self._pending.points)
         self._pending = Batch(self.job_id)
 

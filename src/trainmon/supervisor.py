@@ -137,9 +137,9 @@ class Supervisor:
         final = self._conclude(job, exit_codes, start_failure, ingestor)
         if ingestor.unsaved is not None:
             records, points = ingestor.unsaved
+            cause = ingestor.store_error.message if ingestor.store_error else "the store refused the writes"
             raise StoreError(
-                f"the disk holding {self.store.location} is full: free some space; what was stored so far stays "
-                f"readable. The job ended {final.status}, but its last {records} log records and {points} "
+                f"{cause}. The job ended {final.status}, but its last {records} log records and {points} "
                 "points could not be stored."
             )
         return final

@@ -36,26 +36,20 @@ def run_demo(args: argparse.Namespace, run: Callable[[argparse.Namespace], int])
     except ImportError:
         print("trainmon: the demo job needs numpy: pip install 'trainmon[demo]'", file=sys.stderr)
         return 1
+    from ..cli import build_parser
+
     data = config.home() / "demo-data"
     train = make_dataset(data / "train", 4000, seed=1)
     validation = make_dataset(data / "validation", 1000, seed=2)
     name = args.name or datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S")
-    run_args = argparse.Namespace(
-        **vars(args),
-        command=["--", sys.executable, str(HERE / "train.py")],
-        metric_definitions=str(HERE / "definitions.json"),
-        metric=None,
-        mode="terminal",
-        hyperparameters=None,
-        hyperparameter=[f"epochs={args.epochs}", "learning_rate=0.5", "batch_size=64"],
-        channel=[f"train={train}", f"validation={validation}"],
-        instance_count=1,
-        max_runtime_seconds=3600,
-        environment=None,
-        stop_grace_seconds=10.0,
-        output_path=None,
-        live_metrics=True,
-        detach=False,
-    )
-    run_args.name = name
+    argv = [
+        "run", "--name", name,
+        "--metric-definitions", str(HERE / "definitions.json"),
+        "-H", f"epochs={args.epochs}", "-H", "learning_rate=0.5", "-H", "batch_size=64",
+        "--channel", f"train={train}", "--channel", f"validation={validation}",
+        "--max-runtime-seconds", "3600", "--stop-grace-seconds", "10", "--live-metrics",
+        "--", sys.executable, str(HERE / "train.py"),
+    ]
+    run_args = build_parser().parse_args(argv)  # the very options a user would type
+    run_args.home, run_args.debug = args.home, args.debug
     return run(run_args)
