@@ -234,3 +234,18 @@ def test_job_metrics_are_served_as_sagemaker_publishes_them(home, cw, script) ->
         Period=60, Statistics=["Average"])
     assert sum(1 for _ in result["Datapoints"]) >= 1
     assert sum(p["Average"] for p in result["Datapoints"]) / len(result["Datapoints"]) == pytest.approx(0.875 / 3)
+
+
+def test_cli_metrics_statistics_go_through_the_cloudwatch_engine(home, script) -> None:
+    import json
+
+    train = script("for v in (1.0, 2.0, 3.0, 10.0):\n    print(f'loss={v}')\n")
+    run_cli("run", "--name", "stats", "--metric", r"loss=loss=(\S+)", "--", PY, str(train), check=True)
+    rows = json.loads(run_cli("metrics", "stats", "--statistic", "Average", "--statistic", "p50", "--statistic",
+                              "SampleCount", "--period", "3600", "--json", check=True).stdout)
+    assert len(rows) == 1 and rows[0]["MetricName"] == "loss"
+    assert rows[0]["Average"] == 4.0 and rows[0]["p50"] == 2.5 and rows[0]["SampleCount"] == 4.0
+    bad = run_cli("metrics", "stats", "--statistic", "Median")
+    assert bad.returncode == 2 and "InvalidParameterValue" in bad.stderr
+    table = run_cli("metrics", "stats", "--statistic", "Maximum", check=True).stdout
+    assert "Maximum" in table and "10" in table

@@ -21,13 +21,13 @@ from typing import Any
 
 from . import jobs, profiler, render
 from .client import SageMakerClient, with_datetimes
-from .cloudwatch.model import JOB_NAMESPACE
+from .cloudwatch.model import JOB_NAMESPACE, MetricKey
 from .definitions import definition_warnings, load_definitions, parse_short_form, validate_definitions
-from .errors import TrainmonError, ValidationException
+from .errors import CloudWatchError, TrainmonError, ValidationException
 from .extract import DefinitionStats, Extractor, scan_file, scan_stream
 from .query import auto_period_s, period_table
 from .records import Mode
-from .store import PointRow, Store, open_store
+from .store import JobRow, PointRow, Store, open_store
 from .supervisor import Supervisor
 
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 3
@@ -225,6 +225,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_metrics(args: argparse.Namespace) -> int:
     store = _store(args)
     job = jobs.get_job(store, args.name)
+    if args.statistic:
+        return _metrics_statistics(store, job, args)
     points = _system_points(store, args) if args.system else store.points(job.id, names=args.metric or None, host=args.host)
     if not points:
         defined = [d["Name"] for d in job.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
@@ -248,6 +250,58 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     else:
         print(f"Job {args.name}, period {period} s")
         print(render.periods(rows))
+    return 0
+
+
+def _timestamp(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text) if text.replace(".", "", 1).isdigit() else datetime.fromisoformat(
+            text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ValidationException(f"{flag} {text!r} is neither ISO 8601 (2026-11-30T10:00:00Z) nor epoch seconds.") from None
+
+
+def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> int:
+    """CloudWatch's statistics per period (GetMetricStatistics) over the job's metrics."""
+    from .cloudwatch.client import CloudWatchClient
+
+    plain = [s for s in args.statistic if not s.startswith("p")]
+    percentiles = [s for s in args.statistic if s.startswith("p")]
+    if args.system:
+        keys = [key for key, _ in store.metric_keys(JOB_NAMESPACE)
+                if dict(key.dimensions).get("Host", "").startswith(f"{args.name}/")
+                and (not args.metric or key.name in args.metric)
+                and (not args.host or dict(key.dimensions)["Host"] == f"{args.name}/{args.host}")]
+    else:
+        names = args.metric or [d["Name"] for d in job.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
+        keys = [MetricKey(JOB_NAMESPACE, name, (("TrainingJobName", args.name),)) for name in names]
+    start = _timestamp(args.start, "--start") or job.doc.get("TrainingStartTime") or job.creation_time
+    end = _timestamp(args.end, "--end") or (job.doc.get("TrainingEndTime") or time.time()) + 60
+    period = args.period or auto_period_s(int(start * 1000), int(end * 1000), rows_wanted=60)
+    client = CloudWatchClient(store)
+    rows: list[dict[str, Any]] = []
+    for key in keys:
+        request: dict[str, Any] = {
+            "Namespace": key.namespace, "MetricName": key.name, "StartTime": start, "EndTime": end,
+            "Period": period, "Dimensions": [{"Name": n, "Value": v} for n, v in key.dimensions]}
+        merged: dict[datetime, dict[str, Any]] = {}
+        for field, wanted in (("Statistics", plain), ("ExtendedStatistics", percentiles)):
+            if wanted:
+                for point in client.get_metric_statistics(**{**request, field: wanted})["Datapoints"]:
+                    entry = merged.setdefault(point["Timestamp"], {})
+                    entry.update({k: v for k, v in point.items() if k in plain})
+                    entry.update(point.get("ExtendedStatistics", {}))
+        label = key.name if not args.system else f"{key.name} ({key.dimensions[0][1].split('/', 1)[1]})"
+        rows.extend({"MetricName": label, "Timestamp": stamp, **values} for stamp, values in sorted(merged.items()))
+    if args.json:
+        _print_json(rows)
+        return 0
+    print(f"Job {args.name}, period {period} s")
+    print(render.table(["METRIC", "PERIOD START", *args.statistic],
+                       [[r["MetricName"], render.clock(r["Timestamp"].timestamp()),
+                         *(render.number(r.get(s)) for s in args.statistic)] for r in rows]))
     return 0
 
 
@@ -468,6 +522,11 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--metric", action="append", metavar="NAME", help="only this metric (repeatable)")
     metrics.add_argument("--host", metavar="HOST")
     metrics.add_argument("--period", type=int, metavar="SECONDS", help="period length (default: chosen from the span)")
+    metrics.add_argument("--statistic", action="append", metavar="STAT",
+                         help="CloudWatch statistic per period (repeatable): SampleCount, Average, Sum, Minimum, "
+                         "Maximum, or a percentile such as p50 or p99.9")
+    metrics.add_argument("--start", metavar="TIME", help="with --statistic: ISO 8601 or epoch seconds (default: the job's start)")
+    metrics.add_argument("--end", metavar="TIME", help="with --statistic: ISO 8601 or epoch seconds (default: its end + 1 min)")
     metrics.add_argument("--system", action="store_true",
                          help="the hosts' CPU, memory, disk and GPU metrics instead of the job's own")
     metrics.add_argument("--json", action="store_true")
@@ -513,7 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         print(f"trainmon: {exc.code}: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, ValidationException) else EXIT_FAILED
+        return EXIT_USAGE if isinstance(exc, (ValidationException, CloudWatchError)) else EXIT_FAILED
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

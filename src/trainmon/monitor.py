@@ -141,7 +141,9 @@ class SystemMonitor(threading.Thread):
     def _tick(self, window: _Window, wall: float, host: HostCounters, trees: dict[str, TreeCounters], *,
               profile: bool) -> tuple[_Window, tuple[float, HostCounters, dict[str, TreeCounters]]]:
         now_wall, now_host, now_trees = self._read()
-        self._last_trees = now_trees
+        for name, tree in now_trees.items():  # gauges keep the last reading taken while processes lived
+            if tree.processes or name not in self._last_trees:
+                self._last_trees[name] = tree
         seconds = now_wall - wall
         gpus = self.gpu.read() if self.gpu is not None else []
         if gpus:
