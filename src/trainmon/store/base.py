@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -189,6 +189,37 @@ def stream_stats(batch: Batch) -> list[tuple[int, int, int, int, int, int]]:
     """``log_streams`` updates of a batch, in id order: (records, bytes, first, last, ingested, id)."""
     return [(records, stored_bytes, last_ms, last_ms, last_ms, stream_id)
             for stream_id, (records, stored_bytes, last_ms) in sorted(batch.stream_stats.items())]
+
+
+class Where:
+    """A WHERE clause from optional conditions, written with ``?`` and rendered with the backend's
+    placeholder; a condition whose value is None is left out."""
+
+    def __init__(self, placeholder: str, *, arrays: bool = False) -> None:
+        self.placeholder = placeholder
+        self.arrays = arrays  # the driver takes a list as one parameter (PostgreSQL's = ANY)
+        self.conditions: list[str] = []
+        self.args: list[Any] = []
+
+    def add(self, condition: str, *values: Any) -> Where:
+        if all(value is not None for value in values):
+            self.conditions.append(condition.replace("?", self.placeholder))
+            self.args.extend(values)
+        return self
+
+    def any_of(self, column: str, values: Sequence[Any] | None) -> Where:
+        """``column`` is one of ``values`` (left out when there are none)."""
+        if values:
+            if self.arrays:
+                self.add(f"{column} = ANY(?)", list(values))
+            else:
+                self.conditions.append(f"{column} IN ({','.join([self.placeholder] * len(values))})")
+                self.args.extend(values)
+        return self
+
+    @property
+    def sql(self) -> str:
+        return " AND ".join(self.conditions) or "TRUE"
 
 
 def chunk_events(

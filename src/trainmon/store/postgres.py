@@ -50,6 +50,7 @@ from .base import (
     SEQ_END,
     STREAM_COLUMNS,
     Problem,
+    Where,
     chunk_events,
     job_from_row,
     job_name_in_use,
@@ -279,25 +280,13 @@ class PostgresStore:
         descending: bool = True,
         limit: int | None = None,
     ) -> list[JobRow]:
-        where, args = ["TRUE"], list[Any]()
-        if status:
-            where.append("status = %s")
-            args.append(status)
-        if statuses:
-            where.append("status = ANY(%s)")
-            args.append(list(statuses))
-        if name_contains:
-            where.append("strpos(lower(name), lower(%s)) > 0")
-            args.append(name_contains)
-        if created_after is not None:
-            where.append("creation_time > %s")
-            args.append(created_after)
-        if created_before is not None:
-            where.append("creation_time < %s")
-            args.append(created_before)
+        where = (Where("%s", arrays=True).add("status = ?", status or None).any_of("status", statuses)
+                 .add("strpos(lower(name), lower(?)) > 0", name_contains or None)
+                 .add("creation_time > ?", created_after).add("creation_time < ?", created_before))
+        args = where.args
         column = {"Name": "name", "Status": "status"}.get(sort_by, "creation_time")
         order = "DESC" if descending else "ASC"
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY {column} {order}, id {order}"
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {where.sql} ORDER BY {column} {order}, id {order}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return [job_from_row(row) for row in self._read(sql, tuple(args))]
@@ -336,15 +325,10 @@ class PostgresStore:
         return StreamRow(row[0], job_id, host, name, creation_ms, None, None, None, 0, 0)
 
     def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]:
-        where, args = ["TRUE"], list[Any]()
-        if job_id is not None:
-            where.append("job_id = %s")
-            args.append(job_id)
-        if prefix:
-            where.append("starts_with(name, %s)")
-            args.append(prefix)
+        where = Where("%s", arrays=True).add("job_id = ?", job_id).add("starts_with(name, ?)", prefix or None)
+        args = where.args
         rows = self._read(
-            f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE {' AND '.join(where)} ORDER BY name", tuple(args)
+            f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE {where.sql} ORDER BY name", tuple(args)
         )
         return [StreamRow(*row) for row in rows]
 
@@ -365,20 +349,16 @@ class PostgresStore:
     ) -> list[EventRow]:
         """Records with ``after_seq < seq < before_seq`` and a time in [start_ms, end_ms): the
         first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
-        where, args = ["stream_id = %s"], list[Any]([stream_id])
-        if start_ms is not None:
-            where.append("timestamp_ms >= %s")
-            args.append(start_ms)
-        if end_ms is not None:
-            where.append("timestamp_ms < %s")
-            args.append(end_ms)
+        where = Where("%s", arrays=True).add("stream_id = ?", stream_id).add("timestamp_ms >= ?", start_ms)
+        where.add("timestamp_ms < ?", end_ms)
+        args = where.args
         upper = before_seq if before_seq is not None else SEQ_END
         found: list[EventRow] = []
         if newest_first:
             cursor = upper
             while len(found) < limit:
                 rows = self._chunks(
-                    f"{' AND '.join(where)} AND first_seq < %s ORDER BY first_seq DESC", (*args, cursor)
+                    f"{where.sql} AND first_seq < %s ORDER BY first_seq DESC", (*args, cursor)
                 )
                 found.extend(chunk_events(rows, stream_id, after_seq, upper, backward=True))
                 del found[limit:]
@@ -404,7 +384,7 @@ class PostgresStore:
         comparison = ">="
         while len(found) < limit:
             rows = self._chunks(
-                f"{' AND '.join(where)} AND first_seq {comparison} %s AND first_seq < %s ORDER BY first_seq",
+                f"{where.sql} AND first_seq {comparison} %s AND first_seq < %s ORDER BY first_seq",
                 (*args, lowest, upper),
             )
             found.extend(chunk_events(rows, stream_id, after_seq, upper))
@@ -467,21 +447,11 @@ class PostgresStore:
         start_ms: int | None = None,
         end_ms: int | None = None,
     ) -> list[PointRow]:
-        where, args = ["job_id = %s"], list[Any]([job_id])
-        if names:
-            where.append("name = ANY(%s)")
-            args.append(list(names))
-        if host:
-            where.append("host = %s")
-            args.append(host)
-        if start_ms is not None:
-            where.append("timestamp_ms >= %s")
-            args.append(start_ms)
-        if end_ms is not None:
-            where.append("timestamp_ms < %s")
-            args.append(end_ms)
+        where = Where("%s", arrays=True).add("job_id = ?", job_id).any_of("name", names).add("host = ?", host or None)
+        where.add("timestamp_ms >= ?", start_ms).add("timestamp_ms < ?", end_ms)
+        args = where.args
         rows = self._read(
-            f"SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE {' AND '.join(where)} "
+            f"SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE {where.sql} "
             "ORDER BY timestamp_ms, id",
             tuple(args),
         )
@@ -560,15 +530,10 @@ class PostgresStore:
 
     def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
-        where, args = ["TRUE"], list[Any]()
-        if namespace is not None:
-            where.append("namespace = %s")
-            args.append(namespace)
-        if name is not None:
-            where.append("name = %s")
-            args.append(name)
+        where = Where("%s", arrays=True).add("namespace = ?", namespace).add("name = ?", name)
+        args = where.args
         rows = self._read(
-            f"SELECT namespace, name, dimensions, last_ms FROM metrics WHERE {' AND '.join(where)}", tuple(args)
+            f"SELECT namespace, name, dimensions, last_ms FROM metrics WHERE {where.sql}", tuple(args)
         )
         job_rows: list[tuple[Any, ...]] = []
         if namespace in (None, JOB_NAMESPACE):

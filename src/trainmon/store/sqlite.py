@@ -33,6 +33,7 @@ from .base import (
     SEQ_END,
     STREAM_COLUMNS,
     Problem,
+    Where,
     chunk_events,
     job_from_row,
     job_name_in_use,
@@ -239,28 +240,15 @@ class SqliteStore:
         descending: bool = True,
         limit: int | None = None,
     ) -> list[JobRow]:
-        where, args = ["1=1"], list[Any]()
-        if status:
-            where.append("status = ?")
-            args.append(status)
-        if statuses:
-            where.append(f"status IN ({','.join('?' * len(statuses))})")
-            args.extend(statuses)
-        if name_contains:
-            where.append("instr(lower(name), lower(?)) > 0")
-            args.append(name_contains)
-        if created_after is not None:
-            where.append("creation_time > ?")
-            args.append(created_after)
-        if created_before is not None:
-            where.append("creation_time < ?")
-            args.append(created_before)
+        where = (Where("?").add("status = ?", status or None).any_of("status", statuses)
+                 .add("instr(lower(name), lower(?)) > 0", name_contains or None)
+                 .add("creation_time > ?", created_after).add("creation_time < ?", created_before))
         column = {"Name": "name", "Status": "status"}.get(sort_by, "creation_time")
         order = "DESC" if descending else "ASC"
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY {column} {order}, id {order}"
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {where.sql} ORDER BY {column} {order}, id {order}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [job_from_row(row) for row in self._read(sql, tuple(args))]
+        return [job_from_row(row) for row in self._read(sql, tuple(where.args))]
 
     def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:
         """Read, change and write one job atomically; ``mutate`` edits the row in place."""
@@ -294,15 +282,10 @@ class SqliteStore:
         return StreamRow(stream_id or 0, job_id, host, name, creation_ms, None, None, None, 0, 0)
 
     def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]:
-        where, args = list[str](), list[Any]()
-        if job_id is not None:
-            where.append("job_id = ?")
-            args.append(job_id)
+        where = Where("?").add("job_id = ?", job_id)
         if prefix:
-            where.append("substr(name, 1, ?) = ?")
-            args.extend([len(prefix), prefix])
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams {clause} ORDER BY name", tuple(args))
+            where.add("substr(name, 1, ?) = ?", len(prefix), prefix)
+        rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE {where.sql} ORDER BY name", tuple(where.args))
         return [StreamRow(*row) for row in rows]
 
     def stream(self, name: str) -> StreamRow | None:
@@ -322,20 +305,16 @@ class SqliteStore:
     ) -> list[EventRow]:
         """Records with ``after_seq < seq < before_seq`` and a time in [start_ms, end_ms): the
         first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
-        where, args = ["stream_id = ?"], list[Any]([stream_id])
-        if start_ms is not None:
-            where.append("timestamp_ms >= ?")
-            args.append(start_ms)
-        if end_ms is not None:
-            where.append("timestamp_ms < ?")
-            args.append(end_ms)
+        where = Where("?").add("stream_id = ?", stream_id).add("timestamp_ms >= ?", start_ms)
+        where.add("timestamp_ms < ?", end_ms)
+        args = where.args
         upper = before_seq if before_seq is not None else SEQ_END
         found: list[EventRow] = []
         if newest_first:
             cursor = upper
             while len(found) < limit:
                 rows = self._read(
-                    f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {' AND '.join(where)} "
+                    f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {where.sql} "
                     "AND first_seq < ? ORDER BY first_seq DESC LIMIT 64",
                     (*args, cursor),
                 )
@@ -361,7 +340,7 @@ class SqliteStore:
         comparison = ">="
         while len(found) < limit:
             rows = self._read(
-                f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {' AND '.join(where)} "
+                f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {where.sql} "
                 f"AND first_seq {comparison} ? AND first_seq < ? ORDER BY first_seq LIMIT 64",
                 (*args, lowest, upper),
             )
@@ -414,21 +393,11 @@ class SqliteStore:
         start_ms: int | None = None,
         end_ms: int | None = None,
     ) -> list[PointRow]:
-        where, args = ["job_id = ?"], list[Any]([job_id])
-        if names:
-            where.append(f"name IN ({','.join('?' * len(names))})")
-            args.extend(names)
-        if host:
-            where.append("host = ?")
-            args.append(host)
-        if start_ms is not None:
-            where.append("timestamp_ms >= ?")
-            args.append(start_ms)
-        if end_ms is not None:
-            where.append("timestamp_ms < ?")
-            args.append(end_ms)
+        where = Where("?").add("job_id = ?", job_id).any_of("name", names).add("host = ?", host or None)
+        where.add("timestamp_ms >= ?", start_ms).add("timestamp_ms < ?", end_ms)
+        args = where.args
         rows = self._read(
-            f"SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE {' AND '.join(where)} "
+            f"SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE {where.sql} "
             "ORDER BY timestamp_ms, rowid",
             tuple(args),
         )
@@ -505,15 +474,10 @@ class SqliteStore:
 
     def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
-        where, args = ["1=1"], list[Any]()
-        if namespace is not None:
-            where.append("namespace = ?")
-            args.append(namespace)
-        if name is not None:
-            where.append("name = ?")
-            args.append(name)
+        where = Where("?").add("namespace = ?", namespace).add("name = ?", name)
+        args = where.args
         rows = self._read(
-            f"SELECT namespace, name, dimensions, last_ms FROM metrics WHERE {' AND '.join(where)}", tuple(args)
+            f"SELECT namespace, name, dimensions, last_ms FROM metrics WHERE {where.sql}", tuple(args)
         )
         job_rows: list[tuple[Any, ...]] = []
         if namespace in (None, JOB_NAMESPACE):
