@@ -292,13 +292,13 @@ def _points_job(store: Store, name: str = "job") -> tuple[JobRow, int, int]:
     return job, one.id, two.id
 
 
-def test_points_in_time_then_write_order_with_filters(any_store: Store) -> None:
+def test_points_in_time_then_log_order_with_filters(any_store: Store) -> None:
     job, one, two = _points_job(any_store)
     everything = any_store.points(job.id)
     assert [(p.name, p.timestamp_ms, p.host) for p in everything] == [
         ("loss", 100, "algo-1"), ("acc", 100, "algo-1"), ("loss", 100, "algo-2"), ("loss", 200, "algo-1"),
-        ("loss", 300, "algo-1"), ("acc", 300, "algo-2"), ("loss", 400, "algo-2"), ("loss", 400, "algo-2"),
-        ("lr", 400, "algo-1"), ("lr", 500, "algo-1")]
+        ("loss", 300, "algo-1"), ("acc", 300, "algo-2"), ("lr", 400, "algo-1"), ("loss", 400, "algo-2"),
+        ("loss", 400, "algo-2"), ("lr", 500, "algo-1")]
     assert [(p.stream_id, p.seq) for p in everything[:3]] == [(one, 0), (one, 0), (two, 0)]
     loss = any_store.points(job.id, names=["loss"], host="algo-2")
     assert [(p.timestamp_ms, p.value) for p in loss] == [(100, 2.5), (400, math.inf), (400, 1.5)]
@@ -357,7 +357,7 @@ def test_put_samples_and_metric_samples(any_store: Store) -> None:
 
 def test_put_samples_is_all_or_nothing(any_store: Store) -> None:
     good = (key("Good"), 60, [Sample(1000, 1.0, 1.0, 1.0, 1.0, 1.0)])
-    bad = (key("Bad"), 60, [Sample(1000, None, 1.0, 1.0, 1.0, 1.0)])  # type: ignore[arg-type]  # count is required
+    bad = (MetricKey(None, "Bad", ()), 60, [Sample(1000, 1.0, 1.0, 1.0, 1.0, 1.0)])  # type: ignore[arg-type]  # a namespace is required
     with pytest.raises(StoreError):
         any_store.put_samples([good, bad])
     assert any_store.metric_keys() == [] and any_store.metric_samples(key("Good"), 0, 10_000) == []
@@ -550,6 +550,7 @@ def test_postgres_errors_say_where_and_hide_the_password(tmp_path: Path, postgre
 def test_postgres_migrates_once_and_refuses_a_newer_schema(tmp_path: Path, postgres_url: str) -> None:
     import psycopg
 
+    from trainmon.store.postgres import _MIGRATIONS as postgres_migrations
     from trainmon.store.postgres import PostgresStore
 
     first = PostgresStore(postgres_url, tmp_path)
@@ -557,12 +558,47 @@ def test_postgres_migrates_once_and_refuses_a_newer_schema(tmp_path: Path, postg
     second = PostgresStore(postgres_url, tmp_path)  # opening again migrates nothing and keeps the data
     assert second.get_job("kept") is not None
     with psycopg.connect(postgres_url, autocommit=True) as db:
-        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(len(postgres_migrations),)]
         db.execute("UPDATE schema_version SET version = 99")
     with pytest.raises(StoreError, match="schema version 99, newer than this trainmon knows .*upgrade trainmon"):
         PostgresStore(postgres_url, tmp_path)
     first.close()
     second.close()
+
+
+def test_a_store_of_the_row_per_point_schema_is_migrated_to_series(tmp_path: Path) -> None:
+    """Stores made before series and chunks (a row per point and per datapoint) keep their data."""
+    import sqlite3
+
+    from trainmon.store.sqlite import _MIGRATIONS as sqlite_migrations
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    for script in sqlite_migrations[:2]:
+        db.executescript(str(script))
+    db.execute("INSERT INTO jobs (name, status, creation_time, last_modified_time, doc) VALUES "
+               "('old', 'Completed', 0, 0, '{}')")
+    db.execute("INSERT INTO log_streams (job_id, host, name, creation_ms) VALUES (1, 'algo-1', 'old/algo-1-0', 0)")
+    db.executemany("INSERT INTO points VALUES (1, ?, ?, ?, 'algo-1', 1, ?)",
+                   [("loss", 1000, 2.0, 0), ("loss", 2000, None, 1), ("loss", 3000, 1.5, 2), ("acc", 3000, 0.5, 2)])
+    db.execute("INSERT INTO metrics VALUES (1, 'Custom', 'Requests', '[]', 5000)")
+    db.execute("INSERT INTO datapoints VALUES (1, 5000, 60, 3, 6, 1, 3, NULL, 'Count')")
+    db.execute("PRAGMA user_version=2")
+    db.commit()
+    db.close()
+    store = SqliteStore(path)
+    try:
+        assert [(p.name, p.timestamp_ms, p.seq) for p in store.points(1)] == [
+            ("loss", 1000, 0), ("loss", 2000, 1), ("loss", 3000, 2), ("acc", 3000, 2)]
+        assert math.isnan(store.points(1)[1].value)
+        assert store.final_metrics(1) == [("acc", 0.5, 3000), ("loss", 1.5, 3000)]
+        assert store.metric_summaries(1) == {"loss": (3, 1.5, 2.0), "acc": (1, 0.5, 0.5)}
+        assert store.metric_samples(key("Requests", namespace="Custom"), 0, 10_000) == [
+            Sample(5000, 3.0, 6.0, 1.0, 3.0, None, "Count")]
+        tables = {row[0] for row in store._read("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"points", "datapoints", "metrics", "job_metrics"}.isdisjoint(tables)
+    finally:
+        store.close()
 
 
 def test_postgres_store_needs_only_data_rights_once_migrated(tmp_path: Path, postgres_url: str,

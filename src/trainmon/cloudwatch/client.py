@@ -32,7 +32,16 @@ from .model import (
     epoch_seconds,
     parse_put,
 )
-from .statistics import STATISTICS, aggregate, aligned_start, check_datapoint_count, check_period, percentile_of
+from .sketch import concat
+from .statistics import (
+    STATISTICS,
+    aggregate,
+    aggregate_rollups,
+    aligned_start,
+    check_datapoint_count,
+    check_period,
+    percentile_of,
+)
 
 LIST_PAGE = 500
 RECENT_S = 3 * 3600
@@ -92,9 +101,7 @@ class CloudWatchClient:
             return {"Label": key.name, "Datapoints": []}
         check_datapoint_count(start, end_s, period)
         start_ms, end_ms = int(start * 1000), int(end_s * 1000)
-        samples = self.store.metric_samples(key, start_ms, end_ms)
-        datapoints = aggregate(samples, start_ms=start_ms, end_ms=end_ms, period_s=period, statistics=statistics,
-                               percentiles=extended, unit=unit)
+        datapoints = self._datapoints(key, start_ms, end_ms, period, statistics, extended, unit)
         for point in datapoints:
             point["Timestamp"] = _datetime(point["Timestamp"])
         return {"Label": key.name, "Datapoints": datapoints}
@@ -154,14 +161,27 @@ class CloudWatchClient:
             return series
         return replace(series, label=render_label(query.label, stat.key.name, series))
 
-    def _stat_points(self, stat: MetricStat, start_ms: int, end_ms: int) -> dict[int, float]:
-        samples = self.store.metric_samples(stat.key, start_ms, end_ms)
-        if stat.unit is None:  # one value per period, whatever units the data was put with
+    def _datapoints(self, key: MetricKey, start_ms: int, end_ms: int, period: int, statistics: list[str],
+                    percentiles: list[str], unit: str | None, *, any_unit: bool = False) -> list[dict[str, Any]]:
+        """CloudWatch's datapoints per period: from the roll-ups where a tier serves the period,
+        else from the datapoints as written. ``any_unit``: one datapoint per period, whatever
+        units the data was put with (reported as None)."""
+        arguments: dict[str, Any] = dict(start_ms=start_ms, end_ms=end_ms, period_s=period, statistics=statistics,
+                                         percentiles=percentiles, unit=unit)
+        rollups = self.store.metric_rollups(key, start_ms, end_ms, period)
+        if rollups is not None:
+            if any_unit:
+                rollups = {"None": concat(list(rollups.values()))}
+            return aggregate_rollups(rollups, **arguments)
+        samples = self.store.metric_samples(key, start_ms, end_ms)
+        if any_unit:
             samples = [replace(sample, unit="None") for sample in samples]
+        return aggregate(samples, **arguments)
+
+    def _stat_points(self, stat: MetricStat, start_ms: int, end_ms: int) -> dict[int, float]:
         percentile = stat.stat not in STATISTICS
-        rows = aggregate(samples, start_ms=start_ms, end_ms=end_ms, period_s=stat.period,
-                         statistics=() if percentile else (stat.stat,), percentiles=(stat.stat,) if percentile else (),
-                         unit=stat.unit)
+        rows = self._datapoints(stat.key, start_ms, end_ms, stat.period, [] if percentile else [stat.stat],
+                                [stat.stat] if percentile else [], stat.unit, any_unit=stat.unit is None)
         points: dict[int, float] = {}
         for row in rows:
             value = row.get("ExtendedStatistics", {}).get(stat.stat) if percentile else row[stat.stat]

@@ -15,7 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..errors import InvalidParameterCombination, InvalidParameterValue
+from .sketch import Rollups
 
 STATISTICS = ("SampleCount", "Average", "Sum", "Minimum", "Maximum")
 SUB_MINUTE_PERIODS = (1, 5, 10, 20, 30)
@@ -130,6 +133,45 @@ def aggregate(
             if values is not None:
                 point["ExtendedStatistics"] = {p: weighted_percentile(values, percentile_of(p)) for p in extended}
         datapoints.append(point)
+    return datapoints
+
+
+def aggregate_rollups(
+    rollups: dict[str, Rollups],
+    *,
+    start_ms: int,
+    end_ms: int,
+    period_s: int,
+    statistics: Iterable[str] = (),
+    percentiles: Iterable[str] = (),
+    unit: str | None = None,
+) -> list[dict[str, Any]]:
+    """``aggregate`` over roll-up rows (per unit): the same statistics, exactly, and percentiles
+    from the merged sketches (within the sketch's relative accuracy; see cloudwatch/sketch.py)."""
+    wanted = list(statistics)
+    extended = [(p, percentile_of(p) / 100.0) for p in percentiles]
+    datapoints = []
+    for row_unit, rows in rollups.items():
+        if unit is not None and row_unit != unit:
+            continue
+        inside = (rows.timestamp_ms >= start_ms) & (rows.timestamp_ms < end_ms)
+        if not inside.all():
+            rows = rows.select(inside)
+        periods = rows.roll(start_ms, period_s * 1000)
+        columns: dict[str, list[float]] = {
+            "SampleCount": periods.count.tolist(), "Sum": periods.sum.tolist(),
+            "Minimum": periods.minimum.tolist(), "Maximum": periods.maximum.tolist(),
+            "Average": (periods.sum / np.where(periods.count == 0, 1, periods.count)).tolist(),
+        }
+        quantiles = {name: periods.quantiles(q).tolist() for name, q in extended}
+        for index, stamp in enumerate(periods.timestamp_ms.tolist()):
+            point: dict[str, Any] = {"Timestamp": stamp / 1000.0, "Unit": row_unit}
+            for name in wanted:
+                point[name] = columns[name][index]
+            if extended and periods.sketched[index]:
+                point["ExtendedStatistics"] = {name: values[index] for name, values in quantiles.items()}
+            datapoints.append(point)
+    datapoints.sort(key=lambda point: (point["Timestamp"], point["Unit"]))
     return datapoints
 
 

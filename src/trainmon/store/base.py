@@ -2,28 +2,30 @@
 
 :class:`Store` is what the rest of trainmon may call; :class:`~trainmon.store.sqlite.SqliteStore`
 and :class:`~trainmon.store.postgres.PostgresStore` implement it and pass one test suite
-(``tests/test_store.py``). Each backend keeps its own SQL; what does not depend on the database
-lives here: turning rows into records, the values written for a job, merging jobs' metrics
-into CloudWatch's view, and the words of the errors a driver failure becomes.
+(``tests/test_store.py``). Each backend keeps its own SQL for jobs and logs; what does not depend
+on the database lives here: turning rows into records, the values written for a job, and the
+words of the errors a driver failure becomes. Metric series (chunks, roll-ups, maintenance) are
+one implementation for both, in :mod:`trainmon.store.series`.
 
-Rows mean the same in both backends: a NULL ``points.value`` is NaN, job documents are JSON
-text, log chunks are records joined by "\\n", times are epoch seconds (jobs) or milliseconds.
+Rows mean the same in both backends: job documents are JSON text, log chunks are records joined
+by "\\n", times are epoch seconds (jobs) or milliseconds.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
+from ..cloudwatch.model import MetricKey
+from ..cloudwatch.sketch import Rollups
 from ..cloudwatch.statistics import Sample
 from ..errors import DuplicateKey, ResourceInUse, StoreError
+from ..retention import Retention
 from .records import Batch, EventRow, JobRow, PointRow, StreamRow
+from .series import Maintenance
 
-FINITE_MAX = 1.7976931348623157e308  # the largest double: finite means -FINITE_MAX <= value <= FINITE_MAX
 SEQ_END = 2**62  # above every record number
 
 JOB_COLUMNS = "id, name, status, creation_time, last_modified_time, doc, supervisor, stop_requested, diagnostics"
@@ -38,6 +40,7 @@ class Store(Protocol):
     home: Path  # the local data directory: job directories and outputs live there, whatever the backend
     location: str  # where the data is, for messages: a file path, or a database URL without its password
     database_url: str | None  # the URL open_store() takes to open this store again (None: the SQLite file in home)
+    retention: Retention  # how long metric data is kept (trainmon.retention)
 
     def close(self) -> None: ...
 
@@ -130,6 +133,17 @@ class Store(Protocol):
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
         ...
 
+    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int) -> dict[str, Rollups] | None:
+        """The metric's data in [start_ms, end_ms) as roll-up rows per unit when a roll-up tier can
+        serve ``period_s`` and part of the range is rolled up; None when the raw datapoints must."""
+        ...
+
+    # -- maintenance
+    def maintain(self, now_ms: int | None = None) -> Maintenance:
+        """Seal still chunks, roll up whole periods, expire what the retention policy drops; does
+        nothing when another process is at it."""
+        ...
+
 
 # -- rows and records ----------------------------------------------------------------------
 
@@ -162,27 +176,6 @@ def new_job_values(name: str, doc: dict[str, Any], creation_time: float,
     """What ``create_job`` inserts: name, status, creation_time, last_modified_time, doc, supervisor."""
     return (name, doc["TrainingJobStatus"], creation_time, creation_time, json.dumps(doc),
             json.dumps(supervisor) if supervisor is not None else None)
-
-
-def point_from_row(row: tuple[Any, ...]) -> PointRow:
-    """(name, timestamp_ms, value, host, stream_id, seq); a NULL value is NaN."""
-    name, stamp, value, host, stream_id, seq = row
-    return PointRow(name, stamp, math.nan if value is None else value, host, stream_id, seq)
-
-
-def stored_value(value: float | None) -> float | None:
-    """A point's value as stored: NaN (or None) becomes NULL, infinities stay."""
-    return None if value is None or value != value else value
-
-
-def latest_per_metric(points: Iterable[tuple[Any, ...]]) -> list[tuple[str, int]]:
-    """The newest timestamp of each metric in a batch's point tuples, sorted by name (so that
-    concurrent writers lock ``job_metrics`` rows in one order)."""
-    latest: dict[str, int] = {}
-    for name, stamp, *_ in points:
-        if stamp > latest.get(name, -1):
-            latest[name] = stamp
-    return sorted(latest.items())
 
 
 def stream_stats(batch: Batch) -> list[tuple[int, int, int, int, int, int]]:
@@ -233,30 +226,6 @@ def chunk_events(
         for offset in offsets:
             if after_seq < first + offset < before_seq:
                 yield EventRow(stream_id, first + offset, stamp, messages[offset])
-
-
-def job_of(key: MetricKey) -> str | None:
-    """The training job a CloudWatch metric key names, if it is one of a job's metrics."""
-    if key.namespace == JOB_NAMESPACE and len(key.dimensions) == 1 and key.dimensions[0][0] == "TrainingJobName":
-        return key.dimensions[0][1]
-    return None
-
-
-def job_point_samples(rows: Iterable[tuple[int, float]]) -> list[Sample]:
-    """A job's finite points (timestamp_ms, value) as single-value samples."""
-    return [Sample(t, 1.0, v, v, v, v, "None") for t, v in rows]
-
-
-def merge_metric_keys(
-    metric_rows: Iterable[tuple[str, str, str, int]], job_rows: Iterable[tuple[str, str, int]]
-) -> list[tuple[MetricKey, int]]:
-    """Put metrics (namespace, name, dimensions JSON, last_ms) and jobs' metrics (job, name,
-    last_ms), newest time per key, sorted by namespace, name and dimensions."""
-    keys = {MetricKey.from_row(ns, n, d): last for ns, n, d, last in metric_rows}
-    for job, metric, last in job_rows:
-        key = MetricKey(JOB_NAMESPACE, metric, (("TrainingJobName", job),))
-        keys[key] = max(last, keys.get(key, last))
-    return sorted(keys.items(), key=lambda item: (item[0].namespace, item[0].name, item[0].dimensions))
 
 
 # -- errors --------------------------------------------------------------------------------

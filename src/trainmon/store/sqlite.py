@@ -19,16 +19,19 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
+from ..cloudwatch.model import MetricKey
+from ..cloudwatch.sketch import Rollups
 from ..cloudwatch.statistics import Sample
 from ..errors import DuplicateKey, ResourceNotFound, StoreError
+from ..retention import Retention
+from ..retention import current as current_retention
+from . import series
 from .base import (
-    FINITE_MAX,
     JOB_COLUMNS,
     SEQ_END,
     STREAM_COLUMNS,
@@ -37,19 +40,15 @@ from .base import (
     chunk_events,
     job_from_row,
     job_name_in_use,
-    job_of,
-    job_point_samples,
     job_values,
-    latest_per_metric,
-    merge_metric_keys,
     new_job_values,
-    point_from_row,
     store_error,
     stream_stats,
 )
 from .records import Batch, EventRow, JobRow, PointRow, StreamRow
+from .series import convert_row_tables, sorted_keys
 
-_MIGRATIONS: list[str] = [
+_MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """
     CREATE TABLE jobs (
         id INTEGER PRIMARY KEY,
@@ -125,10 +124,56 @@ _MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     INSERT INTO job_metrics SELECT job_id, name, max(timestamp_ms) FROM points GROUP BY job_id, name;
     """,
+    """
+    CREATE TABLE series (
+        id INTEGER PRIMARY KEY,
+        namespace TEXT NOT NULL,
+        name TEXT NOT NULL,
+        dimensions TEXT NOT NULL,
+        digest BLOB NOT NULL UNIQUE,
+        job_id INTEGER REFERENCES jobs (id) ON DELETE CASCADE,
+        last_ms INTEGER NOT NULL,
+        points INTEGER NOT NULL DEFAULT 0,
+        minimum REAL,
+        maximum REAL,
+        final_value REAL,
+        final_ms INTEGER,
+        rolled_ms INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX series_by_job ON series (job_id, name);
+    CREATE INDEX series_by_name ON series (namespace, name);
+    CREATE TABLE chunks (
+        id INTEGER PRIMARY KEY,
+        series_id INTEGER NOT NULL REFERENCES series (id) ON DELETE CASCADE,
+        kind INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        stream_id INTEGER NOT NULL,
+        unit TEXT NOT NULL,
+        resolution INTEGER NOT NULL,
+        first_ms INTEGER NOT NULL,
+        last_ms INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        sealed INTEGER NOT NULL,
+        data BLOB NOT NULL
+    );
+    CREATE INDEX chunks_by_series ON chunks (series_id, last_ms);
+    CREATE TABLE rollups (
+        series_id INTEGER NOT NULL REFERENCES series (id) ON DELETE CASCADE,
+        period INTEGER NOT NULL,
+        timestamp_ms INTEGER NOT NULL,
+        unit TEXT NOT NULL,
+        count REAL NOT NULL,
+        sum REAL NOT NULL,
+        minimum REAL NOT NULL,
+        maximum REAL NOT NULL,
+        sketch BLOB,
+        PRIMARY KEY (series_id, period, timestamp_ms, unit)
+    ) WITHOUT ROWID;
+    CREATE TABLE maintenance (id INTEGER PRIMARY KEY, holder TEXT, until_ms INTEGER NOT NULL);
+    INSERT INTO maintenance VALUES (1, NULL, 0);
+    """,
 ]
-
-_FINITE = f"value BETWEEN -{FINITE_MAX!r} AND {FINITE_MAX!r}"
-
+_MIGRATIONS.append(lambda db: _move_points_to_series(db))
 
 OPEN_TIMEOUT_S = 30.0
 
@@ -136,8 +181,9 @@ OPEN_TIMEOUT_S = 30.0
 class SqliteStore:
     """The store in one SQLite file; ``home`` is the data directory (by default the file's)."""
 
-    def __init__(self, path: Path | str, home: Path | None = None) -> None:
+    def __init__(self, path: Path | str, home: Path | None = None, retention: Retention | None = None) -> None:
         self.path = Path(path)
+        self.retention = retention if retention is not None else current_retention()
         self.home = home if home is not None else self.path.parent
         self.location = str(self.path)
         self.database_url: str | None = None
@@ -179,9 +225,12 @@ class SqliteStore:
         with self._write() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
-                for statement in script.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+                if callable(script):
+                    script(db)
+                else:
+                    for statement in script.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
                 db.execute(f"PRAGMA user_version={number}")
 
     @contextmanager
@@ -361,16 +410,7 @@ class SqliteStore:
                     batch.chunks,
                 )
             if batch.points:
-                db.executemany(
-                    f"INSERT INTO points (job_id, name, timestamp_ms, value, host, stream_id, seq) "
-                    f"VALUES ({batch.job_id}, ?, ?, ?, ?, ?, ?)",
-                    batch.points,
-                )
-                db.executemany(
-                    "INSERT INTO job_metrics (job_id, name, last_ms) VALUES (?, ?, ?) ON CONFLICT (job_id, name) "
-                    "DO UPDATE SET last_ms = max(last_ms, excluded.last_ms)",
-                    [(batch.job_id, name, stamp) for name, stamp in latest_per_metric(batch.points)],
-                )
+                series.write_points(_Sql(db), batch.job_id, batch.points, self.retention.periods)
             db.executemany(
                 "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
                 "first_event_ms = coalesce(first_event_ms, ?), last_event_ms = ?, last_ingestion_ms = ? "
@@ -393,100 +433,91 @@ class SqliteStore:
         start_ms: int | None = None,
         end_ms: int | None = None,
     ) -> list[PointRow]:
-        where = Where("?").add("job_id = ?", job_id).any_of("name", names).add("host = ?", host or None)
-        where.add("timestamp_ms >= ?", start_ms).add("timestamp_ms < ?", end_ms)
-        args = where.args
-        rows = self._read(
-            f"SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE {where.sql} "
-            "ORDER BY timestamp_ms, rowid",
-            tuple(args),
-        )
-        return [point_from_row(row) for row in rows]
+        with self._snapshot() as sql:
+            return series.job_points(sql, job_id, names=names, host=host, start_ms=start_ms, end_ms=end_ms)
 
     def metric_names(self, job_id: int) -> list[str]:
-        return [row[0] for row in self._read("SELECT DISTINCT name FROM points WHERE job_id = ? ORDER BY name", (job_id,))]
+        return [row[0] for row in self._read(
+            "SELECT name FROM series WHERE job_id = ? AND points > 0 ORDER BY name", (job_id,))]
 
     def final_metrics(self, job_id: int) -> list[tuple[str, float, int]]:
         """Per metric, the last finite value and its time: (name, value, timestamp_ms)."""
-        rows = self._read(
-            f"""
-            SELECT name, value, timestamp_ms FROM (
-                SELECT name, value, timestamp_ms,
-                       row_number() OVER (PARTITION BY name ORDER BY timestamp_ms DESC, rowid DESC) AS rank
-                FROM points WHERE job_id = ? AND {_FINITE}
-            ) WHERE rank = 1 ORDER BY name
-            """,
-            (job_id,),
-        )
+        rows = self._read("SELECT name, final_value, final_ms FROM series WHERE job_id = ? AND final_ms IS NOT NULL "
+                          "ORDER BY name", (job_id,))
         return [(name, value, ts) for name, value, ts in rows]
 
     def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
         """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
-        rows = self._read(
-            f"""
-            SELECT name, count(*),
-                   min(CASE WHEN {_FINITE} THEN value END),
-                   max(CASE WHEN {_FINITE} THEN value END)
-            FROM points WHERE job_id = ? GROUP BY name
-            """,
-            (job_id,),
-        )
+        rows = self._read("SELECT name, points, minimum, maximum FROM series WHERE job_id = ? AND points > 0", (job_id,))
         return {name: (count, low, high) for name, count, low, high in rows}
+
     # -- CloudWatch metrics ----------------------------------------------------------------
 
     def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
         """Store a whole PutMetricData call in one transaction: all of it or nothing."""
         with self._write() as db:
-            for key, resolution, samples in items:
-                last = max(s.timestamp_ms for s in samples) if samples else 0
-                row = db.execute(
-                    "INSERT INTO metrics (namespace, name, dimensions, last_ms) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (namespace, name, dimensions) DO UPDATE SET last_ms = max(last_ms, excluded.last_ms) "
-                    "RETURNING id",
-                    (key.namespace, key.name, key.dimensions_json, last),
-                ).fetchone()
-                db.executemany(
-                    "INSERT INTO datapoints (metric_id, timestamp_ms, resolution, count, sum, minimum, maximum, value, "
-                    "unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(row[0], s.timestamp_ms, resolution, s.count, s.sum, s.minimum, s.maximum, s.value, s.unit)
-                     for s in samples],
-                )
+            series.put_samples(_Sql(db), items, self.retention.periods)
 
     def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
         """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
-        rows = self._read(
-            "SELECT d.timestamp_ms, d.count, d.sum, d.minimum, d.maximum, d.value, d.unit FROM datapoints d "
-            "JOIN metrics m ON m.id = d.metric_id WHERE m.namespace = ? AND m.name = ? AND m.dimensions = ? "
-            "AND d.timestamp_ms >= ? AND d.timestamp_ms < ? ORDER BY d.timestamp_ms",
-            (key.namespace, key.name, key.dimensions_json, start_ms, end_ms),
-        )
-        samples = [Sample(*row) for row in rows]
-        job = job_of(key)
-        if job is not None:
-            found = self._read(
-                f"SELECT p.timestamp_ms, p.value FROM points p JOIN jobs j ON j.id = p.job_id WHERE j.name = ? "
-                f"AND p.name = ? AND p.timestamp_ms >= ? AND p.timestamp_ms < ? AND p.{_FINITE} ORDER BY p.timestamp_ms, p.rowid",
-                (job, key.name, start_ms, end_ms),
-            )
-            samples.extend(job_point_samples(found))
-            samples.sort(key=lambda s: s.timestamp_ms)
-        return samples
+        with self._snapshot() as sql:
+            return series.metric_samples(sql, key, start_ms, end_ms)
+
+    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int) -> dict[str, Rollups] | None:
+        with self._snapshot() as sql:
+            return series.metric_rollups(sql, key, start_ms, end_ms, period_s, self.retention.periods)
 
     def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
         where = Where("?").add("namespace = ?", namespace).add("name = ?", name)
-        args = where.args
-        rows = self._read(
-            f"SELECT namespace, name, dimensions, last_ms FROM metrics WHERE {where.sql}", tuple(args)
-        )
-        job_rows: list[tuple[Any, ...]] = []
-        if namespace in (None, JOB_NAMESPACE):
-            job_rows = self._read(
-                "SELECT j.name, m.name, m.last_ms FROM job_metrics m JOIN jobs j ON j.id = m.job_id"
-                + (" WHERE m.name = ?" if name is not None else ""),
-                (name,) if name is not None else (),
-            )
-        return merge_metric_keys(rows, job_rows)
+        rows = self._read(f"SELECT namespace, name, dimensions, last_ms FROM series WHERE {where.sql}",
+                          tuple(where.args))
+        return sorted_keys(rows)
+
+    def maintain(self, now_ms: int | None = None) -> series.Maintenance:
+        return series.maintain(self._transaction, self.retention, now_ms if now_ms is not None else _now_ms())
+
+    @contextmanager
+    def _transaction(self) -> Iterator[series.Sql]:
+        with self._write() as db:
+            yield _Sql(db)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[series.Sql]:
+        """Reads that see one state of the store (a read transaction: writers go on)."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")
+                try:
+                    yield _Sql(self._db)
+                finally:
+                    self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
+
+
+class _Sql:
+    greatest = "max"
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.db.execute(sql, args).fetchall()
+
+    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.db.executemany(sql, rows)
+
+
+def _move_points_to_series(db: sqlite3.Connection) -> None:
+    """Migration 4: the row-per-point tables of migrations 1 and 2 become series and chunks."""
+    convert_row_tables(_Sql(db))
+    for table in ("points", "datapoints", "job_metrics", "metrics"):
+        db.execute(f"DROP TABLE {table}")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _translate(exc: sqlite3.Error, path: Path) -> StoreError:

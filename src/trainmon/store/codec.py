@@ -1,0 +1,149 @@
+"""Columns of a time series in one blob: packed as written, sealed (compressed) once still.
+
+A chunk is a few equal-length columns (int64 or float64 numpy arrays): a job's points are
+(timestamp_ms, value, seq), a metric's datapoints (timestamp_ms, value, count, sum, minimum,
+maximum). Writers *pack* them: the columns' bytes, no work per point, so ingestion runs at
+memory speed. Maintenance later *seals* a series' packed chunks into larger ones, encoded the
+way time-series databases encode what no longer changes, then zstd-compressed:
+
+- integers (timestamps, record numbers) as deltas from the previous value, in the smallest
+  integer type that holds them: a point a second costs about a byte;
+- floats that are decimals (a log prints ``loss=0.2345``, so the parsed double is the double
+  nearest 2345/10**4) as those scaled integers, delta-encoded: lossless, because the decoded
+  ``ints / 10**k`` is checked to give back every value bit for bit before this encoding is used;
+- a float column equal to an earlier one (a single value's sum, minimum and maximum) as a
+  reference to it;
+- any other float column with its bytes split into planes (all first bytes, then all second
+  bytes...), which zstd compresses far better than interleaved doubles.
+
+Unpacking either form gives the same arrays back exactly (NaN payloads included).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+import zstandard
+
+PACKED, SEALED = 1, 2
+_INT, _FLOAT = 0, 1  # a packed column's type
+_DELTA, _DECIMAL, _SAME, _SPLIT = 0, 1, 2, 3  # a sealed column's encoding
+_HEAD = struct.Struct("<BIB")  # format, rows, columns
+_PACKED_COLUMN = struct.Struct("<B")
+_SEALED_COLUMN = struct.Struct("<BBqI")  # encoding, parameter, first value, encoded bytes
+# parameter: the delta width's index (and, for decimals, the digits above it), or the column referred to
+_WIDTHS = (np.int8, np.int16, np.int32, np.int64)
+_MAX_EXACT = 2.0**53
+_LEVEL = 3
+_compressor = zstandard.ZstdCompressor(level=_LEVEL)
+_decompressor = zstandard.ZstdDecompressor()
+
+
+def pack(columns: Sequence[np.ndarray]) -> bytes:
+    """The columns as they are (int64 or float64), for the write path."""
+    rows = len(columns[0]) if columns else 0
+    parts = [_HEAD.pack(PACKED, rows, len(columns))]
+    for column in columns:
+        kind = _INT if column.dtype.kind in "iu" else _FLOAT
+        parts.append(_PACKED_COLUMN.pack(kind))
+        parts.append(np.ascontiguousarray(column, dtype=np.int64 if kind == _INT else np.float64).tobytes())
+    return b"".join(parts)
+
+
+def seal(columns: Sequence[np.ndarray]) -> bytes:
+    """The columns encoded and compressed; ``unpack`` gives them back exactly."""
+    rows = len(columns[0]) if columns else 0
+    header = [_HEAD.pack(SEALED, rows, len(columns))]
+    bodies: list[bytes] = []
+    for index, column in enumerate(columns):
+        if column.dtype.kind in "iu":
+            encoding, parameter, first, body = _DELTA, *_deltas(column.astype(np.int64))
+        else:
+            encoding, parameter, first, body = _float_column(column.astype(np.float64), columns[:index])
+        header.append(_SEALED_COLUMN.pack(encoding, parameter, first, len(body)))
+        bodies.append(body)
+    return bytes([SEALED]) + _compressor.compress(b"".join(header + bodies))
+
+
+def unpack(blob: bytes) -> list[np.ndarray]:
+    """The columns of a packed or sealed chunk."""
+    if blob[0] == SEALED:
+        return _unseal(_decompressor.decompress(blob[1:]))
+    _, rows, count = _HEAD.unpack_from(blob)
+    offset = _HEAD.size
+    columns = []
+    for _ in range(count):
+        (kind,) = _PACKED_COLUMN.unpack_from(blob, offset)
+        offset += _PACKED_COLUMN.size
+        columns.append(np.frombuffer(blob, np.int64 if kind == _INT else np.float64, rows, offset))
+        offset += rows * 8
+    return columns
+
+
+def _unseal(data: bytes) -> list[np.ndarray]:
+    _, rows, count = _HEAD.unpack_from(data)
+    specs = [_SEALED_COLUMN.unpack_from(data, _HEAD.size + i * _SEALED_COLUMN.size) for i in range(count)]
+    offset = _HEAD.size + count * _SEALED_COLUMN.size
+    columns: list[np.ndarray] = []
+    for encoding, parameter, first, size in specs:
+        body = data[offset:offset + size]
+        offset += size
+        if encoding == _SAME:
+            columns.append(columns[parameter])
+        elif encoding == _SPLIT:
+            planes = np.frombuffer(body, np.uint8).reshape(8, rows)
+            columns.append(np.ascontiguousarray(planes.T).view(np.float64).reshape(rows))
+        else:
+            ints = _undelta(body, parameter & 3, first, rows)
+            columns.append(ints if encoding == _DELTA else ints / 10.0 ** (parameter >> 2))
+    return columns
+
+
+def _deltas(ints: np.ndarray) -> tuple[int, int, bytes]:
+    """(width index, first value, the deltas in the narrowest type that holds them)."""
+    if len(ints) == 0:
+        return 0, 0, b""
+    steps = np.diff(ints)
+    low, high = (int(steps.min()), int(steps.max())) if len(steps) else (0, 0)
+    for width, kind in enumerate(_WIDTHS):
+        bits = 8 << width
+        if -(1 << (bits - 1)) <= low and high < 1 << (bits - 1):
+            return width, int(ints[0]), steps.astype(kind).tobytes()
+    raise AssertionError("int64 deltas always fit")  # pragma: no cover
+
+
+def _undelta(body: bytes, width: int, first: int, rows: int) -> np.ndarray:
+    if rows == 0:
+        return np.zeros(0, np.int64)
+    out = np.empty(rows, np.int64)
+    out[0] = first
+    np.cumsum(np.frombuffer(body, _WIDTHS[width]), dtype=np.int64, out=out[1:])
+    out[1:] += first
+    return out
+
+
+def _float_column(values: np.ndarray, earlier: Sequence[np.ndarray]) -> tuple[int, int, int, bytes]:
+    for index, other in enumerate(earlier):
+        if other.dtype == np.float64 and len(other) == len(values) and _identical(other, values):
+            return _SAME, index, 0, b""
+    if len(values) and np.isfinite(values).all():
+        for digits in range(16):
+            scale = 10.0**digits
+            rounded = np.rint(values * scale)
+            if np.abs(rounded).max() >= _MAX_EXACT:
+                break
+            ints = rounded.astype(np.int64)
+            if _identical(ints / scale, values):
+                width, first, body = _deltas(ints)
+                if width < 3 or digits == 0:
+                    return _DECIMAL, digits << 2 | width, first, body
+                break  # wide deltas: the byte planes compress better
+    planes = np.ascontiguousarray(values.view(np.uint8).reshape(len(values), 8).T)
+    return _SPLIT, 0, 0, planes.tobytes()
+
+
+def _identical(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit for bit (so -0.0 and 0.0, or two NaNs with different payloads, differ)."""
+    return bool(np.array_equal(a.view(np.int64), b.view(np.int64)))

@@ -1,0 +1,518 @@
+"""Metric time series: chunks, roll-ups and their maintenance, in the SQL both backends run.
+
+Every metric is a row of ``series``: CloudWatch's identity (namespace, name, dimensions, with a
+SHA-256 digest as the unique key), the job it belongs to for metrics parsed from a job's log
+(namespace ``/aws/sagemaker/TrainingJobs``, dimension ``TrainingJobName``), the newest time
+(for ListMetrics), the job summaries ``describe`` shows (points, minimum, maximum, last finite
+value) and ``rolled_ms``, the time before which every roll-up tier is complete.
+
+Data lives in ``chunks``: a job's points (time, value, log position) per host and log stream,
+or PutMetricData's datapoints (time, value, count, sum, minimum, maximum) per unit. A write
+adds one packed chunk per series and batch (:mod:`trainmon.store.codec`); maintenance later
+seals a series' chunks into compressed ones of up to ``SEAL_POINTS`` points, once no write has
+touched them for ``SEAL_AFTER_MS``.
+
+``rollups`` holds, per series, tier period, period start and unit, a statistic set and a
+quantile sketch (:mod:`trainmon.cloudwatch.sketch`). Maintenance rolls the raw data of whole
+coarsest-tier periods up into every tier (each tier from the finer one), then moves
+``rolled_ms`` on. A write older than ``rolled_ms`` (PutMetricData accepts two weeks back) is
+merged into the roll-ups it belongs to in the same transaction, so they stay exact.
+GetMetricStatistics reads the coarsest tier that divides its period for the rolled part of its
+range and rolls the rest up from the raw data on the fly.
+
+Maintenance works in one short transaction per series and step, so writers wait milliseconds
+at most and readers not at all; one process at a time does it, under a lease in ``maintenance``.
+
+SQL here uses ``?`` placeholders; the backends' :class:`Sql` adapters render them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
+from ..cloudwatch.sketch import Rollups, concat
+from ..cloudwatch.statistics import Sample
+from ..retention import Retention
+from . import codec
+from .records import PointRow, PointTuple
+
+POINTS, SAMPLES = 0, 1  # chunk kinds: a job's log points; PutMetricData's datapoints
+SEAL_POINTS = 8192
+SEAL_AFTER_MS = 60_000
+ROLL_LAG_MS = 60_000  # roll a period up this long after it ends, when late writes have landed
+LEASE_MS = 600_000
+
+
+class Sql(Protocol):
+    """One transaction of a backend; SQL with ``?`` placeholders."""
+
+    greatest: str  # the two-argument maximum: SQLite's max, PostgreSQL's GREATEST
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+
+Transaction = Callable[[], AbstractContextManager[Sql]]
+
+
+def digest(key: MetricKey) -> bytes:
+    return hashlib.sha256(f"{key.namespace}\0{key.name}\0{key.dimensions_json}".encode()).digest()
+
+
+def job_key(job: str, name: str) -> MetricKey:
+    return MetricKey(JOB_NAMESPACE, name, (("TrainingJobName", job),))
+
+
+_UPSERT = """
+INSERT INTO series (namespace, name, dimensions, digest, job_id, last_ms, points, minimum, maximum,
+                    final_value, final_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (digest) DO UPDATE SET
+    job_id = coalesce(excluded.job_id, series.job_id),
+    last_ms = {greatest}(series.last_ms, excluded.last_ms),
+    points = series.points + excluded.points,
+    minimum = CASE WHEN excluded.minimum < series.minimum OR series.minimum IS NULL
+                   THEN excluded.minimum ELSE series.minimum END,
+    maximum = CASE WHEN excluded.maximum > series.maximum OR series.maximum IS NULL
+                   THEN excluded.maximum ELSE series.maximum END,
+    final_value = CASE WHEN excluded.final_ms >= series.final_ms OR series.final_ms IS NULL
+                       THEN excluded.final_value ELSE series.final_value END,
+    final_ms = CASE WHEN excluded.final_ms >= series.final_ms OR series.final_ms IS NULL
+                    THEN excluded.final_ms ELSE series.final_ms END
+RETURNING id, rolled_ms
+"""
+_INSERT_CHUNK = (
+    "INSERT INTO chunks (series_id, kind, host, stream_id, unit, resolution, first_ms, last_ms, count, sealed, data) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_CHUNK_COLUMNS = "id, kind, host, stream_id, unit, resolution, sealed, data, series_id"
+
+
+@dataclass
+class _Summary:
+    """What a batch adds to a job metric's summary."""
+
+    points: int = 0
+    minimum: float | None = None
+    maximum: float | None = None
+    final: tuple[int, float] | None = None  # (timestamp_ms, value)
+    chunks: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def add(self, host: str, stream: int, stamps: np.ndarray, values: np.ndarray, seqs: np.ndarray) -> None:
+        self.points += len(stamps)
+        self.chunks.append((host, stream, stamps, values, seqs))
+        finite = np.flatnonzero(np.isfinite(values))
+        if not len(finite):
+            return
+        low, high = float(values[finite].min()), float(values[finite].max())
+        self.minimum = low if self.minimum is None else min(self.minimum, low)
+        self.maximum = high if self.maximum is None else max(self.maximum, high)
+        times = stamps[finite]
+        last = finite[np.flatnonzero(times == times.max())[-1]]
+        if self.final is None or stamps[last] >= self.final[0]:
+            self.final = (int(stamps[last]), float(values[last]))
+
+
+# -- writes ---------------------------------------------------------------------------------
+
+
+def write_points(sql: Sql, job_id: int, points: list[PointTuple], periods: Sequence[int]) -> None:
+    """A batch's points (name, timestamp_ms, value or None for NaN, host, stream_id, seq)."""
+    found = sql.rows("SELECT name FROM jobs WHERE id = ?", (job_id,))
+    if not found:
+        return  # the job was deleted while its last records were being stored
+    groups: dict[tuple[str, str, int], list[PointTuple]] = {}
+    for point in points:
+        groups.setdefault((point[0], point[3], point[4]), []).append(point)
+    summaries: dict[str, _Summary] = {}
+    for (name, host, stream), group in groups.items():
+        size = len(group)
+        stamps = np.fromiter((p[1] for p in group), np.int64, size)
+        values = np.array([p[2] for p in group], np.float64)
+        seqs = np.fromiter((p[5] for p in group), np.int64, size)
+        summaries.setdefault(name, _Summary()).add(host, stream, stamps, values, seqs)
+    job = found[0][0]
+    chunk_rows: list[tuple[Any, ...]] = []
+    ids: dict[str, int] = {}
+    for name, summary in sorted(summaries.items(), key=lambda item: digest(job_key(job, item[0]))):
+        key = job_key(job, name)
+        last = max(int(c[2].max()) for c in summary.chunks)
+        final_ms, final_value = summary.final or (None, None)
+        series_id, rolled_ms = sql.rows(_UPSERT.format(greatest=sql.greatest), (
+            key.namespace, key.name, key.dimensions_json, digest(key), job_id, last, summary.points,
+            summary.minimum, summary.maximum, final_value, final_ms,
+        ))[0]
+        ids[name] = series_id
+        for _, _, stamps, values, _ in summary.chunks:
+            if stamps.min() < rolled_ms:
+                late = (stamps < rolled_ms) & np.isfinite(values)
+                ones = np.ones(int(late.sum()))
+                v = values[late]
+                _merge_late(sql, series_id, "None", _sorted(stamps[late], ones, v, v, v, v), periods)
+    for name, summary in summaries.items():  # in the batch's order
+        for host, stream, stamps, values, seqs in summary.chunks:
+            chunk_rows.append((ids[name], POINTS, host, stream, "None", 1, int(stamps.min()), int(stamps.max()),
+                               len(stamps), 0, codec.pack([stamps, values, seqs])))
+    sql.many(_INSERT_CHUNK, chunk_rows)
+
+
+def put_samples(sql: Sql, items: list[tuple[MetricKey, int, list[Sample]]], periods: Sequence[int]) -> None:
+    """A PutMetricData call's datapoints: (key, storage resolution, samples) per metric."""
+    chunk_rows = []
+    for key, resolution, samples in sorted(items, key=lambda item: digest(item[0])):
+        if not samples:
+            continue
+        last = max(s.timestamp_ms for s in samples)
+        series_id, rolled_ms = sql.rows(_UPSERT.format(greatest=sql.greatest), (
+            key.namespace, key.name, key.dimensions_json, digest(key), None, last, 0, None, None, None, None,
+        ))[0]
+        by_unit: dict[str, list[Sample]] = {}
+        for sample in samples:
+            by_unit.setdefault(sample.unit, []).append(sample)
+        for unit, group in by_unit.items():
+            columns = _sample_columns(group)
+            stamps = columns[0]
+            chunk_rows.append((series_id, SAMPLES, "", 0, unit, resolution, int(stamps.min()), int(stamps.max()),
+                               len(group), 0, codec.pack(columns)))
+            if stamps.min() < rolled_ms:
+                late = stamps < rolled_ms
+                stamp, value, count, total, low, high = (c[late] for c in columns)
+                _merge_late(sql, series_id, unit, _sorted(stamp, count, total, low, high, value), periods)
+    sql.many(_INSERT_CHUNK, chunk_rows)
+
+
+def _sample_columns(samples: list[Sample]) -> list[np.ndarray]:
+    size = len(samples)
+    return [
+        np.fromiter((s.timestamp_ms for s in samples), np.int64, size),
+        np.array([s.value for s in samples], np.float64),  # None (a statistic set) becomes NaN
+        np.fromiter((s.count for s in samples), np.float64, size),
+        np.fromiter((s.sum for s in samples), np.float64, size),
+        np.fromiter((s.minimum for s in samples), np.float64, size),
+        np.fromiter((s.maximum for s in samples), np.float64, size),
+    ]
+
+
+def _sorted(stamps: np.ndarray, count: np.ndarray, total: np.ndarray, low: np.ndarray, high: np.ndarray,
+            value: np.ndarray) -> Rollups:
+    order = np.argsort(stamps, kind="stable")
+    return Rollups.from_samples(stamps[order], count[order], total[order], low[order], high[order], value[order])
+
+
+def _merge_late(sql: Sql, series_id: int, unit: str, late: Rollups, periods: Sequence[int]) -> None:
+    """Fold datapoints older than ``rolled_ms`` into every tier's stored roll-ups."""
+    finer = late
+    for period in periods:
+        fresh = finer.roll(0, period * 1000)
+        low, high = int(fresh.timestamp_ms[0]), int(fresh.timestamp_ms[-1]) + 1
+        stored = _read_rollups(sql, series_id, period, low, high, unit).get(unit, Rollups.empty())
+        merged = concat([stored, fresh]).roll(0, period * 1000)
+        sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND unit = ? AND timestamp_ms >= ? "
+                 "AND timestamp_ms < ?", (series_id, period, unit, low, high))
+        _insert_rollups(sql, series_id, period, unit, merged)
+        finer = fresh
+
+
+def _insert_rollups(sql: Sql, series_id: int, period: int, unit: str, rolled: Rollups) -> None:
+    sql.many(
+        "INSERT INTO rollups (series_id, period, timestamp_ms, unit, count, sum, minimum, maximum, sketch) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        zip([series_id] * len(rolled), [period] * len(rolled), rolled.timestamp_ms.tolist(), [unit] * len(rolled),
+            rolled.count.tolist(), rolled.sum.tolist(), rolled.minimum.tolist(), rolled.maximum.tolist(),
+            rolled.sketches(), strict=True),
+    )
+
+
+# -- reads ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RawChunk:
+    id: int
+    series_id: int
+    kind: int
+    host: str
+    stream_id: int
+    unit: str
+    columns: list[np.ndarray]
+
+
+def _chunks(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | None, end_ms: int | None) -> list[RawChunk]:
+    where, values = condition, list(args)
+    if start_ms is not None:
+        where += " AND last_ms >= ?"
+        values.append(start_ms)
+    if end_ms is not None:
+        where += " AND first_ms < ?"
+        values.append(end_ms)
+    found = []
+    for id_, kind, host, stream, unit, _, _, data, series in sql.rows(
+        f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE {where} ORDER BY id", values
+    ):
+        columns = codec.unpack(bytes(data))
+        if start_ms is not None or end_ms is not None:
+            stamps = columns[0]
+            keep = (stamps >= (start_ms if start_ms is not None else stamps.min())) & \
+                (stamps < (end_ms if end_ms is not None else stamps.max() + 1))
+            columns = [column[keep] for column in columns]
+        found.append(RawChunk(id_, series, kind, host, stream, unit, columns))
+    return found
+
+
+def series_id(sql: Sql, key: MetricKey) -> tuple[int, int] | None:
+    """(id, rolled_ms) of a metric, if it exists."""
+    found = sql.rows("SELECT id, rolled_ms FROM series WHERE digest = ?", (digest(key),))
+    return (found[0][0], found[0][1]) if found else None
+
+
+def job_points(sql: Sql, job_id: int, *, names: list[str] | None, host: str | None, start_ms: int | None,
+               end_ms: int | None) -> list[PointRow]:
+    """A job's points in time order, then by log stream and position in it (the metrics of one
+    record in the order their chunks were stored)."""
+    condition = "kind = 0 AND series_id IN (SELECT id FROM series WHERE job_id = ?"
+    args: list[Any] = [job_id]
+    if names:
+        condition += f" AND name IN ({','.join('?' * len(names))})"
+        args.extend(names)
+    condition += ")"
+    if host:
+        condition += " AND host = ?"
+        args.append(host)
+    names_of = dict(sql.rows("SELECT id, name FROM series WHERE job_id = ?", (job_id,)))
+    parts = []
+    for chunk in _chunks(sql, condition, args, start_ms, end_ms):
+        stamps, values, seqs = chunk.columns
+        name = names_of[chunk.series_id]
+        parts.append((stamps, seqs, [(name, chunk.host, chunk.stream_id)] * len(stamps), values))
+    if not parts:
+        return []
+    stamps = np.concatenate([p[0] for p in parts])
+    seqs = np.concatenate([p[1] for p in parts])
+    values = np.concatenate([p[3] for p in parts])
+    labels = [label for p in parts for label in p[2]]
+    streams = np.fromiter((label[2] for label in labels), np.int64, len(labels))
+    order = np.lexsort((seqs, streams, stamps))
+    return [PointRow(labels[i][0], int(stamps[i]), float(values[i]), labels[i][1], labels[i][2], int(seqs[i]))
+            for i in order.tolist()]
+
+
+def metric_samples(sql: Sql, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
+    """A metric's datapoints in [start_ms, end_ms) as written, in time order (a job's
+    non-finite points left out)."""
+    found = series_id(sql, key)
+    if found is None:
+        return []
+    samples: list[tuple[int, int, Sample]] = []
+    for chunk in _chunks(sql, "series_id = ?", (found[0],), start_ms, end_ms):
+        if chunk.kind == POINTS:
+            stamps, values, _ = chunk.columns
+            finite = np.isfinite(values)
+            for index, (stamp, value) in enumerate(zip(stamps[finite].tolist(), values[finite].tolist(), strict=True)):
+                samples.append((stamp, index, Sample(stamp, 1.0, value, value, value, value, "None")))
+        else:
+            stamps, values, counts, sums, lows, highs = (column.tolist() for column in chunk.columns)
+            for index, row in enumerate(zip(stamps, counts, sums, lows, highs, values, strict=True)):
+                stamp, count, total, low, high, value = row
+                samples.append((stamp, index, Sample(stamp, count, total, low, high,
+                                                     None if value != value else value, chunk.unit)))
+    samples.sort(key=lambda item: item[0])
+    return [sample for _, _, sample in samples]
+
+
+def _raw_rollups(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str, Rollups]:
+    """The raw datapoints in [start_ms, end_ms) as one roll-up row each, per unit."""
+    columns: dict[str, list[list[np.ndarray]]] = {}
+    for chunk in _chunks(sql, "series_id = ?", (series,), start_ms, end_ms):
+        if chunk.kind == POINTS:
+            stamps, values, _ = chunk.columns
+            finite = np.isfinite(values)
+            stamps, values = stamps[finite], values[finite]
+            parts = [stamps, np.ones(len(stamps)), values, values, values, values]
+        else:
+            stamps, values, counts, sums, lows, highs = chunk.columns
+            parts = [stamps, counts, sums, lows, highs, values]
+        columns.setdefault(chunk.unit, []).append(parts)
+    return {unit: _sorted(*(np.concatenate([p[i] for p in chunks]) for i in range(6)))
+            for unit, chunks in columns.items()}
+
+
+def _read_rollups(sql: Sql, series: int, period: int, start_ms: int, end_ms: int,
+                  unit: str | None = None) -> dict[str, Rollups]:
+    condition = "series_id = ? AND period = ? AND timestamp_ms >= ? AND timestamp_ms < ?"
+    args: list[Any] = [series, period, start_ms, end_ms]
+    if unit is not None:
+        condition += " AND unit = ?"
+        args.append(unit)
+    rows = sql.rows(f"SELECT unit, timestamp_ms, count, sum, minimum, maximum, sketch FROM rollups "
+                    f"WHERE {condition} ORDER BY unit, timestamp_ms", args)
+    found: dict[str, Rollups] = {}
+    start = 0
+    while start < len(rows):
+        stop = start
+        while stop < len(rows) and rows[stop][0] == rows[start][0]:
+            stop += 1
+        group = rows[start:stop]
+        _, stamps, counts, sums, lows, highs, sketches = zip(*group, strict=True)
+        found[rows[start][0]] = Rollups.from_stored(
+            np.array(stamps, np.int64), np.array(counts, np.float64), np.array(sums, np.float64),
+            np.array(lows, np.float64), np.array(highs, np.float64),
+            [None if s is None else bytes(s) for s in sketches],
+        )
+        start = stop
+    return found
+
+
+def metric_rollups(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
+                   periods: Sequence[int]) -> dict[str, Rollups] | None:
+    """The metric's data in [start_ms, end_ms) as roll-up rows per unit, when a tier serves the
+    period (it divides the period and the start) and part of the range is rolled up; else None
+    (the caller computes from the raw datapoints)."""
+    found = series_id(sql, key)
+    tier = max((p for p in periods if period_s % p == 0 and start_ms % (p * 1000) == 0), default=None)
+    if found is None or tier is None or start_ms >= found[1]:
+        return None
+    series, rolled_ms = found
+    cut = min(rolled_ms, end_ms // (tier * 1000) * tier * 1000)
+    stored = _read_rollups(sql, series, tier, start_ms, cut)
+    tail = {unit: rows.roll(0, tier * 1000) for unit, rows in _raw_rollups(sql, series, cut, end_ms).items()}
+    return {unit: concat([stored.get(unit, Rollups.empty()), tail.get(unit, Rollups.empty())])
+            for unit in sorted(set(stored) | set(tail))}
+
+
+def sorted_keys(rows: Iterable[tuple[str, str, str, int]]) -> list[tuple[MetricKey, int]]:
+    """(key, last_ms) of series rows (namespace, name, dimensions JSON, last_ms), in ListMetrics' order."""
+    keys = [(MetricKey.from_row(namespace, name, dimensions), last) for namespace, name, dimensions, last in rows]
+    return sorted(keys, key=lambda item: (item[0].namespace, item[0].name, item[0].dimensions))
+
+
+def convert_row_tables(sql: Sql) -> None:
+    """Move the data of the first schema (a row per point in ``points``, per datapoint in
+    ``datapoints``) into series and chunks; the migration drops the old tables afterwards."""
+    for (job_id,) in sql.rows("SELECT DISTINCT job_id FROM points ORDER BY job_id"):
+        rows = sql.rows("SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE job_id = ? "
+                        "ORDER BY timestamp_ms, seq", (job_id,))
+        write_points(sql, job_id, [tuple(row) for row in rows], ())  # type: ignore[misc]
+    for metric, namespace, name, dimensions in sql.rows("SELECT id, namespace, name, dimensions FROM metrics"):
+        rows = sql.rows("SELECT resolution, timestamp_ms, count, sum, minimum, maximum, value, unit FROM datapoints "
+                        "WHERE metric_id = ? ORDER BY timestamp_ms", (metric,))
+        by_resolution: dict[int, list[Sample]] = {}
+        for resolution, *fields in rows:
+            by_resolution.setdefault(resolution, []).append(Sample(*fields))
+        key = MetricKey.from_row(namespace, name, dimensions)
+        put_samples(sql, [(key, resolution, samples) for resolution, samples in by_resolution.items()], ())
+
+
+# -- maintenance ----------------------------------------------------------------------------
+
+
+@dataclass
+class Maintenance:
+    """What one maintenance pass did."""
+
+    ran: bool = True
+    sealed_chunks: int = 0
+    sealed_points: int = 0
+    rolled_series: int = 0
+    rollup_rows: int = 0
+    expired_chunks: int = 0
+    expired_rollups: int = 0
+
+
+def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Maintenance:
+    """Seal, roll up and expire every series, each step its own short transaction; nothing when
+    another process holds the maintenance lease."""
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    with transaction() as sql:
+        taken = sql.rows("UPDATE maintenance SET holder = ?, until_ms = ? WHERE id = 1 AND (until_ms < ? OR holder = ?) "
+                         "RETURNING holder", (holder, now_ms + LEASE_MS, now_ms, holder))
+    if not taken:
+        return Maintenance(ran=False)
+    done = Maintenance()
+    try:
+        with transaction() as sql:
+            every = [row[0] for row in sql.rows("SELECT id FROM series ORDER BY id")]
+        for series in every:
+            with transaction() as sql:
+                _seal(sql, series, now_ms, done)
+            if retention.tiers:
+                with transaction() as sql:
+                    _roll(sql, series, retention, now_ms, done)
+            with transaction() as sql:
+                _expire(sql, series, retention, now_ms, done)
+    finally:
+        with transaction() as sql:
+            sql.rows("UPDATE maintenance SET until_ms = 0 WHERE id = 1 AND holder = ?", (holder,))
+    return done
+
+
+def _seal(sql: Sql, series: int, now_ms: int, done: Maintenance) -> None:
+    rows = sql.rows(
+        f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE series_id = ? AND ((sealed = 0 AND last_ms < ?) "
+        "OR (sealed = 1 AND count < ?)) ORDER BY id",
+        (series, now_ms - SEAL_AFTER_MS, SEAL_POINTS),
+    )
+    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        groups.setdefault((row[1], row[2], row[3], row[4], row[5]), []).append(row)
+    for (kind, host, stream, unit, resolution), group in groups.items():
+        if all(row[6] for row in group):
+            continue  # nothing new to seal
+        parts = [codec.unpack(bytes(row[7])) for row in group]
+        columns = [np.concatenate([part[i] for part in parts]) for i in range(len(parts[0]))]
+        stamps = columns[0]
+        order = np.lexsort((columns[2], stamps)) if kind == POINTS else np.argsort(stamps, kind="stable")
+        columns = [column[order] for column in columns]
+        ids = [row[0] for row in group]
+        sql.rows(f"DELETE FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids)
+        new = []
+        for start in range(0, len(stamps), SEAL_POINTS):
+            piece = [column[start:start + SEAL_POINTS] for column in columns]
+            new.append((series, kind, host, stream, unit, resolution, int(piece[0].min()), int(piece[0].max()),
+                        len(piece[0]), 1, codec.seal(piece)))
+        sql.many(_INSERT_CHUNK, new)
+        done.sealed_chunks += len(new)
+        done.sealed_points += len(stamps)
+
+
+def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
+    coarsest = retention.periods[-1] * 1000
+    mark = (now_ms - ROLL_LAG_MS) // coarsest * coarsest
+    low = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))[0][0]
+    if mark <= low:
+        return
+    # Move the mark before reading: a writer of older data waits for this transaction, then
+    # merges into the roll-ups; one that wrote before has committed when the update returns.
+    sql.rows("UPDATE series SET rolled_ms = ? WHERE id = ?", (mark, series))
+    for unit, rows in _raw_rollups(sql, series, low, mark).items():
+        finer = rows
+        for period in retention.periods:
+            finer = finer.roll(0, period * 1000)
+            sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND unit = ? AND timestamp_ms >= ? "
+                     "AND timestamp_ms < ?", (series, period, unit, low, mark))
+            _insert_rollups(sql, series, period, unit, finer)
+            done.rollup_rows += len(finer)
+    done.rolled_series += 1
+
+
+def _expire(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
+    if retention.raw_s is not None:
+        found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
+        cutoff = min(now_ms - retention.raw_s * 1000, found[0][0] if retention.tiers else now_ms)
+        expired = sql.rows("DELETE FROM chunks WHERE series_id = ? AND kind = ? AND last_ms < ? RETURNING 1",
+                           (series, SAMPLES, cutoff))
+        done.expired_chunks += len(expired)
+    for period, kept in retention.tiers:
+        if kept is not None:
+            expired = sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND timestamp_ms < ? "
+                               "RETURNING 1", (series, period, now_ms - kept * 1000))
+            done.expired_rollups += len(expired)
