@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from trainmon.retention import Retention
 from trainmon.store import Store, open_store
 
 POSTGRES_BIN = Path(os.environ.get("TRAINMON_TEST_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
@@ -134,8 +135,8 @@ class StoreTarget:
     home: Path
     database_url: str  # "" for SQLite in ``home``
 
-    def open(self) -> Store:
-        return open_store(self.home, database_url=self.database_url)
+    def open(self, retention: Retention | None = None) -> Store:
+        return open_store(self.home, database_url=self.database_url, retention=retention)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -26,6 +26,7 @@ from .capture import Echo, HostStream, Ingestor, Pipe, PipeReader, RecordCutter
 from .definitions import validate_definitions
 from .errors import StoreError, TrainmonError
 from .extract import Extractor
+from .maintenance import Maintainer
 from .monitor import SystemMonitor
 from .profiler import ProfileWriter
 from .records import Mode
@@ -124,6 +125,8 @@ class Supervisor:
         ingestor.start()
 
         monitor = self._start_monitor(doc, job_dir) if start_failure is None else None
+        maintainer = Maintainer(self.store)
+        maintainer.start()
         exit_codes = {}
         if start_failure is None:
             deadline = doc["CreationTime"] + doc["StoppingCondition"]["MaxRuntimeInSeconds"]
@@ -133,6 +136,7 @@ class Supervisor:
         self._end_leftovers()
         if monitor is not None:
             self._stop_monitor(monitor)
+        maintainer.stop()
         self._drain(ingestor)
         final = self._conclude(job, exit_codes, start_failure, ingestor)
         if ingestor.unsaved is not None:

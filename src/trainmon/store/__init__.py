@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import config
 from ..errors import StoreError
+from ..retention import Retention
 from .base import Store
 from .records import Batch, EventRow, JobRow, PointRow, StreamRow
 from .sqlite import SqliteStore
@@ -23,15 +24,17 @@ __all__ = ["Batch", "EventRow", "JobRow", "PointRow", "StreamRow", "SqliteStore"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
-def open_store(home: Path | None = None, *, database_url: str | None = None) -> Store:
+def open_store(home: Path | None = None, *, database_url: str | None = None,
+               retention: Retention | None = None) -> Store:
     """The store for the data directory ``home`` (default: TRAINMON_HOME): PostgreSQL when
     ``database_url`` (default: TRAINMON_DATABASE_URL) is a postgresql:// URL, else SQLite in
-    ``home``. An empty ``database_url`` means SQLite whatever the environment says."""
+    ``home``. An empty ``database_url`` means SQLite whatever the environment says. Metric data
+    is kept as ``retention`` says (default: TRAINMON_RETENTION, else CloudWatch's tiers)."""
     directory = home or config.home()
     directory.mkdir(parents=True, exist_ok=True)
     url = (database_url if database_url is not None else config.database_url() or "").strip()
     if not url:
-        return SqliteStore(config.database_path(directory), home=directory)
+        return SqliteStore(config.database_path(directory), home=directory, retention=retention)
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     if scheme not in POSTGRES_SCHEMES:
         shown = f"a {scheme}:// URL" if scheme else "not a URL"
@@ -46,4 +49,4 @@ def open_store(home: Path | None = None, *, database_url: str | None = None) -> 
             f"a PostgreSQL store needs the psycopg driver, which is not installed ({exc}): "
             "pip install 'trainmon[postgres]'"
         ) from exc
-    return PostgresStore(url, directory)
+    return PostgresStore(url, directory, retention)

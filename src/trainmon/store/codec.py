@@ -9,8 +9,9 @@ way time-series databases encode what no longer changes, then zstd-compressed:
 - integers (timestamps, record numbers) as deltas from the previous value, in the smallest
   integer type that holds them: a point a second costs about a byte;
 - floats that are decimals (a log prints ``loss=0.2345``, so the parsed double is the double
-  nearest 2345/10**4) as those scaled integers, delta-encoded: lossless, because the decoded
-  ``ints / 10**k`` is checked to give back every value bit for bit before this encoding is used;
+  nearest 2345/10**4) as those scaled integers, delta-encoded, with the places of any -0.0:
+  lossless, because the decoded ``ints / 10**k`` is checked to give back every value bit for bit
+  before this encoding is used;
 - a float column equal to an earlier one (a single value's sum, minimum and maximum) as a
   reference to it;
 - any other float column with its bytes split into planes (all first bytes, then all second
@@ -30,6 +31,7 @@ import zstandard
 PACKED, SEALED = 1, 2
 _INT, _FLOAT = 0, 1  # a packed column's type
 _DELTA, _DECIMAL, _SAME, _SPLIT = 0, 1, 2, 3  # a sealed column's encoding
+_NEGATIVE_ZEROS = struct.Struct("<I")  # a decimal column's body starts with where -0.0 is
 _HEAD = struct.Struct("<BIB")  # format, rows, columns
 _PACKED_COLUMN = struct.Struct("<B")
 _SEALED_COLUMN = struct.Struct("<BBqI")  # encoding, parameter, first value, encoded bytes
@@ -95,9 +97,14 @@ def _unseal(data: bytes) -> list[np.ndarray]:
         elif encoding == _SPLIT:
             planes = np.frombuffer(body, np.uint8).reshape(8, rows)
             columns.append(np.ascontiguousarray(planes.T).view(np.float64).reshape(rows))
+        elif encoding == _DELTA:
+            columns.append(_undelta(body, parameter & 3, first, rows))
         else:
-            ints = _undelta(body, parameter & 3, first, rows)
-            columns.append(ints if encoding == _DELTA else ints / 10.0 ** (parameter >> 2))
+            (zeros,) = _NEGATIVE_ZEROS.unpack_from(body)
+            start = _NEGATIVE_ZEROS.size + 4 * zeros
+            values = _undelta(body[start:], parameter & 3, first, rows) / 10.0 ** (parameter >> 2)
+            values[np.frombuffer(body, np.uint32, zeros, _NEGATIVE_ZEROS.size)] = -0.0
+            columns.append(values)
     return columns
 
 
@@ -129,16 +136,20 @@ def _float_column(values: np.ndarray, earlier: Sequence[np.ndarray]) -> tuple[in
         if other.dtype == np.float64 and len(other) == len(values) and _identical(other, values):
             return _SAME, index, 0, b""
     if len(values) and np.isfinite(values).all():
+        negative_zeros = np.flatnonzero((values == 0) & np.signbit(values))  # a printed "-0.0000"
         for digits in range(16):
             scale = 10.0**digits
             rounded = np.rint(values * scale)
             if np.abs(rounded).max() >= _MAX_EXACT:
                 break
             ints = rounded.astype(np.int64)
-            if _identical(ints / scale, values):
+            decoded = ints / scale
+            decoded[negative_zeros] = -0.0
+            if _identical(decoded, values):
                 width, first, body = _deltas(ints)
                 if width < 3 or digits == 0:
-                    return _DECIMAL, digits << 2 | width, first, body
+                    zeros = negative_zeros.astype(np.uint32)
+                    return _DECIMAL, digits << 2 | width, first, _NEGATIVE_ZEROS.pack(len(zeros)) + zeros.tobytes() + body
                 break  # wide deltas: the byte planes compress better
     planes = np.ascontiguousarray(values.view(np.uint8).reshape(len(values), 8).T)
     return _SPLIT, 0, 0, planes.tobytes()

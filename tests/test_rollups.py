@@ -1,0 +1,342 @@
+"""Chunks, roll-up tiers, retention and maintenance: the encoders alone, then each backend.
+
+Statistics are checked against numpy on the raw data; percentiles read from roll-ups against the
+true value of their rank, within the sketch's relative accuracy; the sketch itself against the
+ddsketch library it follows.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+from ddsketch import DDSketch
+
+from trainmon.cloudwatch.client import CloudWatchClient
+from trainmon.cloudwatch.model import MetricKey
+from trainmon.cloudwatch.sketch import MAPPING, RELATIVE_ACCURACY, ZERO_KEY, Rollups, keys
+from trainmon.cloudwatch.statistics import STATISTICS, Sample
+from trainmon.errors import ValidationException
+from trainmon.maintenance import Maintainer
+from trainmon.retention import CLOUDWATCH, parse
+from trainmon.store import Batch, Store
+from trainmon.store.codec import pack, seal, unpack
+
+from .conftest import StoreTarget
+
+KEY = MetricKey("App", "Latency", (("Service", "api"),))
+DIMENSIONS = [{"Name": "Service", "Value": "api"}]
+
+
+# -- encoders and sketch, alone --------------------------------------------------------------
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype != b.dtype:
+        return False
+    return bool(np.array_equal(a.view(np.int64), b.view(np.int64))) if a.dtype == np.float64 else bool(
+        np.array_equal(a, b))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_packed_and_sealed_chunks_give_back_every_bit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 5000))
+    stamps = (1_700_000_000_000 + np.cumsum(rng.integers(0, 2000, n))).astype(np.int64)
+    decimals = np.round(rng.normal(1, 0.3, n), int(rng.integers(0, 7)))
+    decimals[::50] = -0.0  # a log's "-0.0000"
+    doubles = rng.normal(0, 1e10, n)
+    special = rng.choice(np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 5e-324, 1.7976931348623157e308]), n)
+    seqs = np.cumsum(rng.integers(0, 100_000, n)).astype(np.int64)
+    columns = [stamps, decimals, doubles, special, decimals.copy(), seqs, -seqs]
+    for encode in (pack, seal):
+        back = unpack(encode(columns))
+        assert len(back) == len(columns) and all(_same(a, b) for a, b in zip(columns, back, strict=True))
+
+
+def test_sealed_decimal_points_take_under_four_bytes() -> None:
+    rng = np.random.default_rng(1)
+    n = 8192
+    stamps = (1_700_000_000_000 + np.cumsum(rng.integers(900, 1100, n))).astype(np.int64)
+    loss = np.array([float(f"{v:.4f}") for v in 2 * np.exp(-np.arange(n) / 3000) + rng.normal(0, 0.02, n)])
+    seqs = np.cumsum(rng.integers(1, 5, n)).astype(np.int64)
+    assert len(seal([stamps, loss, seqs])) / n <= 4
+    assert len(pack([stamps, loss, seqs])) / n == pytest.approx(24, abs=0.1)
+
+
+def test_sketch_keys_and_percentiles_are_the_ddsketch_librarys() -> None:
+    rng = np.random.default_rng(2)
+    values = np.concatenate([rng.lognormal(0, 6, 20_000), [0.0, 1e-320, 1.0, 3.0, 1e300]])
+    expected = [MAPPING.key(v) if v > MAPPING.min_possible else ZERO_KEY for v in values]
+    assert keys(values).tolist() == expected
+    stamps = np.sort(rng.integers(0, 3_600_000, 3000)).astype(np.int64)
+    data = np.round(rng.lognormal(0, 1, 3000), 3)
+    ones = np.ones(len(data))
+    minute = Rollups.from_samples(stamps, ones, data, data, data, data).roll(0, 60_000)
+    hour_from_minutes = minute.roll(0, 3_600_000)
+    for q in (0.0, 0.25, 0.5, 0.99, 1.0):
+        library = DDSketch(RELATIVE_ACCURACY)
+        for value in data:
+            library.add(value)
+        assert hour_from_minutes.quantiles(q)[0] == pytest.approx(library.get_quantile_value(q), rel=1e-12)
+        true = np.sort(data)[math.floor(q * (len(data) - 1))]
+        assert abs(hour_from_minutes.quantiles(q)[0] - true) <= RELATIVE_ACCURACY * true
+    stored = Rollups.from_stored(minute.timestamp_ms, minute.count, minute.sum, minute.minimum, minute.maximum,
+                                 minute.sketches())
+    assert np.array_equal(stored.quantiles(0.9), minute.quantiles(0.9))
+
+
+def test_retention_policies() -> None:
+    assert parse("").describe() == parse("cloudwatch").describe() == "raw=3h,1m=15d,5m=63d,1h=455d"
+    assert parse(CLOUDWATCH).periods == (60, 300, 3600)
+    forever = parse("forever")
+    assert forever.raw_s is None and all(kept is None for _, kept in forever.tiers) and forever.periods == (60, 300, 3600)
+    custom = parse("raw=30m, 60s=2d, 1h=forever")
+    assert custom.raw_s == 1800 and custom.tiers == ((60, 172_800), (3600, None))
+    for bad, words in (("raw=3h,90s=1d", "multiple of 60"), ("raw=3h,5m=1d,7m=2d", "rolled up from the 5m"),
+                       ("60s=1d", "raw datapoints"), ("raw=3 hours", "PERIOD=DURATION")):
+        with pytest.raises(ValidationException, match=words):
+            parse(bad)
+
+
+# -- the store, each backend ---------------------------------------------------------------------
+
+
+def _series(start_s: int, end_s: int, seed: int = 3, negative: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """A 1-second series over [start_s, end_s): latencies with three decimals, some zero."""
+    rng = np.random.default_rng(seed)
+    stamps = np.arange(start_s, end_s, dtype=np.int64) * 1000
+    values = np.round(rng.lognormal(3, 0.7, len(stamps)), 3)
+    values[::97] = 0.0
+    if negative:
+        values[len(values) // 2] = -1.0
+    return stamps, values
+
+
+def _put(store: Store, stamps: np.ndarray, values: np.ndarray, key: MetricKey = KEY, unit: str = "Milliseconds") -> None:
+    samples = [Sample(t, 1.0, v, v, v, v, unit) for t, v in zip(stamps.tolist(), values.tolist(), strict=True)]
+    for start in range(0, len(samples), 50_000):
+        store.put_samples([(key, 1, samples[start:start + 50_000])])
+
+
+def _expected(stamps: np.ndarray, values: np.ndarray, start_ms: int, end_ms: int, period_s: int) -> dict[int, np.ndarray]:
+    inside = (stamps >= start_ms) & (stamps < end_ms)
+    slots = (stamps[inside] - start_ms) // (period_s * 1000)
+    return {start_ms + int(s) * period_s * 1000: values[inside][slots == s] for s in np.unique(slots)}
+
+
+def _statistics(client: CloudWatchClient, start_s: int, end_s: int, period: int,
+                key: MetricKey = KEY) -> list[dict]:
+    """The five statistics and p0, p50, p99, p100 per period (CloudWatch wants two calls for that)."""
+    request = dict(Namespace=key.namespace, MetricName=key.name, StartTime=start_s, EndTime=end_s, Period=period,
+                   Dimensions=[{"Name": n, "Value": v} for n, v in key.dimensions])
+    datapoints = client.get_metric_statistics(**request, Statistics=list(STATISTICS))["Datapoints"]
+    extended = client.get_metric_statistics(**request, ExtendedStatistics=["p0", "p50", "p99", "p100"])["Datapoints"]
+    assert [p["Timestamp"] for p in extended] == [p["Timestamp"] for p in datapoints]
+    for point, more in zip(datapoints, extended, strict=True):
+        if "ExtendedStatistics" in more:
+            point["ExtendedStatistics"] = more["ExtendedStatistics"]
+    return datapoints
+
+
+def _check(datapoints: list[dict], expected: dict[int, np.ndarray], *, percentiles: bool = True) -> None:
+    assert [round(p["Timestamp"].timestamp() * 1000) for p in datapoints] == list(expected)
+    for point, data in zip(datapoints, expected.values(), strict=True):
+        assert point["SampleCount"] == len(data)
+        assert point["Sum"] == pytest.approx(data.sum(), rel=1e-12)
+        assert point["Average"] == pytest.approx(data.mean(), rel=1e-12)
+        assert point["Minimum"] == data.min() and point["Maximum"] == data.max()
+        if not percentiles:
+            assert "ExtendedStatistics" not in point
+            continue
+        ordered = np.sort(data)
+        for name, q in (("p0", 0.0), ("p50", 0.5), ("p99", 0.99), ("p100", 1.0)):
+            true = ordered[math.floor(q * (len(data) - 1))]
+            assert abs(point["ExtendedStatistics"][name] - true) <= RELATIVE_ACCURACY * true + 1e-12
+
+
+def test_statistics_come_from_the_rollups_and_match_numpy(store_target: StoreTarget) -> None:
+    store = store_target.open()
+    try:
+        now = int(time.time())
+        start = (now // 3600 - 6) * 3600
+        stamps, values = _series(start, now)
+        _put(store, stamps, values)
+        done = store.maintain(now * 1000)
+        assert done.ran and done.rolled_series == 1
+        client = CloudWatchClient(store)
+        for period in (3600, 300, 60):
+            assert store.metric_rollups(KEY, start * 1000, now * 1000, period) is not None
+            _check(_statistics(client, start, now, period), _expected(stamps, values, start * 1000, now * 1000, period))
+        # A datapoint older than the roll-ups arrives late: it is merged into every tier.
+        client.put_metric_data(Namespace="App", MetricData=[{
+            "MetricName": "Latency", "Dimensions": DIMENSIONS, "Timestamp": start + 10, "Value": 5000.0,
+            "Unit": "Milliseconds", "StorageResolution": 1}])
+        stamps, values = np.append(stamps, (start + 10) * 1000), np.append(values, 5000.0)
+        order = np.argsort(stamps, kind="stable")
+        for period in (3600, 60):
+            _check(_statistics(client, start, now, period),
+                   _expected(stamps[order], values[order], start * 1000, now * 1000, period))
+    finally:
+        store.close()
+
+
+def test_negative_values_have_no_percentiles_after_rollup(store_target: StoreTarget) -> None:
+    store = store_target.open()
+    try:
+        now = int(time.time())
+        start = (now // 3600 - 4) * 3600
+        stamps, values = _series(start, start + 7200, negative=True)
+        _put(store, stamps, values)
+        store.maintain(now * 1000)
+        datapoints = _statistics(CloudWatchClient(store), start, start + 7200, 3600)
+        expected = _expected(stamps, values, start * 1000, (start + 7200) * 1000, 3600)
+        _check(datapoints[:1], dict(list(expected.items())[:1]))
+        _check(datapoints[1:], dict(list(expected.items())[1:]), percentiles=False)  # the hour holding -1
+    finally:
+        store.close()
+
+
+def test_raw_data_and_tiers_expire_as_the_policy_says(store_target: StoreTarget) -> None:
+    store = store_target.open(parse("raw=1h,60s=15d,300s=63d,3600s=455d"))
+    try:
+        now = int(time.time())
+        old = (now // 3600 - 24 * 20) * 3600  # 20 days ago: only the 5-minute and hourly tiers keep it
+        recent = (now // 3600 - 5) * 3600
+        for start in (old, recent):
+            stamps, values = _series(start, start + 7200)
+            _put(store, stamps, values)
+        done = store.maintain(now * 1000)
+        assert done.expired_chunks > 0 and done.expired_rollups > 0
+        assert store.metric_samples(KEY, 0, (now - 3600) * 1000) == []  # raw: kept an hour
+        assert store.metric_rollups(KEY, old * 1000, (old + 7200) * 1000, 60) == {}  # the 1-minute tier: 15 days
+        assert len(store.metric_rollups(KEY, old * 1000, (old + 7200) * 1000, 300)["Milliseconds"]) == 24
+        client = CloudWatchClient(store)
+        stamps, values = _series(old, old + 7200)
+        _check(_statistics(client, old, old + 7200, 300), _expected(stamps, values, old * 1000, (old + 7200) * 1000, 300))
+        stamps, values = _series(recent, recent + 7200)
+        _check(_statistics(client, recent, recent + 7200, 60),
+               _expected(stamps, values, recent * 1000, (recent + 7200) * 1000, 60))
+    finally:
+        store.close()
+
+
+def test_keeping_everything_expires_nothing(store_target: StoreTarget) -> None:
+    store = store_target.open(parse("forever"))
+    try:
+        now = int(time.time())
+        start = (now // 3600 - 24 * 500) * 3600  # older than every CloudWatch tier
+        stamps, values = _series(start, start + 600)
+        _put(store, stamps, values)
+        done = store.maintain(now * 1000)
+        assert done.expired_chunks == done.expired_rollups == 0
+        assert len(store.metric_samples(KEY, 0, now * 1000)) == len(stamps)
+        rollups = store.metric_rollups(KEY, start * 1000, (start + 3600) * 1000, 3600)
+        assert rollups is not None and rollups["Milliseconds"].count.tolist() == [600.0]
+    finally:
+        store.close()
+
+
+def _job_with_points(store: Store, points: int, start_ms: int) -> tuple[int, int]:
+    job = store.create_job("sealed", {"TrainingJobStatus": "InProgress"}, time.time())
+    stream = store.add_stream(job.id, "algo-1", "sealed/algo-1-0", start_ms)
+    rng = np.random.default_rng(4)
+    loss = [float(f"{v:.4f}") for v in 2 * np.exp(-np.arange(points) / 3000) + rng.normal(0, 0.02, points)]
+    for first in range(0, points, 1000):
+        store.write_batch(Batch(job.id, points=[
+            ("loss", start_ms + i * 1000, loss[i], "algo-1", stream.id, 2 * i) for i in range(first, first + 1000)]))
+    return job.id, stream.id
+
+
+def _scalar(store: Store, sql: str) -> float:
+    return store._read(sql)[0][0]  # type: ignore[attr-defined]
+
+
+def test_sealing_keeps_every_point_and_packs_them_small(store_target: StoreTarget) -> None:
+    store = store_target.open()
+    try:
+        start_ms = (int(time.time()) - 86_400) * 1000
+        job_id, _ = _job_with_points(store, 20_000, start_ms)
+        before = store.points(job_id)
+        assert _scalar(store, "SELECT count(*) FROM chunks") == 20
+        done = store.maintain(int(time.time() * 1000))
+        assert done.sealed_points == 20_000
+        assert store.points(job_id) == before
+        assert _scalar(store, "SELECT count(*) FROM chunks WHERE sealed = 0") == 0
+        assert _scalar(store, "SELECT sum(length(data)) FROM chunks") / 20_000 <= 4
+        assert store.final_metrics(job_id) == [("loss", before[-1].value, before[-1].timestamp_ms)]
+        again = store.maintain(int(time.time() * 1000))
+        assert again.sealed_points == 0  # nothing new: sealed chunks are left alone
+    finally:
+        store.close()
+
+
+def test_maintenance_runs_in_one_process_at_a_time(store_target: StoreTarget) -> None:
+    store = store_target.open()
+    other = store_target.open()
+    try:
+        now_ms = int(time.time() * 1000)
+        with store._transaction() as sql:  # type: ignore[attr-defined]
+            sql.rows("UPDATE maintenance SET holder = 'elsewhere:1', until_ms = ? WHERE id = 1", (now_ms + 60_000,))
+        assert not other.maintain(now_ms).ran
+        assert other.maintain(now_ms + 120_000).ran  # an expired lease is taken over
+    finally:
+        store.close()
+        other.close()
+
+
+def test_writers_go_on_while_maintenance_runs(store_target: StoreTarget) -> None:
+    writer, maintainer = store_target.open(), store_target.open()
+    try:
+        start_ms = (int(time.time()) - 7200) * 1000
+        job = writer.create_job("busy", {"TrainingJobStatus": "InProgress"}, time.time())
+        stream = writer.add_stream(job.id, "algo-1", "busy/algo-1-0", start_ms)
+        stop = threading.Event()
+        passes = []
+
+        def maintain() -> None:
+            while not stop.is_set():
+                passes.append(maintainer.maintain(int(time.time() * 1000)))
+
+        thread = threading.Thread(target=maintain)
+        thread.start()
+        for batch in range(60):
+            writer.write_batch(Batch(job.id, points=[
+                ("loss", start_ms + (batch * 100 + i) * 100, float(i), "algo-1", stream.id, batch * 100 + i)
+                for i in range(100)]))
+        stop.set()
+        thread.join()
+        assert passes and all(p.ran for p in passes)
+        maintainer.maintain(int(time.time() * 1000))
+        points = writer.points(job.id)
+        assert [p.seq for p in points] == list(range(6000))
+        datapoints = CloudWatchClient(writer).get_metric_statistics(
+            Namespace="/aws/sagemaker/TrainingJobs", MetricName="loss",
+            Dimensions=[{"Name": "TrainingJobName", "Value": "busy"}], StartTime=start_ms // 1000 - 3600,
+            EndTime=time.time(), Period=3600, Statistics=["SampleCount", "Sum"])["Datapoints"]
+        assert sum(p["SampleCount"] for p in datapoints) == 6000
+        assert sum(p["Sum"] for p in datapoints) == 60 * sum(range(100))
+    finally:
+        writer.close()
+        maintainer.close()
+
+
+def test_the_background_maintainer_seals_and_rolls_up(store_target: StoreTarget) -> None:
+    store = store_target.open()
+    try:
+        now = int(time.time())
+        stamps, values = _series(now - 7200, now - 600)
+        _put(store, stamps, values)
+        maintainer = Maintainer(store, every_s=0.05, first_after_s=0)
+        maintainer.start()
+        deadline = time.monotonic() + 60
+        while not maintainer.passes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        maintainer.stop()
+        assert maintainer.error is None and maintainer.passes[0].sealed_points == len(stamps)
+        assert _scalar(store, "SELECT count(*) FROM chunks WHERE sealed = 0") == 0
+    finally:
+        store.close()
