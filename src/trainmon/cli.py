@@ -17,9 +17,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import jobs, profiler, render
+from . import jobs, math_request, profiler, render
 from .client import SageMakerClient, with_datetimes
 from .cloudwatch.model import JOB_NAMESPACE, MetricKey
 from .definitions import definition_warnings, load_definitions, parse_short_form, validate_definitions
@@ -29,6 +29,9 @@ from .query import auto_period_s, period_table
 from .records import Mode
 from .store import JobRow, PointRow, Store, open_store
 from .supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from .cloudwatch.client import CloudWatchClient
 
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 3
 
@@ -225,11 +228,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_metrics(args: argparse.Namespace) -> int:
     store = _store(args)
     job = jobs.get_job(store, args.name)
+    if args.id and not args.math:
+        raise ValidationException("--id binds a metric to an Id for --math expressions: add --math, "
+                                  "e.g. --id l=train:loss --math 'RATE(l)'.")
+    if args.math:
+        return _metrics_math(store, job, args)
     if args.statistic:
         return _metrics_statistics(store, job, args)
     points = _system_points(store, args) if args.system else store.points(job.id, names=args.metric or None, host=args.host)
     if not points:
-        defined = [d["Name"] for d in job.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
+        defined = _defined(job)
         if args.json:
             _print_json([])
         else:
@@ -253,6 +261,49 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _defined(job: JobRow) -> list[str]:
+    return [d["Name"] for d in job.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
+
+
+def _job_key(job_name: str, metric_name: str) -> MetricKey:
+    """Where SageMaker publishes a job's metric: dimension TrainingJobName."""
+    return MetricKey(JOB_NAMESPACE, metric_name, (("TrainingJobName", job_name),))
+
+
+def _host(key: MetricKey) -> str:
+    """algo-N of a system metric (dimension Host=<job>/algo-N)."""
+    return dict(key.dimensions)["Host"].split("/", 1)[1]
+
+
+def _system_keys(store: Store, job_name: str, host: str | None, names: Sequence[str] | None) -> list[MetricKey]:
+    """The system metrics of the job's hosts (all, or only ``host``), by name and host."""
+    keys = [key for key, _ in store.metric_keys(JOB_NAMESPACE)
+            if dict(key.dimensions).get("Host", "").startswith(f"{job_name}/")
+            and (not names or key.name in names)
+            and (not host or dict(key.dimensions)["Host"] == f"{job_name}/{host}")]
+    return sorted(keys, key=lambda key: (key.name, len(_host(key)), _host(key)))
+
+
+def _time_range(job: JobRow, args: argparse.Namespace) -> tuple[float, float]:
+    """--start and --end; by default the job's training time and a minute more."""
+    start = _timestamp(args.start, "--start") or job.doc.get("TrainingStartTime") or job.creation_time
+    end = _timestamp(args.end, "--end") or (job.doc.get("TrainingEndTime") or time.time()) + 60
+    return start, end
+
+
+# CloudWatch serves data older than 3 hours, 15 days and 63 days only in multiples of 60, 300 and 3600 s.
+_PERIODS_BY_AGE = ((63 * 86_400, 3600), (15 * 86_400, 300), (3 * 3600, 60))
+
+
+def _period(args: argparse.Namespace, start_s: float, end_s: float, now_s: float) -> int:
+    """--period, or about 60 periods over the range (so at most 1,440 datapoints a metric), in a period
+    that CloudWatch serves data of that age in."""
+    if args.period is not None:
+        return int(args.period)
+    period = auto_period_s(int(start_s * 1000), int(end_s * 1000), rows_wanted=60)
+    return max([period] + [least for age_s, least in _PERIODS_BY_AGE if now_s - start_s > age_s])
+
+
 def _timestamp(text: str | None, flag: str) -> float | None:
     if text is None:
         return None
@@ -270,16 +321,11 @@ def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> 
     plain = [s for s in args.statistic if not s.startswith("p")]
     percentiles = [s for s in args.statistic if s.startswith("p")]
     if args.system:
-        keys = [key for key, _ in store.metric_keys(JOB_NAMESPACE)
-                if dict(key.dimensions).get("Host", "").startswith(f"{args.name}/")
-                and (not args.metric or key.name in args.metric)
-                and (not args.host or dict(key.dimensions)["Host"] == f"{args.name}/{args.host}")]
+        keys = _system_keys(store, args.name, args.host, args.metric)
     else:
-        names = args.metric or [d["Name"] for d in job.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
-        keys = [MetricKey(JOB_NAMESPACE, name, (("TrainingJobName", args.name),)) for name in names]
-    start = _timestamp(args.start, "--start") or job.doc.get("TrainingStartTime") or job.creation_time
-    end = _timestamp(args.end, "--end") or (job.doc.get("TrainingEndTime") or time.time()) + 60
-    period = args.period or auto_period_s(int(start * 1000), int(end * 1000), rows_wanted=60)
+        keys = [_job_key(args.name, name) for name in args.metric or _defined(job)]
+    start, end = _time_range(job, args)
+    period = _period(args, start, end, time.time())
     client = CloudWatchClient(store)
     rows: list[dict[str, Any]] = []
     for key in keys:
@@ -293,7 +339,7 @@ def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> 
                     entry = merged.setdefault(point["Timestamp"], {})
                     entry.update({k: v for k, v in point.items() if k in plain})
                     entry.update(point.get("ExtendedStatistics", {}))
-        label = key.name if not args.system else f"{key.name} ({key.dimensions[0][1].split('/', 1)[1]})"
+        label = f"{key.name} ({_host(key)})" if args.system else key.name
         rows.extend({"MetricName": label, "Timestamp": stamp, **values} for stamp, values in sorted(merged.items()))
     if args.json:
         _print_json(rows)
@@ -305,17 +351,96 @@ def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> 
     return 0
 
 
+def _metrics_math(store: Store, job: JobRow, args: argparse.Namespace) -> int:
+    """Metric math over the job's metrics per period: one GetMetricData request, a result per --math."""
+    from .cloudwatch.client import CloudWatchClient
+
+    if args.statistic and len(args.statistic) > 1:
+        raise ValidationException("--math takes one --statistic: the statistic of every metric the expressions "
+                                  "use (default Average).")
+    if args.host and not args.system:
+        raise ValidationException("--host chooses a host's --system metrics; a job's own metrics are per job, "
+                                  "not per host: drop --host, or add --system.")
+    offered = _system_metrics(store, args) if args.system else [
+        math_request.Metric(_job_key(args.name, name), name, name) for name in args.metric or _defined(job)]
+    explicit = [_explicit_binding(store, job, args, text) for text in args.id or []]
+    plan = math_request.plan(offered, explicit, args.math)
+    start, end = _time_range(job, args)
+    period = _period(args, start, end, time.time())
+    stat = args.statistic[0] if args.statistic else "Average"
+    request = {"MetricDataQueries": plan.queries(period, stat), "StartTime": start, "EndTime": end,
+               "ScanBy": "TimestampAscending"}
+    try:
+        results = _metric_data(CloudWatchClient(store), request)
+    except CloudWatchError as error:
+        raise plan.reworded(error) from None
+    rows = [{"Label": r["Label"], "Expression": plan.math(r["Id"]).expression, "Timestamp": stamp,
+             "Period": period, "Value": value}
+            for r in results for stamp, value in zip(r["Timestamps"], r["Values"], strict=True)]
+    if args.json:
+        _print_json(rows)
+    elif not rows:
+        print(f"no datapoints for job {args.name} from {render.clock(start, date=True)} to "
+              f"{render.clock(end, date=True)}; `trainmon metrics {args.name}` shows its points")
+    else:
+        print(f"Job {args.name}, period {period} s, metrics as {stat}")
+        print(render.table(["RESULT", "PERIOD START", "VALUE"],
+                           [[r["Label"], render.clock(r["Timestamp"].timestamp()), render.number(r["Value"])]
+                            for r in rows]))
+    return 0
+
+
+def _system_metrics(store: Store, args: argparse.Namespace) -> list[math_request.Metric]:
+    """The hosts' system metrics for --math: with several hosts, the automatic Ids name the host."""
+    keys = _system_keys(store, args.name, args.host, args.metric)
+    several = len({_host(key) for key in keys}) > 1
+    return [math_request.Metric(key, f"{key.name} ({_host(key)})", f"{key.name} {_host(key)}" if several else key.name)
+            for key in keys]
+
+
+def _explicit_binding(store: Store, job: JobRow, args: argparse.Namespace,
+                      text: str) -> tuple[str, math_request.Metric, str]:
+    """One --id ID=METRIC: the Id, the job's (or with --system, a host's) metric of that name, the text."""
+    query_id, sep, name = text.partition("=")
+    if not sep or not query_id or not name:
+        raise ValidationException(f"--id {text!r} must look like ID=METRIC, e.g. --id loss=train:loss.")
+    if not args.system:
+        key = _job_key(args.name, name)
+        if name not in _defined(job) and key not in [k for k, _ in store.metric_keys(JOB_NAMESPACE, name)]:
+            known = ", ".join(_defined(job)) or "none: it has no metric definitions"
+            raise ValidationException(f"--id {text}: job {args.name} has no metric {name!r}; its metrics: {known}.")
+        return query_id, math_request.Metric(key, name, name), text
+    keys = _system_keys(store, args.name, args.host, [name])
+    if not keys:
+        known = ", ".join(sorted({k.name for k in _system_keys(store, args.name, args.host, None)})) or "none yet"
+        where = f" on {args.host}" if args.host else ""
+        raise ValidationException(f"--id {text}: job {args.name} has no system metric {name!r}{where}; "
+                                  f"its system metrics: {known}.")
+    if len(keys) > 1:
+        raise ValidationException(f"--id {text}: {name} is measured on {len(keys)} hosts "
+                                  f"({', '.join(_host(k) for k in keys)}): add --host HOST to choose one.")
+    return query_id, math_request.Metric(keys[0], f"{name} ({_host(keys[0])})", name), text
+
+
+def _metric_data(client: CloudWatchClient, request: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every page of a GetMetricData answer (MaxDatapoints a page), as one list of results."""
+    response = client.get_metric_data(**request)
+    results: list[dict[str, Any]] = response["MetricDataResults"]
+    while "NextToken" in response:
+        response = client.get_metric_data(**request, NextToken=response["NextToken"])
+        for whole, page in zip(results, response["MetricDataResults"], strict=True):
+            whole["Timestamps"] += page["Timestamps"]
+            whole["Values"] += page["Values"]
+    return results
+
+
 def _system_points(store: Store, args: argparse.Namespace) -> list[PointRow]:
     """The hosts' system metrics as points (namespace /aws/sagemaker/TrainingJobs, dimension Host)."""
     points = []
-    for key, _ in store.metric_keys(JOB_NAMESPACE):
-        host = dict(key.dimensions).get("Host", "")
-        if not host.startswith(f"{args.name}/") or (args.metric and key.name not in args.metric):
-            continue
-        if args.host and host != f"{args.name}/{args.host}":
-            continue
+    for key in _system_keys(store, args.name, args.host, args.metric):
+        host = dict(key.dimensions)["Host"]
         for sample in store.metric_samples(key, 0, 2**62):
-            points.append(PointRow(f"{key.name} ({host.split('/', 1)[1]})", sample.timestamp_ms,
+            points.append(PointRow(f"{key.name} ({_host(key)})", sample.timestamp_ms,
                                    sample.sum / sample.count, host, 0, 0))
     return sorted(points, key=lambda p: p.timestamp_ms)
 
@@ -517,16 +642,28 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--host", metavar="HOST", help="only this host, e.g. algo-2")
     logs.add_argument("--tail", type=int, metavar="N", help="start with the last N records of each host")
 
-    metrics = add("metrics", cmd_metrics, "Per-period count, average, min, max and last of a job's metrics.")
+    metrics = add("metrics", cmd_metrics, "Per-period count, average, min, max and last of a job's metrics; "
+                  "CloudWatch statistics with --statistic, metric math with --math.")
     metrics.add_argument("name")
     metrics.add_argument("--metric", action="append", metavar="NAME", help="only this metric (repeatable)")
     metrics.add_argument("--host", metavar="HOST")
     metrics.add_argument("--period", type=int, metavar="SECONDS", help="period length (default: chosen from the span)")
     metrics.add_argument("--statistic", action="append", metavar="STAT",
                          help="CloudWatch statistic per period (repeatable): SampleCount, Average, Sum, Minimum, "
-                         "Maximum, or a percentile such as p50 or p99.9")
-    metrics.add_argument("--start", metavar="TIME", help="with --statistic: ISO 8601 or epoch seconds (default: the job's start)")
-    metrics.add_argument("--end", metavar="TIME", help="with --statistic: ISO 8601 or epoch seconds (default: its end + 1 min)")
+                         "Maximum, or a percentile such as p50 or p99.9; with --math, the one statistic of the "
+                         "metrics it uses (default Average)")
+    metrics.add_argument("--math", action="append", metavar="EXPR",
+                         help="CloudWatch metric math per period over the job's metrics (repeatable), e.g. "
+                         "'validation_loss - train_loss'; NAME=EXPR names it for other --math. A metric is used "
+                         "by its Id: its name, or one made of it (train:loss is train_loss, CPUUtilization is "
+                         "cpu_utilization; docs/metrics.md)")
+    metrics.add_argument("--id", action="append", metavar="ID=METRIC",
+                         help="with --math: bind a metric to this Id instead of its automatic one (repeatable), "
+                         "e.g. l=train:loss")
+    metrics.add_argument("--start", metavar="TIME",
+                         help="with --statistic or --math: ISO 8601 or epoch seconds (default: the job's start)")
+    metrics.add_argument("--end", metavar="TIME",
+                         help="with --statistic or --math: ISO 8601 or epoch seconds (default: its end + 1 min)")
     metrics.add_argument("--system", action="store_true",
                          help="the hosts' CPU, memory, disk and GPU metrics instead of the job's own")
     metrics.add_argument("--json", action="store_true")
