@@ -9,6 +9,7 @@ import sys
 import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,14 @@ def postgres_server() -> Iterator[PostgresServer]:
     pytest.importorskip("psycopg", reason="the PostgreSQL tests need psycopg: pip install -e '.[test]'")
     if not (POSTGRES_BIN / "initdb").exists():
         pytest.skip(f"PostgreSQL is not installed at {POSTGRES_BIN} (set TRAINMON_TEST_POSTGRES_BIN)")
+    with postgres_cluster() as server:
+        yield server
+
+
+@contextmanager
+def postgres_cluster() -> Iterator[PostgresServer]:
+    """Start a PostgreSQL server from POSTGRES_BIN in a temp dir, on a free port; stop and remove it
+    afterwards (the tests' server, and the benchmarks')."""
     root = Path(tempfile.mkdtemp(prefix="trainmon-pg-", dir="/tmp" if os.geteuid() == 0 else None))
     user = _as_server_user(root)
     data = root / "data"

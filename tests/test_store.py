@@ -670,3 +670,16 @@ except StoreError as exc:
     assert result.returncode == 0, result.stderr
     assert "pip install 'trainmon[postgres]'" in result.stdout
 
+
+
+def _open_and_close(url: str, home: str) -> str:
+    try:
+        open_store(Path(home), database_url=url).close()
+        return "ok"
+    except StoreError as exc:
+        return str(exc)
+
+
+def test_processes_opening_a_new_postgres_database_at_once_migrate_it_once(tmp_path: Path, postgres_url: str) -> None:
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        assert pool.starmap(_open_and_close, [(postgres_url, str(tmp_path))] * 4) == ["ok"] * 4

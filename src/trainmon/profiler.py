@@ -82,9 +82,10 @@ def check_location(location: str) -> None:
 class ProfileWriter:
     """Buffers the monitor's rows and writes a file per host every ``rotate_s`` seconds.
 
-    Rows arrive in time order, so keeping a list per (host, metric) gives the file's sort order
-    for free; the file is written on a background thread so that a tick is never held up by it.
-    Failures (a full disk, a vanished bucket) are kept in ``failed`` and never raised.
+    ``add`` only keeps the row (a tick pays for one append); when a file is due, the rows are
+    turned into columns sorted by metric and time, and written, on a background thread, so
+    that a tick is never held up by it. Failures (a full disk, a vanished bucket) are kept in
+    ``failed`` and never raised.
     """
 
     def __init__(self, location: str, job: str, rotate_s: float = ROTATE_S) -> None:
@@ -94,23 +95,21 @@ class ProfileWriter:
         self.failed: Exception | None = None
         self.samples_written = 0
         self.files_written = 0
-        self._rows: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
-        self._opened = time.monotonic()
+        self._rows: dict[str, list[tuple[int, dict[str, float]]]] = {}
+        self._due = time.monotonic() + rotate_s
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"trainmon-profile-{job}")
 
     def add(self, host: str, timestamp_ms: int, values: dict[str, float]) -> None:
-        metrics = self._rows.setdefault(host, {})
-        for metric, value in values.items():
-            series = metrics.get(metric)
-            if series is None:
-                series = metrics[metric] = ([], [])
-            series[0].append(timestamp_ms)
-            series[1].append(value)
-        if time.monotonic() - self._opened >= self.rotate_s:
+        """A row of ``host`` at ``timestamp_ms`` (rows arrive in time order); the writer keeps ``values``."""
+        rows = self._rows.get(host)
+        if rows is None:
+            rows = self._rows[host] = []
+        rows.append((timestamp_ms, values))
+        if time.monotonic() >= self._due:
             self.flush()
 
     def flush(self) -> None:
-        rows, self._rows, self._opened = self._rows, {}, time.monotonic()
+        rows, self._rows, self._due = self._rows, {}, time.monotonic() + self.rotate_s
         if rows and self.failed is None:
             self._writer.submit(self._write_all, rows)
 
@@ -118,11 +117,11 @@ class ProfileWriter:
         self.flush()
         self._writer.shutdown(wait=True)
 
-    def _write_all(self, rows: dict[str, dict[str, tuple[list[int], list[float]]]]) -> None:
+    def _write_all(self, rows: dict[str, list[tuple[int, dict[str, float]]]]) -> None:
         try:
             fs, root = _filesystem(self.location)
-            for host, metrics in rows.items():
-                self._write(fs, f"{root.rstrip('/')}/{self.job}/{host}", metrics)
+            for host, host_rows in rows.items():
+                self._write(fs, f"{root.rstrip('/')}/{self.job}/{host}", _columns(host_rows))
         except Exception as exc:  # a full disk or a vanished bucket must not stop the job
             self.failed = exc
 
@@ -154,6 +153,18 @@ class ProfileWriter:
         fs.mv(name + ".part", name)
         self.samples_written += len(stamps)
         self.files_written += 1
+
+
+def _columns(rows: list[tuple[int, dict[str, float]]]) -> dict[str, tuple[list[int], list[float]]]:
+    """metric -> (timestamps, values), in the rows' (time) order; a row may lack some metrics."""
+    names: set[str] = set()
+    for _, row in rows:
+        names.update(row)
+    columns = {}
+    for name in names:
+        stamps = [stamp for stamp, row in rows if name in row]
+        columns[name] = (stamps, [row[name] for _, row in rows if name in row])
+    return columns
 
 
 class Profile:

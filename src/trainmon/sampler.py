@@ -1,28 +1,50 @@
 """What a job's hosts use: CPU, memory, disk, network and GPU, host-wide and for the job's own processes.
 
 Readings come from /proc (read directly: cheaper than psutil at 100 ms) and from NVML for GPUs.
-Both are injected (`proc_root`, a :class:`GpuSource`), so tests can give a fake /proc tree or a
-fake NVML behind the same interface. The job's processes are the members of each host's process
-group plus their descendants; the tree is re-listed at most once a second and in between only
-known processes are read, so a sample of a 50-process job stays cheap. A process that vanishes
-between two samples is simply gone from the next one.
+Both are injected (``proc_root``, a :class:`GpuSource`), so tests can give a fake /proc tree or a
+fake NVML behind the same interface. Host-wide files are read every tick through descriptors kept
+open; only the fields used are parsed (:func:`parse_host`).
+
+The job's processes are the members of each host's process group plus their descendants. What
+is read when (a :class:`ProcessTree` per host, driven by the monitor):
+
+- The tree is re-listed at most once a second (``RELIST_S``), and only when the machine has
+  started a process or thread since the last listing (``processes`` in /proc/stat): nothing new
+  can have joined otherwise. A process that vanishes between two samples is gone from the next.
+- A *busy* process (its CPU time moved between its last two once-a-second reads, or it is new)
+  has its ``stat`` read every tick (CPU time, resident memory, threads), and its ``io`` once a
+  second.
+- An *idle* process (its CPU time did not move between two once-a-second reads) is re-read,
+  ``stat`` and ``io``, every ``IDLE_READ_S`` seconds; its last figures stand in between. When its
+  CPU time has moved at such a read it is busy again from then on. So CPU time, I/O and memory
+  changes of a process that wakes up are counted up to ``IDLE_READ_S`` late, all in the tick of
+  that read (sums over time stay exact); if it exits before that read, what it used since its
+  last read is not counted. A process that exits while idle leaves the counts at the next
+  listing or at its re-read, whichever is first.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-RELIST_S = 1.0
-IDLE_S = 1.0  # a process whose CPU time has not moved this long is read once a second
-_WHOLE_DISK = re.compile(r"(sd[a-z]+|vd[a-z]+|xvd[a-z]+|hd[a-z]+|nvme\d+n\d+|mmcblk\d+)")
+RELIST_S = 1.0  # the tree is re-listed, and busy processes' io read, at most this often
+IDLE_READ_S = 5.0  # an idle process is re-read this often
+_LATE_S = 0.5  # an idle process due at most this long from now is read now (reads happen once a second)
+_CHUNK_BYTES = 1 << 16
+_PAGE_FILL_BYTES = 3072  # /proc's seq files hand out up to a page per read: a read this long may not be all
+_STAT_BYTES = 1024  # /proc/<pid>/stat up to rss: its command name is at most 64 bytes
+
+_MEMORY = re.compile(rb"^(MemTotal|MemAvailable): +(\d+)", re.M)
+_WHOLE_DISK = rb"(?:sd[a-z]+|vd[a-z]+|xvd[a-z]+|hd[a-z]+|nvme\d+n\d+|mmcblk\d+)"  # not partitions, loops, dm
+_DISK_LINE = re.compile(rb"\n *\d+ +\d+ " + _WHOLE_DISK + rb" +\d+ +\d+ +(\d+) +\d+ +\d+ +\d+ +(\d+) ")
+_INTERFACE_LINE = re.compile(rb"\n *([^ :]+): *(\d+) +\d+ +\d+ +\d+ +\d+ +\d+ +\d+ +\d+ +(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +112,11 @@ def default_gpu_source(environ: dict[str, str] | None = None) -> GpuSource:
         return NoGpu()
 
 
-@dataclass(frozen=True, slots=True)
-class HostCounters:
+class HostCounters(NamedTuple):
     """Cumulative host-wide counters at one moment."""
 
-    cpu_busy: tuple[int, ...]  # per core, clock ticks
-    cpu_total: tuple[int, ...]
+    cpu_busy: list[int]  # per core, clock ticks
+    cpu_total: list[int]
     iowait: int
     total: int
     memory_total_bytes: int
@@ -104,243 +125,316 @@ class HostCounters:
     disk_write_bytes: int
     net_receive_bytes: int
     net_transmit_bytes: int
+    forks: int  # processes and threads started since boot; -1 where unknown
 
 
-@dataclass(frozen=True, slots=True)
-class TreeCounters:
-    """One host's process tree at one moment: gauges, and cumulative counters per process."""
+def parse_host(stat: bytes, meminfo: bytes, diskstats: bytes, net_dev: bytes) -> HostCounters:
+    """Host counters from the contents of /proc/stat, /proc/meminfo, /proc/diskstats and /proc/net/dev.
 
-    resident_bytes: int
-    threads: int
-    processes: int
-    counters: dict[int, tuple[int, int, int]]  # pid -> (cpu clock ticks, read bytes, write bytes)
+    CPU: per core, busy is every state but idle and iowait; total is the first eight states
+    (guest time is already in user). Disks: whole disks only, 512-byte sectors. Network: every
+    interface but loopback. Only these fields are parsed: this runs every tick.
+    """
+    busy: list[int] = []
+    totals: list[int] = []
+    all_iowait = 0
+    for line in stat.split(b"\n"):  # "cpu" (all cores), then "cpu0", "cpu1", ...
+        if not line.startswith(b"cpu"):
+            break
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, line.split(None, 9)[1:9])
+        if not busy:
+            all_iowait = iowait
+        busy.append(user + nice + system + irq + softirq + steal)
+        totals.append(busy[-1] + idle + iowait)
+    forks = stat.find(b"\nprocesses ") + 11
+    memory = meminfo.split(None, 8)  # MemTotal: N kB MemFree: N kB MemAvailable: N kB
+    if memory[6:7] != [b"MemAvailable:"] or memory[0] != b"MemTotal:":
+        named = {name: value for name, value in _MEMORY.findall(meminfo)}
+        memory = [b"", named.get(b"MemTotal", b"0"), b"", b"", b"", b"", b"", named.get(b"MemAvailable", b"0")]
+    disks = _DISK_LINE.findall(b"\n" + diskstats)
+    interfaces = _INTERFACE_LINE.findall(net_dev)
+    return HostCounters(
+        busy[1:], totals[1:], all_iowait, totals[0] if totals else 0,
+        int(memory[1]) * 1024, int(memory[7]) * 1024,
+        sum(int(read) for read, _ in disks) * 512, sum(int(write) for _, write in disks) * 512,
+        sum(int(receive) for name, receive, _ in interfaces if name != b"lo"),
+        sum(int(transmit) for name, _, transmit in interfaces if name != b"lo"),
+        int(stat[forks:stat.find(b"\n", forks)]) if forks > 10 else -1,
+    )
 
-    @property
-    def pids(self) -> frozenset[int]:
-        return frozenset(self.counters)
 
-    def since(self, earlier: TreeCounters) -> tuple[float, int, int]:
-        """CPU seconds, read bytes and written bytes since ``earlier``, over the processes in both
-        (a process seen for the first time brings no history, so it cannot make a spike)."""
-        ticks = read = write = 0
-        previous = earlier.counters
-        for pid, now in self.counters.items():
-            before = previous.get(pid)
-            if before is not None and before != now:
-                cpu_now, read_now, write_now = now
-                ticks += max(0, cpu_now - before[0])
-                read += max(0, read_now - before[1])
-                write += max(0, write_now - before[2])
-        return ticks / CLOCK_TICKS, read, write
+def parse_stat(data: bytes) -> tuple[int, int, int] | None:
+    """(CPU clock ticks, threads, resident pages) from /proc/<pid>/stat; None for a zombie."""
+    fields = data[data.rfind(b")") + 2:].split(None, 22)  # state ppid pgrp ... utime stime ... threads ... rss
+    if fields[0] == b"Z":
+        return None
+    return int(fields[11]) + int(fields[12]), int(fields[17]), int(fields[21])
+
+
+def parse_io(data: bytes) -> tuple[int, int]:
+    """(read bytes, write bytes) from /proc/<pid>/io: what reached, or will reach, storage."""
+    fields = data.split()
+    if fields[8:12:2] == [b"read_bytes:", b"write_bytes:"]:  # the kernel's order
+        return int(fields[9]), int(fields[11])
+    named = dict(zip(fields[::2], fields[1::2], strict=False))
+    return int(named.get(b"read_bytes:", 0)), int(named.get(b"write_bytes:", 0))
+
+
+def _read_all(fd: int) -> bytes:
+    data = os.pread(fd, _CHUNK_BYTES, 0)
+    if len(data) < _PAGE_FILL_BYTES:
+        return data
+    chunks = [data]
+    offset = len(data)
+    while chunk := os.pread(fd, _CHUNK_BYTES, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 class ProcReader:
     """Reads /proc (or a tree shaped like it), cheaply enough for a 100 ms tick.
 
-    Files read every tick stay open and are re-read with ``pread``; a process's ``stat`` gives its
-    CPU time, resident pages and threads in one read. Its ``io`` counters are read only when asked
-    (once a second). Re-listing the tree reads ``stat`` only for processes not seen before.
+    Host-wide files stay open and are re-read with ``pread``. Listing the machine's processes
+    reads the ``stat`` of processes not seen before, once, for their parent and process group.
     """
 
     def __init__(self, proc_root: str | Path = "/proc") -> None:
         self.root = Path(proc_root)
-        self._fds: dict[str, int] = {}
+        self._prefix = f"{self.root}/"
+        self._host_fds: dict[str, int] = {}
+        self._names: set[str] = set()
         self._known: dict[int, tuple[int, int]] = {}  # pid -> (ppid, pgrp), as first read
-        self._io: dict[int, tuple[int, int]] = {}  # pid -> (read bytes, write bytes), as last read
-        self._disks: dict[bytes, bool] = {}
-        self._last: dict[int, tuple[int, float]] = {}  # pid -> (cpu ticks, when they last moved)
-        self._idle: dict[str, tuple[dict[int, tuple[int, int, int]], int, int, list[int]]] = {}
-
-    def _read(self, relative: str) -> bytes:
-        """The current contents of a /proc file, through a descriptor kept open."""
-        fd = self._fds.get(relative)
-        if fd is None:
-            fd = os.open(self.root / relative, os.O_RDONLY)
-            self._fds[relative] = fd
-        try:
-            return os.pread(fd, 1 << 16, 0)
-        except OSError:
-            self._forget(relative)
-            raise
-
-    def _forget(self, relative: str) -> None:
-        fd = self._fds.pop(relative, None)
-        if fd is not None:
-            os.close(fd)
+        self._groups: dict[int, frozenset[int]] = {}
+        self._grouped: tuple[int, ...] | None = None  # the process groups _groups is for
 
     def close(self) -> None:
-        for relative in list(self._fds):
-            self._forget(relative)
+        for fd in self._host_fds.values():
+            os.close(fd)
+        self._host_fds.clear()
 
     def host(self) -> HostCounters:
-        busy, total, iowait, all_total = [], [], 0, 0
-        for line in self._read("stat").split(b"\n"):
-            if not line.startswith(b"cpu"):
-                break
-            name, *fields = line.split()
-            numbers = [int(x) for x in fields[:8]]
-            line_total = sum(numbers)
-            idle = numbers[3] + numbers[4]
-            if name == b"cpu":
-                iowait, all_total = numbers[4], line_total
-            else:
-                busy.append(line_total - idle)
-                total.append(line_total)
-        memory = {}
-        for line in self._read("meminfo").split(b"\n")[:8]:
-            key, _, rest = line.partition(b":")
-            if key in (b"MemTotal", b"MemAvailable"):
-                memory[key] = int(rest.split()[0]) * 1024
-        read = write = 0
-        try:
-            for line in self._read("diskstats").split(b"\n"):
-                name_end = line.find(b" ", 13)  # "   8       0 sda ..." : the name is the third field
-                if not self._is_disk(line[:name_end]):
-                    continue
-                fields = line.split(None, 10)
-                if len(fields) > 9:
-                    read += int(fields[5]) * 512
-                    write += int(fields[9]) * 512
-        except OSError:
-            pass
-        receive = transmit = 0
-        try:
-            for line in self._read("net/dev").split(b"\n")[2:]:
-                name, _, rest = line.partition(b":")
-                if rest and name.strip() != b"lo":
-                    fields = rest.split()
-                    receive += int(fields[0])
-                    transmit += int(fields[8])
-        except OSError:
-            pass
-        return HostCounters(tuple(busy), tuple(total), iowait, all_total, memory.get(b"MemTotal", 0),
-                            memory.get(b"MemAvailable", 0), read, write, receive, transmit)
+        return parse_host(self._host_file("stat"), self._host_file("meminfo"),
+                          self._host_file("diskstats", optional=True), self._host_file("net/dev", optional=True))
 
-    def _is_disk(self, head: bytes) -> bool:
-        """Whether a diskstats line (its start) is a whole disk; decided once per device."""
-        known = self._disks.get(head)
-        if known is None:
-            parts = head.split()
-            known = self._disks[head] = len(parts) >= 3 and bool(_WHOLE_DISK.fullmatch(parts[2].decode()))
-        return known
+    def _host_file(self, relative: str, *, optional: bool = False) -> bytes:
+        """The current contents of a host-wide file, through a descriptor kept open."""
+        fd = self._host_fds.get(relative)
+        try:
+            if fd is None:
+                fd = self._host_fds[relative] = os.open(self._prefix + relative, os.O_RDONLY)
+            return _read_all(fd)
+        except OSError:
+            if fd is not None:
+                os.close(self._host_fds.pop(relative))
+            if optional:
+                return b""
+            raise
 
-    def process_groups(self, pgids: Iterable[int]) -> dict[int, set[int]]:
+    def read(self, relative: str, size: int = _STAT_BYTES) -> bytes:
+        """A small /proc file read once (open, read, close); OSError when it is gone."""
+        fd = os.open(self._prefix + relative, os.O_RDONLY)
+        try:
+            return os.read(fd, size)
+        finally:
+            os.close(fd)
+
+    def open_stat(self, pid: int) -> int:
+        return os.open(f"{self._prefix}{pid}/stat", os.O_RDONLY)
+
+    def io(self, pid: int) -> tuple[int, int]:
+        """(read bytes, write bytes) of a process; zeros where they cannot be read (another user's)."""
+        try:
+            return parse_io(self.read(f"{pid}/io"))
+        except OSError:
+            return 0, 0
+
+    def process_groups(self, pgids: Iterable[int]) -> dict[int, frozenset[int]]:
         """pgid -> its members and their descendants; reads only processes not seen before."""
-        wanted = set(pgids)
-        present = {int(name) for name in os.listdir(self.root) if name.isdigit()}
-        for gone in set(self._known) - present:
-            del self._known[gone]
-            self._io.pop(gone, None)
-            self._last.pop(gone, None)
-            self._forget(f"{gone}/stat")
-            self._forget(f"{gone}/io")
-        for pid in present - set(self._known):
-            stat = self._stat(pid, keep_open=False)
-            if stat is not None:
-                self._known[pid] = (int(stat[1]), int(stat[2]))
-        groups: dict[int, set[int]] = {pgid: {p for p, (_, g) in self._known.items() if g == pgid} for pgid in wanted}
+        wanted = tuple(pgids)
+        names = set(os.listdir(self.root))
+        if names != self._names:
+            for name in self._names - names:
+                if name.isdigit():
+                    self._known.pop(int(name), None)
+            for name in names - self._names:
+                if name.isdigit():
+                    self._learn(int(name))
+            self._names = names
+            self._grouped = None
+        if self._grouped != wanted:
+            self._groups = {pgid: self._descendants(pgid) for pgid in wanted}
+            self._grouped = wanted
+        return self._groups
+
+    def _learn(self, pid: int) -> None:
+        try:
+            data = self.read(f"{pid}/stat")
+        except OSError:
+            return
+        fields = data[data.rfind(b")") + 2:].split(None, 3)
+        self._known[pid] = (int(fields[1]), int(fields[2]))
+
+    def _descendants(self, pgid: int) -> frozenset[int]:
+        members = {pid for pid, (_, group) in self._known.items() if group == pgid}
         children: dict[int, list[int]] = {}
         for pid, (parent, _) in self._known.items():
             children.setdefault(parent, []).append(pid)
-        for members in groups.values():  # descendants that left the group (setsid) still count
-            stack = list(members)
-            while stack:
-                for child in children.get(stack.pop(), ()):
-                    if child not in members:
-                        members.add(child)
-                        stack.append(child)
-        return groups
+        stack = list(members)  # descendants that left the group (setsid) still count
+        while stack:
+            for child in children.get(stack.pop(), ()):
+                if child not in members:
+                    members.add(child)
+                    stack.append(child)
+        return frozenset(members)
 
-    def _stat(self, pid: int, *, keep_open: bool = True) -> list[bytes] | None:
-        """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ..."""
-        try:
-            if keep_open:
-                data = self._read(f"{pid}/stat")
-            else:
-                data = (self.root / str(pid) / "stat").read_bytes()
-        except OSError:
-            return None
-        return data[data.rfind(b")") + 2:].split()
 
-    def tree(self, pids: Iterable[int], *, with_io: bool = True, key: str = "") -> TreeCounters:
-        """The tree's counters now.
+class TreeReading(NamedTuple):
+    """One host's process tree at one tick: what it used since the previous reading, and its gauges now."""
 
-        ``with_io`` (once a second) reads every process, I/O counters included, and notes which
-        processes are idle (CPU time unmoved for ``IDLE_S``). Other calls with the same ``key``
-        read only the busy ones (the kernel's stat is costly) and carry the idle ones' figures
-        over; whatever an idle process uses meanwhile is counted at the next full read.
-        """
-        if with_io or key not in self._idle:
-            return self._full_tree(pids, key)
-        idle_counters, idle_threads, idle_pages, busy = self._idle[key]
-        counters = dict(idle_counters)
-        threads, pages = idle_threads, idle_pages
-        for pid in busy:
-            reading = self._stat_numbers(pid)
-            if reading is None:
+    cpu_seconds: float
+    read_bytes: int
+    write_bytes: int
+    resident_bytes: int
+    threads: int
+    processes: int
+
+
+@dataclass(slots=True)
+class _Process:
+    """What was last read of one process of the tree."""
+
+    pid: int
+    new: bool = True  # not read yet: its first reading is a baseline, not usage
+    busy: bool = True
+    stat_fd: int = -1  # kept open while busy
+    cpu_ticks: int = 0
+    checked_cpu_ticks: int = 0  # at the last once-a-second read
+    threads: int = 0
+    pages: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
+    due_s: float = 0.0  # idle: when it is read next
+
+
+class ProcessTree:
+    """One host's job processes, followed from tick to tick: see the module's docstring for what is read when.
+
+    ``follow`` takes the members after each listing; ``read`` gives the tick's :class:`TreeReading`:
+    ``full=True`` once a second (busy processes' io, idle processes due, new ones), else only the
+    busy processes' stat. A process seen for the first time brings no history, so it cannot make a spike.
+    """
+
+    def __init__(self, reader: ProcReader) -> None:
+        self.reader = reader
+        self._processes: dict[int, _Process] = {}
+        self._busy: list[_Process] = []
+        self._threads = 0
+        self._pages = 0
+
+    @property
+    def pids(self) -> frozenset[int]:
+        return frozenset(self._processes)
+
+    def __contains__(self, pid: int) -> bool:
+        return pid in self._processes
+
+    def follow(self, pids: Iterable[int]) -> None:
+        """The tree's members now: new ones are read at the next full read, departed ones dropped."""
+        members = set(pids)
+        for pid in self._processes.keys() - members:
+            self._drop(self._processes[pid])
+        for pid in members - self._processes.keys():
+            self._processes[pid] = _Process(pid)
+        self._busy = [process for process in self._processes.values() if process.busy and not process.new]
+
+    def close(self) -> None:
+        for process in list(self._processes.values()):
+            self._drop(process)
+
+    def read(self, now_s: float, *, full: bool) -> TreeReading:
+        if full:
+            return self._read_full(now_s)
+        ticks = 0
+        gone = []
+        for process in self._busy:
+            try:
+                numbers = parse_stat(os.pread(process.stat_fd, _STAT_BYTES, 0))
+            except OSError:
+                numbers = None
+            if numbers is None:
+                gone.append(process)
                 continue
-            cpu, pid_threads, pid_pages = reading
-            threads += pid_threads
-            pages += pid_pages
-            read, write = self._io.get(pid, (0, 0))
-            counters[pid] = (cpu, read, write)
-        return TreeCounters(pages * PAGE_BYTES, threads, len(counters), counters)
+            ticks += self._update(process, numbers)
+        for process in gone:
+            self._drop(process)
+        return TreeReading(ticks / CLOCK_TICKS, 0, 0, self._pages * PAGE_BYTES, self._threads, len(self._processes))
 
-    def _full_tree(self, pids: Iterable[int], key: str) -> TreeCounters:
-        now = time.monotonic()
-        counters: dict[int, tuple[int, int, int]] = {}
-        idle_counters: dict[int, tuple[int, int, int]] = {}
-        threads = pages = idle_threads = idle_pages = 0
-        busy = []
-        for pid in pids:
-            reading = self._stat_numbers(pid)
-            if reading is None:
+    def _read_full(self, now_s: float) -> TreeReading:
+        ticks = read = write = 0
+        for process in list(self._processes.values()):
+            if not (process.busy or process.due_s <= now_s + _LATE_S):
                 continue
-            cpu, pid_threads, pid_pages = reading
-            known = self._last.get(pid)
-            moved_at = now if known is None or known[0] != cpu else known[1]
-            self._last[pid] = (cpu, moved_at)
-            self._io[pid] = self._io_counters(pid)
-            counters[pid] = (cpu, *self._io[pid])
-            threads += pid_threads
-            pages += pid_pages
-            if now - moved_at >= IDLE_S:
-                idle_counters[pid] = counters[pid]
-                idle_threads += pid_threads
-                idle_pages += pid_pages
-            else:
-                busy.append(pid)
-        self._idle[key] = (idle_counters, idle_threads, idle_pages, busy)
-        return TreeCounters(pages * PAGE_BYTES, threads, len(counters), counters)
+            numbers = self._stat(process)
+            if numbers is None:
+                self._drop(process)
+                continue
+            new = process.new
+            ticks += self._update(process, numbers)
+            read_bytes, write_bytes = self.reader.io(process.pid)
+            if not new:
+                read += max(0, read_bytes - process.read_bytes)
+                write += max(0, write_bytes - process.write_bytes)
+            process.read_bytes, process.write_bytes = read_bytes, write_bytes
+            self._classify(process, new, now_s)
+        self._busy = [process for process in self._processes.values() if process.busy]
+        return TreeReading(ticks / CLOCK_TICKS, read, write, self._pages * PAGE_BYTES, self._threads,
+                           len(self._processes))
 
-    def _stat_numbers(self, pid: int) -> tuple[int, int, int] | None:
-        """(CPU clock ticks, threads, resident pages) of a live process, from its stat."""
-        relative = f"{pid}/stat"
-        fd = self._fds.get(relative)
+    def _stat(self, process: _Process) -> tuple[int, int, int] | None:
         try:
-            if fd is None:
-                fd = self._fds[relative] = os.open(self.root / relative, os.O_RDONLY)
-            data = os.pread(fd, 1024, 0)
+            if process.stat_fd >= 0:
+                return parse_stat(os.pread(process.stat_fd, _STAT_BYTES, 0))
+            return parse_stat(self.reader.read(f"{process.pid}/stat"))
         except OSError:
-            self._forget(relative)
             return None
-        stat = data[data.rfind(b")") + 2:].split(None, 22)  # state ppid pgrp ... utime stime ... rss
-        if stat[0] == b"Z":
-            return None
-        return int(stat[11]) + int(stat[12]), int(stat[17]), int(stat[21])
 
-    def _io_counters(self, pid: int) -> tuple[int, int]:
-        read = write = 0
-        try:
-            data = self._read(f"{pid}/io")
-        except OSError:
-            return read, write
-        for line in data.split(b"\n"):
-            if line.startswith(b"read_bytes:"):
-                read = int(line[11:])
-            elif line.startswith(b"write_bytes:"):
-                write = int(line[12:])
-        return read, write
+    def _update(self, process: _Process, numbers: tuple[int, int, int]) -> int:
+        """Takes a process's new stat figures; the CPU clock ticks it used since its last reading."""
+        cpu, threads, pages = numbers
+        self._threads += threads - process.threads
+        self._pages += pages - process.pages
+        process.threads, process.pages = threads, pages
+        used = cpu - process.cpu_ticks if cpu > process.cpu_ticks and not process.new else 0
+        process.cpu_ticks = cpu
+        return used
+
+    def _classify(self, process: _Process, new: bool, now_s: float) -> None:
+        """After a once-a-second read: busy if its CPU time moved since the last one (or it is new)."""
+        busy = new or process.cpu_ticks != process.checked_cpu_ticks
+        process.new = False
+        process.checked_cpu_ticks = process.cpu_ticks
+        process.busy = busy
+        if busy and process.stat_fd < 0:
+            try:
+                process.stat_fd = self.reader.open_stat(process.pid)
+            except OSError:
+                process.busy = False  # gone: the next read drops it
+        elif not busy:
+            self._close(process)
+            process.due_s = now_s + IDLE_READ_S
+
+    def _drop(self, process: _Process) -> None:
+        self._close(process)
+        if self._processes.pop(process.pid, None) is not None:
+            self._threads -= process.threads
+            self._pages -= process.pages
+
+    @staticmethod
+    def _close(process: _Process) -> None:
+        if process.stat_fd >= 0:
+            os.close(process.stat_fd)
+            process.stat_fd = -1
 
 
 def disk_used_pct(path: str | Path) -> float:

@@ -168,7 +168,7 @@ class CloudWatchClient:
         units the data was put with (reported as None)."""
         arguments: dict[str, Any] = dict(start_ms=start_ms, end_ms=end_ms, period_s=period, statistics=statistics,
                                          percentiles=percentiles, unit=unit)
-        rollups = self.store.metric_rollups(key, start_ms, end_ms, period)
+        rollups = self.store.metric_rollups(key, start_ms, end_ms, period, sketches=bool(percentiles))
         if rollups is not None:
             if any_unit:
                 rollups = {"None": concat(list(rollups.values()))}

@@ -133,9 +133,11 @@ class Store(Protocol):
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
         ...
 
-    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int) -> dict[str, Rollups] | None:
+    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
+                       sketches: bool = True) -> dict[str, Rollups] | None:
         """The metric's data in [start_ms, end_ms) as roll-up rows per unit when a roll-up tier can
-        serve ``period_s`` and part of the range is rolled up; None when the raw datapoints must."""
+        serve ``period_s`` and part of the range is rolled up; None when the raw datapoints must.
+        ``sketches=False`` leaves the stored sketches out (no percentiles wanted)."""
         ...
 
     # -- maintenance

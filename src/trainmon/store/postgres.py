@@ -251,8 +251,24 @@ class PostgresStore:
         with self._write() as db:
             if self._schema_version(db) == len(_MIGRATIONS):
                 return
+        # A session lock taken before the transaction begins: a process that waited for another's
+        # migration then reads the schema that one committed (a lock taken inside the transaction
+        # could leave it looking at the catalog as it was before).
+        with self._lock:
+            try:
+                self._connection().execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+            except psycopg.Error as exc:
+                raise _translate(exc, self.location) from exc
+            try:
+                self._apply_migrations()
+            finally:
+                try:
+                    self._connection().execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+                except psycopg.Error:
+                    pass  # a broken connection has released it
+
+    def _apply_migrations(self) -> None:
         with self._write() as db:
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             version = self._schema_version(db)
             if version == 0:
                 db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
@@ -452,6 +468,7 @@ class PostgresStore:
     # -- ingestion -------------------------------------------------------------------------
 
     def write_batch(self, batch: Batch) -> None:
+        points = series.prepare_points(batch.points) if batch.points else None
         with self._write() as db:
             cursor = db.cursor()
             if batch.chunks:
@@ -461,8 +478,8 @@ class PostgresStore:
                     copy.set_types(["int8", "int8", "int4", "int8", "bytea"])
                     for stream_id, first_seq, count, stamp, text in batch.chunks:
                         copy.write_row((stream_id, first_seq, count, stamp, text.encode("utf-8")))
-            if batch.points:
-                series.write_points(_Sql(db), batch.job_id, batch.points, self.retention.periods)
+            if points:
+                series.write_points(_Sql(db), batch.job_id, points, self.retention.periods)
             if batch.stream_stats:
                 cursor.executemany(
                     "UPDATE log_streams SET records = records + %s, stored_bytes = stored_bytes + %s, "
@@ -517,9 +534,10 @@ class PostgresStore:
         with self._transaction() as sql:
             return series.metric_samples(sql, key, start_ms, end_ms)
 
-    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int) -> dict[str, Rollups] | None:
+    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
+                       sketches: bool = True) -> dict[str, Rollups] | None:
         with self._transaction() as sql:
-            return series.metric_rollups(sql, key, start_ms, end_ms, period_s, self.retention.periods)
+            return series.metric_rollups(sql, key, start_ms, end_ms, period_s, self.retention.periods, sketches)
 
     def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""

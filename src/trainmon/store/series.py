@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -106,11 +106,11 @@ class _Summary:
     minimum: float | None = None
     maximum: float | None = None
     final: tuple[int, float] | None = None  # (timestamp_ms, value)
-    chunks: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    chunks: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray, bytes]] = field(default_factory=list)
 
     def add(self, host: str, stream: int, stamps: np.ndarray, values: np.ndarray, seqs: np.ndarray) -> None:
         self.points += len(stamps)
-        self.chunks.append((host, stream, stamps, values, seqs))
+        self.chunks.append((host, stream, stamps, values, seqs, codec.pack([stamps, values, seqs])))
         finite = np.flatnonzero(np.isfinite(values))
         if not len(finite):
             return
@@ -126,21 +126,21 @@ class _Summary:
 # -- writes ---------------------------------------------------------------------------------
 
 
-def write_points(sql: Sql, job_id: int, points: list[PointTuple], periods: Sequence[int]) -> None:
-    """A batch's points (name, timestamp_ms, value or None for NaN, host, stream_id, seq)."""
+def prepare_points(points: list[PointTuple]) -> dict[str, _Summary]:
+    """A batch's points (name, timestamp_ms, value or None for NaN, host, stream_id, seq) as
+    packed chunks and summaries per metric: the work done before the transaction, so that
+    writers hold the store's lock only for the inserts."""
+    summaries: dict[str, _Summary] = {}
+    for (name, host, stream), stamps, values, seqs in _groups(points):
+        summaries.setdefault(name, _Summary()).add(host, stream, stamps, values, seqs)
+    return summaries
+
+
+def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods: Sequence[int]) -> None:
+    """Store what ``prepare_points`` made of a batch."""
     found = sql.rows("SELECT name FROM jobs WHERE id = ?", (job_id,))
     if not found:
         return  # the job was deleted while its last records were being stored
-    groups: dict[tuple[str, str, int], list[PointTuple]] = {}
-    for point in points:
-        groups.setdefault((point[0], point[3], point[4]), []).append(point)
-    summaries: dict[str, _Summary] = {}
-    for (name, host, stream), group in groups.items():
-        size = len(group)
-        stamps = np.fromiter((p[1] for p in group), np.int64, size)
-        values = np.array([p[2] for p in group], np.float64)
-        seqs = np.fromiter((p[5] for p in group), np.int64, size)
-        summaries.setdefault(name, _Summary()).add(host, stream, stamps, values, seqs)
     job = found[0][0]
     chunk_rows: list[tuple[Any, ...]] = []
     ids: dict[str, int] = {}
@@ -153,17 +153,41 @@ def write_points(sql: Sql, job_id: int, points: list[PointTuple], periods: Seque
             summary.minimum, summary.maximum, final_value, final_ms,
         ))[0]
         ids[name] = series_id
-        for _, _, stamps, values, _ in summary.chunks:
+        for _, _, stamps, values, _, _ in summary.chunks:
             if stamps.min() < rolled_ms:
                 late = (stamps < rolled_ms) & np.isfinite(values)
                 ones = np.ones(int(late.sum()))
                 v = values[late]
                 _merge_late(sql, series_id, "None", _sorted(stamps[late], ones, v, v, v, v), periods)
     for name, summary in summaries.items():  # in the batch's order
-        for host, stream, stamps, values, seqs in summary.chunks:
+        for host, stream, stamps, _, _, packed in summary.chunks:
             chunk_rows.append((ids[name], POINTS, host, stream, "None", 1, int(stamps.min()), int(stamps.max()),
-                               len(stamps), 0, codec.pack([stamps, values, seqs])))
+                               len(stamps), 0, packed))
     sql.many(_INSERT_CHUNK, chunk_rows)
+
+
+def _groups(points: list[PointTuple]) -> Iterator[tuple[tuple[str, str, int], np.ndarray, np.ndarray, np.ndarray]]:
+    """A batch's points per (name, host, stream), in the batch's order, as columns. Column-wise
+    (one pass per column in C, then numpy) because this runs for every point stored."""
+    names, stamps, values, hosts, streams, seqs = zip(*points, strict=True)
+    stamp_array = np.array(stamps, np.int64)
+    value_array = np.array(values, np.float64)  # None (NaN) becomes NaN
+    seq_array = np.array(seqs, np.int64)
+    labels: Sequence[Any] = names
+    if len(set(hosts)) > 1 or len(set(streams)) > 1:
+        labels = list(zip(names, hosts, streams, strict=True))
+    keys = {label: code for code, label in enumerate(dict.fromkeys(labels))}  # in order of appearance
+    codes = np.fromiter(map(keys.__getitem__, labels), np.int64, len(labels))
+    if labels is names:
+        keys = {(name, hosts[0], streams[0]): code for name, code in keys.items()}
+    if len(keys) == 1:
+        yield next(iter(keys)), stamp_array, value_array, seq_array
+        return
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+    for key, code in keys.items():
+        rows = order[bounds[code]:bounds[code + 1]]
+        yield key, stamp_array[rows], value_array[rows], seq_array[rows]
 
 
 def put_samples(sql: Sql, items: list[tuple[MetricKey, int, list[Sample]]], periods: Sequence[int]) -> None:
@@ -347,13 +371,14 @@ def _raw_rollups(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str,
 
 
 def _read_rollups(sql: Sql, series: int, period: int, start_ms: int, end_ms: int,
-                  unit: str | None = None) -> dict[str, Rollups]:
+                  unit: str | None = None, sketches: bool = True) -> dict[str, Rollups]:
     condition = "series_id = ? AND period = ? AND timestamp_ms >= ? AND timestamp_ms < ?"
     args: list[Any] = [series, period, start_ms, end_ms]
     if unit is not None:
         condition += " AND unit = ?"
         args.append(unit)
-    rows = sql.rows(f"SELECT unit, timestamp_ms, count, sum, minimum, maximum, sketch FROM rollups "
+    sketch = "sketch" if sketches else "NULL"
+    rows = sql.rows(f"SELECT unit, timestamp_ms, count, sum, minimum, maximum, {sketch} FROM rollups "
                     f"WHERE {condition} ORDER BY unit, timestamp_ms", args)
     found: dict[str, Rollups] = {}
     start = 0
@@ -362,28 +387,29 @@ def _read_rollups(sql: Sql, series: int, period: int, start_ms: int, end_ms: int
         while stop < len(rows) and rows[stop][0] == rows[start][0]:
             stop += 1
         group = rows[start:stop]
-        _, stamps, counts, sums, lows, highs, sketches = zip(*group, strict=True)
+        _, stamps, counts, sums, lows, highs, blobs = zip(*group, strict=True)
         found[rows[start][0]] = Rollups.from_stored(
             np.array(stamps, np.int64), np.array(counts, np.float64), np.array(sums, np.float64),
             np.array(lows, np.float64), np.array(highs, np.float64),
-            [None if s is None else bytes(s) for s in sketches],
+            [None if blob is None else bytes(blob) for blob in blobs],
         )
         start = stop
     return found
 
 
 def metric_rollups(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
-                   periods: Sequence[int]) -> dict[str, Rollups] | None:
+                   periods: Sequence[int], sketches: bool = True) -> dict[str, Rollups] | None:
     """The metric's data in [start_ms, end_ms) as roll-up rows per unit, when a tier serves the
     period (it divides the period and the start) and part of the range is rolled up; else None
-    (the caller computes from the raw datapoints)."""
+    (the caller computes from the raw datapoints). Without ``sketches``, stored rows come
+    without them (no percentiles), which saves decoding them."""
     found = series_id(sql, key)
     tier = max((p for p in periods if period_s % p == 0 and start_ms % (p * 1000) == 0), default=None)
     if found is None or tier is None or start_ms >= found[1]:
         return None
     series, rolled_ms = found
     cut = min(rolled_ms, end_ms // (tier * 1000) * tier * 1000)
-    stored = _read_rollups(sql, series, tier, start_ms, cut)
+    stored = _read_rollups(sql, series, tier, start_ms, cut, sketches=sketches)
     tail = {unit: rows.roll(0, tier * 1000) for unit, rows in _raw_rollups(sql, series, cut, end_ms).items()}
     return {unit: concat([stored.get(unit, Rollups.empty()), tail.get(unit, Rollups.empty())])
             for unit in sorted(set(stored) | set(tail))}
@@ -401,7 +427,7 @@ def convert_row_tables(sql: Sql) -> None:
     for (job_id,) in sql.rows("SELECT DISTINCT job_id FROM points ORDER BY job_id"):
         rows = sql.rows("SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE job_id = ? "
                         "ORDER BY timestamp_ms, seq", (job_id,))
-        write_points(sql, job_id, [tuple(row) for row in rows], ())  # type: ignore[misc]
+        write_points(sql, job_id, prepare_points([tuple(row) for row in rows]), ())  # type: ignore[misc]
     for metric, namespace, name, dimensions in sql.rows("SELECT id, namespace, name, dimensions FROM metrics"):
         rows = sql.rows("SELECT resolution, timestamp_ms, count, sum, minimum, maximum, value, unit FROM datapoints "
                         "WHERE metric_id = ? ORDER BY timestamp_ms", (metric,))

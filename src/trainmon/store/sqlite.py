@@ -403,14 +403,15 @@ class SqliteStore:
     # -- ingestion -------------------------------------------------------------------------
 
     def write_batch(self, batch: Batch) -> None:
+        points = series.prepare_points(batch.points) if batch.points else None
         with self._write() as db:
             if batch.chunks:
                 db.executemany(
                     "INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text) VALUES (?, ?, ?, ?, ?)",
                     batch.chunks,
                 )
-            if batch.points:
-                series.write_points(_Sql(db), batch.job_id, batch.points, self.retention.periods)
+            if points:
+                series.write_points(_Sql(db), batch.job_id, points, self.retention.periods)
             db.executemany(
                 "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
                 "first_event_ms = coalesce(first_event_ms, ?), last_event_ms = ?, last_ingestion_ms = ? "
@@ -463,9 +464,10 @@ class SqliteStore:
         with self._snapshot() as sql:
             return series.metric_samples(sql, key, start_ms, end_ms)
 
-    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int) -> dict[str, Rollups] | None:
+    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
+                       sketches: bool = True) -> dict[str, Rollups] | None:
         with self._snapshot() as sql:
-            return series.metric_rollups(sql, key, start_ms, end_ms, period_s, self.retention.periods)
+            return series.metric_rollups(sql, key, start_ms, end_ms, period_s, self.retention.periods, sketches)
 
     def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
