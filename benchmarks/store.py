@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import numpy as np
@@ -123,15 +124,28 @@ def _ingest(home: Path, url: str, points: int, baseline: bool) -> float:
     for worker in workers:
         worker.start()
     for _ in workers:
-        ready.get(timeout=600)
+        _get(ready, workers)
     began = time.perf_counter()
     go.set()
-    ended = max(done.get(timeout=600) for _ in workers)
+    ended = max(_get(done, workers) for _ in workers)
     for worker in workers:
         worker.join()
         if worker.exitcode:
             raise RuntimeError(f"a writer failed (exit code {worker.exitcode})")
     return points * WRITERS / (ended - began)
+
+
+def _get(queue: Any, workers: list[Any]) -> Any:
+    """The next message of the writers, or an error as soon as one of them died."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        try:
+            return queue.get(timeout=0.5)
+        except Empty:
+            failed = [w.exitcode for w in workers if w.exitcode]
+            if failed:
+                raise RuntimeError(f"a writer failed (exit code {failed[0]})") from None
+    raise RuntimeError("the writers did not finish in 10 minutes")
 
 
 def ingest(report: Report, scale: float) -> None:

@@ -170,14 +170,15 @@ def _groups(points: list[PointTuple]) -> Iterator[tuple[tuple[str, str, int], np
     """A batch's points per (name, host, stream), in the batch's order, as columns. Column-wise
     (one pass per column in C, then numpy) because this runs for every point stored."""
     names, stamps, values, hosts, streams, seqs = zip(*points, strict=True)
-    stamp_array = np.array(stamps, np.int64)
-    value_array = np.array(values, np.float64)  # None (NaN) becomes NaN
-    seq_array = np.array(seqs, np.int64)
+    size = len(names)
+    stamp_array = np.fromiter(stamps, np.int64, size)
+    value_array = np.fromiter(values, np.float64, size)  # None (NaN) becomes NaN
+    seq_array = np.fromiter(seqs, np.int64, size)
     labels: Sequence[Any] = names
-    if len(set(hosts)) > 1 or len(set(streams)) > 1:
+    if hosts.count(hosts[0]) != size or streams.count(streams[0]) != size:
         labels = list(zip(names, hosts, streams, strict=True))
     keys = {label: code for code, label in enumerate(dict.fromkeys(labels))}  # in order of appearance
-    codes = np.fromiter(map(keys.__getitem__, labels), np.int64, len(labels))
+    codes = np.fromiter(map(keys.__getitem__, labels), np.int64, size)
     if labels is names:
         keys = {(name, hosts[0], streams[0]): code for name, code in keys.items()}
     if len(keys) == 1:
