@@ -8,6 +8,7 @@ invalid input, 1 for other failures (and for a job that Failed), 3 for a job tha
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -569,6 +570,71 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_put_metric_data(args: argparse.Namespace) -> int:
+    """PutMetricData as the AWS CLI takes it: one datapoint from options, or --metric-data JSON."""
+    from .cloudwatch.client import CloudWatchClient
+
+    if args.metric_data is not None:
+        if args.metric_name is not None or args.value is not None or args.statistic_values is not None:
+            raise ValidationException("give either --metric-data or --metric-name with --value/--statistic-values")
+        text = args.metric_data
+        if text.startswith("file://"):
+            text = _read_text(text[len("file://"):], "--metric-data")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValidationException(f"--metric-data is not JSON: {exc}") from None
+        if isinstance(data, dict):
+            data = [data]
+    else:
+        if args.metric_name is None:
+            raise ValidationException("give --metric-name NAME with --value V (or --statistic-values), or --metric-data")
+        datum: dict[str, Any] = {"MetricName": args.metric_name}
+        if args.value is not None:
+            datum["Value"] = args.value
+        if args.statistic_values is not None:
+            pairs = _pairs(args.statistic_values.split(","), "--statistic-values")
+            if not all(_is_number(v) for v in pairs.values()):
+                raise ValidationException("--statistic-values takes numbers: SampleCount=N,Sum=S,Minimum=A,Maximum=B")
+            datum["StatisticValues"] = {k: float(v) for k, v in pairs.items()}
+        if args.unit is not None:
+            datum["Unit"] = args.unit
+        if args.dimensions is not None:
+            datum["Dimensions"] = [{"Name": k, "Value": v} for k, v in _pairs(args.dimensions.split(","), "--dimensions").items()]
+        if args.timestamp is not None:
+            datum["Timestamp"] = float(args.timestamp) if _is_number(args.timestamp) else args.timestamp
+        if args.storage_resolution is not None:
+            datum["StorageResolution"] = args.storage_resolution
+        data = [datum]
+    CloudWatchClient(_store(args)).put_metric_data(Namespace=args.namespace, MetricData=data)
+    return 0
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    """One maintenance pass now: seal chunks, roll up, expire what the retention policy drops."""
+    store = _store(args)
+    done = store.maintain()
+    summary = {"Retention": store.retention.describe(), **dataclasses.asdict(done)}
+    if args.json:
+        _print_json(summary)
+    elif not done.ran:
+        print("another process is maintaining this store now; nothing done")
+    else:
+        print(f"retention {summary['Retention']}")
+        print(f"sealed {done.sealed_points} points into {done.sealed_chunks} chunks; rolled up {done.rolled_series} "
+              f"metrics ({done.rollup_rows} roll-up rows); expired {done.expired_chunks} chunks and "
+              f"{done.expired_rollups} roll-up rows")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -690,6 +756,23 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("name")
     prof.add_argument("--metric", action="append", metavar="NAME", help="only this profiler metric (repeatable)")
     prof.add_argument("--json", action="store_true")
+
+    put = add("put-metric-data", cmd_put_metric_data,
+              "Publish a CloudWatch metric datapoint (PutMetricData), as `aws cloudwatch put-metric-data` does.")
+    put.add_argument("--namespace", required=True)
+    put.add_argument("--metric-name", metavar="NAME")
+    put.add_argument("--value", type=float)
+    put.add_argument("--statistic-values", metavar="SampleCount=N,Sum=S,Minimum=A,Maximum=B")
+    put.add_argument("--unit", help="e.g. Seconds, Percent, Count (default None)")
+    put.add_argument("--dimensions", metavar="NAME=VALUE,...")
+    put.add_argument("--timestamp", metavar="TIME", help="ISO 8601 or epoch seconds (default: now)")
+    put.add_argument("--storage-resolution", type=int, choices=[1, 60], help="1 (high resolution) or 60 (default)")
+    put.add_argument("--metric-data", metavar="JSON",
+                     help="the MetricData list (or one datum) as JSON, inline or file://PATH, instead of the options")
+
+    maintain = add("maintain", cmd_maintain, "Seal, roll up and expire metric data now (jobs' supervisors do it "
+                   "every minute); the retention policy comes from TRAINMON_RETENTION.")
+    maintain.add_argument("--json", action="store_true")
 
     demo = add("demo", cmd_demo, "Run the bundled demo training job with live metrics, then describe it.")
     demo.add_argument("--name", help="job name (default: demo-<time>)")
