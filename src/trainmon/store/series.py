@@ -449,7 +449,7 @@ class Maintenance:
     ran: bool = True
     sealed_chunks: int = 0
     sealed_points: int = 0
-    rolled_series: int = 0
+    rolled_series: int = 0  # series that had data to roll up
     rollup_rows: int = 0
     expired_chunks: int = 0
     expired_rollups: int = 0
@@ -520,7 +520,8 @@ def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Mainte
     # Move the mark before reading: a writer of older data waits for this transaction, then
     # merges into the roll-ups; one that wrote before has committed when the update returns.
     sql.rows("UPDATE series SET rolled_ms = ? WHERE id = ?", (mark, series))
-    for unit, rows in _raw_rollups(sql, series, low, mark).items():
+    raw = _raw_rollups(sql, series, low, mark)
+    for unit, rows in raw.items():
         finer = rows
         for period in retention.periods:
             finer = finer.roll(0, period * 1000)
@@ -528,7 +529,7 @@ def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Mainte
                      "AND timestamp_ms < ?", (series, period, unit, low, mark))
             _insert_rollups(sql, series, period, unit, finer)
             done.rollup_rows += len(finer)
-    done.rolled_series += 1
+    done.rolled_series += bool(raw)
 
 
 def _expire(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
