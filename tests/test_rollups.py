@@ -340,3 +340,29 @@ def test_the_background_maintainer_seals_and_rolls_up(store_target: StoreTarget)
         assert _scalar(store, "SELECT count(*) FROM chunks WHERE sealed = 0") == 0
     finally:
         store.close()
+
+
+def test_late_job_points_fold_into_the_rollups_and_nan_ones_are_kept_aside(store_target: StoreTarget) -> None:
+    store = store_target.open()
+    try:
+        now = int(time.time())
+        start = (now // 3600 - 3) * 3600
+        job = store.create_job("late", {"TrainingJobStatus": "InProgress"}, time.time())
+        stream = store.add_stream(job.id, "algo-1", "late/algo-1-0", start * 1000)
+        store.write_batch(Batch(job.id, points=[("loss", (start + i) * 1000, 1.0, "algo-1", stream.id, i)
+                                                for i in range(100)]))
+        store.maintain(now * 1000)  # rolled up: the hours before the last are final
+        store.write_batch(Batch(job.id, points=[("loss", (start + 200) * 1000, None, "algo-1", stream.id, 100)]))
+        store.write_batch(Batch(job.id, points=[("loss", (start + 201) * 1000, 5.0, "algo-1", stream.id, 101)]))
+        datapoints = CloudWatchClient(store).get_metric_statistics(
+            Namespace="/aws/sagemaker/TrainingJobs", MetricName="loss",
+            Dimensions=[{"Name": "TrainingJobName", "Value": "late"}], StartTime=start, EndTime=start + 3600,
+            Period=3600, Statistics=["SampleCount", "Sum", "Maximum"])["Datapoints"]
+        assert [(p["SampleCount"], p["Sum"], p["Maximum"]) for p in datapoints] == [(101.0, 105.0, 5.0)]
+        assert store.metric_rollups(JOB_KEY_LATE, start * 1000, (start + 3600) * 1000, 3600) is not None
+        assert len(store.points(job.id)) == 102  # the NaN point too
+    finally:
+        store.close()
+
+
+JOB_KEY_LATE = MetricKey("/aws/sagemaker/TrainingJobs", "loss", (("TrainingJobName", "late"),))

@@ -236,6 +236,8 @@ def _sorted(stamps: np.ndarray, count: np.ndarray, total: np.ndarray, low: np.nd
 
 def _merge_late(sql: Sql, series_id: int, unit: str, late: Rollups, periods: Sequence[int]) -> None:
     """Fold datapoints older than ``rolled_ms`` into every tier's stored roll-ups."""
+    if not len(late):
+        return  # only NaN or infinite points: nothing for the statistics
     finer = late
     for period in periods:
         fresh = finer.roll(0, period * 1000)
