@@ -109,9 +109,12 @@ def cpu_load(count: int) -> Iterator[None]:
 
 def child_monitor(pgid: int, seconds: float, work: Path) -> dict[str, Any]:
     # Imported before the clock starts: a long-running supervisor pays for them once (the first flush
-    # imports them, pandas too, through pyarrow), not every minute.
+    # imports them, pandas too, through pyarrow; pa.array imports pyarrow.pandas_compat, and
+    # `trainmon run` has imported fsspec's local filesystem when it checked the location), not every minute.
     import fsspec  # noqa: F401
+    import fsspec.implementations.local  # noqa: F401
     import pandas  # noqa: F401
+    import pyarrow.pandas_compat  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
     import trainmon

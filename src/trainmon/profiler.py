@@ -4,7 +4,7 @@ Files rotate every minute (a file is whole once closed, so a crash loses at most
 minute) under ``<location>/<job>/<host>/<epoch seconds>.parquet``. The location is a local
 directory (default ``<home>/profiles``) or any URL fsspec can write (``s3://...`` with s3fs).
 Columns are sorted by host, metric and time and encoded for size: timestamps delta-encoded,
-values byte-stream-split, all zstd-compressed.
+metric names dictionary-encoded, values plain, all zstd-compressed.
 """
 
 from __future__ import annotations
@@ -82,9 +82,9 @@ def check_location(location: str) -> None:
 class ProfileWriter:
     """Buffers the monitor's rows and writes a file per host every ``rotate_s`` seconds.
 
-    ``add`` only keeps the row (a tick pays for one append); when a file is due, the rows are
-    turned into columns sorted by metric and time, and written, on a background thread, so
-    that a tick is never held up by it. Failures (a full disk, a vanished bucket) are kept in
+    ``add`` only keeps the row (one append); when a file is due, the rows are turned into
+    columns sorted by metric and time, and written, on a background thread, so that the
+    monitor is never held up by it. Failures (a full disk, a vanished bucket) are kept in
     ``failed`` and never raised.
     """
 
