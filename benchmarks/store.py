@@ -1,8 +1,8 @@
 """The metric store: ingest, bytes on disk, GetMetricStatistics from roll-ups, GetMetricData.
 
 1. Ingest. 4 writer processes, each its own job, each writing 250,000 points (10 metrics, values
-   printed with four decimals, a point a second per metric) in batches of 5,000 points, as the
-   job writer batches a busy log, all into one store. Points per second from the first write to
+   printed with four decimals, a point a second per metric) in batches of 50,000 points, as the
+   job writer batches a busy log (``capture.FLUSH_POINTS``), all into one store. Points per second from the first write to
    the last commit, into SQLite and into PostgreSQL (a throwaway server the benchmark starts,
    fsync off, as the tests run it). Baseline: the same processes inserting the same points as a
    row per point (the obvious schema, indexed by job, name and time) into the same backend.
@@ -35,11 +35,13 @@ from typing import Any
 
 import numpy as np
 
+from trainmon.capture import FLUSH_POINTS
+
 from .common import Report, best_of, heading, ms, rate, ratio_text, scratch_dir, table
 
 WRITERS = 4
 POINTS_PER_WRITER = 250_000
-BATCH = 5_000
+BATCH = FLUSH_POINTS  # what the job writer stores at once when a busy log fills its batch (capture.py)
 METRICS = 10
 INGEST_TARGET = 1_000_000
 BYTES_TARGET = 4.0

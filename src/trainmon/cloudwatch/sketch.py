@@ -135,6 +135,9 @@ class Rollups:
         if not len(self):
             return self
         slot = (self.timestamp_ms - origin_ms) // period_ms
+        if len(slot) < 2 or bool(np.all(slot[1:] != slot[:-1])):  # a row per period already
+            return Rollups(origin_ms + slot * period_ms, self.count, self.sum, self.minimum, self.maximum,
+                           self.sketched, self.bin_row, self.bin_key, self.bin_count)
         starts = np.flatnonzero(np.r_[True, slot[1:] != slot[:-1]])
         group = np.cumsum(np.r_[False, slot[1:] != slot[:-1]])
         sketched = np.logical_and.reduceat(self.sketched, starts)

@@ -150,28 +150,34 @@ def aggregate_rollups(
     from the merged sketches (within the sketch's relative accuracy; see cloudwatch/sketch.py)."""
     wanted = list(statistics)
     extended = [(p, percentile_of(p) / 100.0) for p in percentiles]
-    datapoints = []
-    for row_unit, rows in rollups.items():
+    datapoints: list[dict[str, Any]] = []
+    for row_unit, stored in rollups.items():
         if unit is not None and row_unit != unit:
             continue
-        inside = (rows.timestamp_ms >= start_ms) & (rows.timestamp_ms < end_ms)
+        inside = (stored.timestamp_ms >= start_ms) & (stored.timestamp_ms < end_ms)
         if not inside.all():
-            rows = rows.select(inside)
-        periods = rows.roll(start_ms, period_s * 1000)
-        columns: dict[str, list[float]] = {
-            "SampleCount": periods.count.tolist(), "Sum": periods.sum.tolist(),
-            "Minimum": periods.minimum.tolist(), "Maximum": periods.maximum.tolist(),
-            "Average": (periods.sum / np.where(periods.count == 0, 1, periods.count)).tolist(),
+            stored = stored.select(inside)
+        periods = stored.roll(start_ms, period_s * 1000)
+        columns: dict[str, Any] = {
+            "SampleCount": periods.count, "Sum": periods.sum, "Minimum": periods.minimum, "Maximum": periods.maximum,
+            "Average": periods.sum / np.where(periods.count == 0, 1, periods.count),
         }
-        quantiles = {name: periods.quantiles(q).tolist() for name, q in extended}
-        for index, stamp in enumerate(periods.timestamp_ms.tolist()):
-            point: dict[str, Any] = {"Timestamp": stamp / 1000.0, "Unit": row_unit}
-            for name in wanted:
-                point[name] = columns[name][index]
-            if extended and periods.sketched[index]:
-                point["ExtendedStatistics"] = {name: values[index] for name, values in quantiles.items()}
-            datapoints.append(point)
-    datapoints.sort(key=lambda point: (point["Timestamp"], point["Unit"]))
+        columns = {name: columns[name].tolist() for name in wanted}
+        stamps = (periods.timestamp_ms / 1000.0).tolist()
+        rows: list[dict[str, Any]] = [{"Timestamp": stamp, "Unit": row_unit} for stamp in stamps]
+        for name in wanted:
+            for point, value in zip(rows, columns[name], strict=True):
+                point[name] = value
+        if extended:
+            quantiles = [periods.quantiles(q).tolist() for _, q in extended]
+            names = [name for name, _ in extended]
+            for index, (point, sketched) in enumerate(zip(rows, periods.sketched.tolist(), strict=True)):
+                if sketched:
+                    point["ExtendedStatistics"] = {name: values[index] for name, values in zip(names, quantiles,
+                                                                                                strict=True)}
+        datapoints.extend(rows)
+    if len(rollups) > 1:
+        datapoints.sort(key=lambda point: (point["Timestamp"], point["Unit"]))
     return datapoints
 
 
