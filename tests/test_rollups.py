@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -22,7 +24,7 @@ from trainmon.cloudwatch.statistics import STATISTICS, Sample
 from trainmon.errors import ValidationException
 from trainmon.maintenance import Maintainer
 from trainmon.retention import CLOUDWATCH, parse
-from trainmon.store import Batch, Store
+from trainmon.store import Batch, Store, series
 from trainmon.store.codec import pack, seal, unpack
 
 from .conftest import StoreTarget
@@ -87,6 +89,15 @@ def test_sketch_keys_and_percentiles_are_the_ddsketch_librarys() -> None:
     stored = Rollups.from_stored(minute.timestamp_ms, minute.count, minute.sum, minute.minimum, minute.maximum,
                                  minute.sketches())
     assert np.array_equal(stored.quantiles(0.9), minute.quantiles(0.9))
+
+
+def test_fractional_counts_keep_each_rows_percentiles_in_its_own_bins() -> None:
+    rng = np.random.default_rng(0)
+    stamps = np.sort(rng.integers(0, 10, 500)) * 60_000
+    counts = rng.choice([0.1, 0.2, 0.3, 0.7, 1.1], 500)  # running sums of these round differently
+    values = rng.uniform(1, 1000, 500).round(2)
+    minutes = Rollups.from_samples(stamps, counts, values * counts, values, values, values).roll(0, 60_000)
+    assert np.all(np.abs(minutes.quantiles(0.0) - minutes.minimum) <= RELATIVE_ACCURACY * minutes.minimum)
 
 
 def test_retention_policies() -> None:
@@ -366,3 +377,93 @@ def test_late_job_points_fold_into_the_rollups_and_nan_ones_are_kept_aside(store
 
 
 JOB_KEY_LATE = MetricKey("/aws/sagemaker/TrainingJobs", "loss", (("TrainingJobName", "late"),))
+
+
+def test_a_period_of_fractional_counts_takes_its_percentiles_from_its_own_values(store_target: StoreTarget) -> None:
+    store = store_target.open()
+    try:
+        now = int(time.time())
+        start = (now // 3600 - 3) * 3600
+        client = CloudWatchClient(store)
+        for offset, value, count in ((0, 100.0, 1.0), (60, 1.0, 0.5)):
+            client.put_metric_data(Namespace="App", MetricData=[{
+                "MetricName": "Latency", "Dimensions": DIMENSIONS, "Timestamp": start + offset, "Values": [value],
+                "Counts": [count], "Unit": "Milliseconds", "StorageResolution": 1}])
+        store.maintain(now * 1000)
+        assert store.metric_rollups(KEY, start * 1000, (start + 120) * 1000, 60) is not None
+        datapoints = client.get_metric_statistics(
+            Namespace="App", MetricName="Latency", Dimensions=DIMENSIONS, StartTime=start, EndTime=start + 120,
+            Period=60, ExtendedStatistics=["p50", "p100"])["Datapoints"]
+        assert [p["ExtendedStatistics"]["p100"] for p in datapoints] == [pytest.approx(100.0, rel=RELATIVE_ACCURACY),
+                                                                         pytest.approx(1.0, rel=RELATIVE_ACCURACY)]
+        assert datapoints[1]["ExtendedStatistics"]["p50"] == pytest.approx(1.0, rel=RELATIVE_ACCURACY)
+    finally:
+        store.close()
+
+
+def test_maintenance_goes_on_when_a_job_is_deleted_during_a_pass(store_target: StoreTarget) -> None:
+    store = store_target.open()
+    try:
+        now = int(time.time())
+        job_id, _ = _job_with_points(store, 1000, (now - 7200) * 1000)
+        _put(store, *_series(now - 7200, now - 3600))
+        opened = 0
+
+        @contextmanager
+        def transaction() -> Iterator[series.Sql]:
+            nonlocal opened
+            opened += 1
+            with store._transaction() as sql:  # type: ignore[attr-defined]
+                yield sql
+            if opened == 2:  # the series are listed: the job goes now
+                store.delete_job("sealed")
+
+        done = series.maintain(transaction, store.retention, now * 1000)
+        assert done.ran and done.rolled_series == 1  # the other metric's
+        assert store.points(job_id) == []
+        assert store.metric_rollups(KEY, (now // 3600 - 2) * 3600_000, now * 1000, 3600) is not None
+    finally:
+        store.close()
+
+
+def test_two_maintainers_sealing_one_series_at_once_keep_each_point_once(store_target: StoreTarget) -> None:
+    first, second = store_target.open(), store_target.open()
+    try:
+        now_ms = int(time.time() * 1000)
+        job_id, _ = _job_with_points(first, 3000, now_ms - 7_200_000)
+        (series_id,) = first._read("SELECT id FROM series")[0]  # type: ignore[attr-defined]
+
+        def seal_too() -> None:
+            with second._transaction() as sql:  # type: ignore[attr-defined]
+                series._seal(sql, series_id, now_ms, series.Maintenance())
+
+        other = threading.Thread(target=seal_too)
+        with first._transaction() as sql:  # type: ignore[attr-defined]
+            series._seal(sql, series_id, now_ms, series.Maintenance())
+            other.start()
+            if store_target.backend == "postgres":  # SQLite's second writer waits at BEGIN IMMEDIATE
+                deadline = time.monotonic() + 30
+                while not sql.rows("SELECT 1 FROM pg_locks WHERE NOT granted") and time.monotonic() < deadline:
+                    time.sleep(0.01)
+        other.join()
+        assert len(first.points(job_id)) == 3000
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_metrics_of_one_record_keep_their_order_through_sealing(store_target: StoreTarget) -> None:
+    store = store_target.open()
+    try:
+        start_ms = (int(time.time()) - 7200) * 1000
+        job = store.create_job("order", {"TrainingJobStatus": "InProgress"}, time.time())
+        stream = store.add_stream(job.id, "algo-1", "order/algo-1-0", start_ms)
+        names = ["loss", "acc", "lr", "epoch", "b", "a"]
+        store.write_batch(Batch(job.id, points=[(name, start_ms + i * 1000, float(i), "algo-1", stream.id, i)
+                                                for i in range(3) for name in names]))
+        before = [(p.name, p.seq) for p in store.points(job.id)]
+        assert before == [(name, i) for i in range(3) for name in sorted(names)]
+        store.maintain(int(time.time() * 1000))
+        assert [(p.name, p.seq) for p in store.points(job.id)] == before
+    finally:
+        store.close()

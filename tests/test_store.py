@@ -296,7 +296,7 @@ def test_points_in_time_then_log_order_with_filters(any_store: Store) -> None:
     job, one, two = _points_job(any_store)
     everything = any_store.points(job.id)
     assert [(p.name, p.timestamp_ms, p.host) for p in everything] == [
-        ("loss", 100, "algo-1"), ("acc", 100, "algo-1"), ("loss", 100, "algo-2"), ("loss", 200, "algo-1"),
+        ("acc", 100, "algo-1"), ("loss", 100, "algo-1"), ("loss", 100, "algo-2"), ("loss", 200, "algo-1"),
         ("loss", 300, "algo-1"), ("acc", 300, "algo-2"), ("lr", 400, "algo-1"), ("loss", 400, "algo-2"),
         ("loss", 400, "algo-2"), ("lr", 500, "algo-1")]
     assert [(p.stream_id, p.seq) for p in everything[:3]] == [(one, 0), (one, 0), (two, 0)]
@@ -589,7 +589,7 @@ def test_a_store_of_the_row_per_point_schema_is_migrated_to_series(tmp_path: Pat
     store = SqliteStore(path)
     try:
         assert [(p.name, p.timestamp_ms, p.seq) for p in store.points(1)] == [
-            ("loss", 1000, 0), ("loss", 2000, 1), ("loss", 3000, 2), ("acc", 3000, 2)]
+            ("loss", 1000, 0), ("loss", 2000, 1), ("acc", 3000, 2), ("loss", 3000, 2)]
         assert math.isnan(store.points(1)[1].value)
         assert store.final_metrics(1) == [("acc", 0.5, 3000), ("loss", 1.5, 3000)]
         assert store.metric_summaries(1) == {"loss": (3, 1.5, 2.0), "acc": (1, 0.5, 0.5)}

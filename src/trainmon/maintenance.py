@@ -26,7 +26,7 @@ class Maintainer:
         self._every_s, self._first_after_s = every_s, first_after_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainmon-maintenance", daemon=True)
-        self.error: TrainmonError | None = None  # the last pass's failure, if it failed
+        self.error: Exception | None = None  # the last pass's failure, if it failed
         self.passes: list[Maintenance] = []
 
     def start(self) -> None:
@@ -50,8 +50,8 @@ class Maintainer:
                     self.passes.append(store.maintain())
                     del self.passes[:-10]
                     self.error = None
-                except TrainmonError as exc:
-                    self.error = exc  # a full disk, a lost server: try again next time
+                except Exception as exc:  # a full disk, a lost server, a bug: the job goes on; try again
+                    self.error = exc
                 if self._stop.wait(self._every_s):
                     return
         finally:

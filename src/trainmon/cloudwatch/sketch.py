@@ -168,7 +168,9 @@ class Rollups:
         before = np.cumsum(totals) - totals
         rows = np.flatnonzero(self.sketched & (totals > 0))
         index = np.searchsorted(cumulative, before[rows] + q * (totals[rows] - 1), side="right")
-        index = np.minimum(index, len(cumulative) - 1)
+        # Within the row's own bins: with fractional counts the rank can fall before them (a row
+        # under 1 in all), or rounding in the running sums can put it in the previous row's.
+        index = np.clip(index, np.searchsorted(self.bin_row, rows), np.searchsorted(self.bin_row, rows, "right") - 1)
         out[rows] = bin_values(self.bin_key[index])
         return out
 

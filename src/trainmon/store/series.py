@@ -304,8 +304,8 @@ def series_id(sql: Sql, key: MetricKey) -> tuple[int, int] | None:
 
 def job_points(sql: Sql, job_id: int, *, names: list[str] | None, host: str | None, start_ms: int | None,
                end_ms: int | None) -> list[PointRow]:
-    """A job's points in time order, then by log stream and position in it (the metrics of one
-    record in the order their chunks were stored)."""
+    """A job's points in time order, then by log stream, position in it and metric name (the
+    metrics of one record by name, whatever order they were stored in)."""
     condition = "kind = 0 AND series_id IN (SELECT id FROM series WHERE job_id = ?"
     args: list[Any] = [job_id]
     if names:
@@ -328,7 +328,9 @@ def job_points(sql: Sql, job_id: int, *, names: list[str] | None, host: str | No
     values = np.concatenate([p[3] for p in parts])
     labels = [label for p in parts for label in p[2]]
     streams = np.fromiter((label[2] for label in labels), np.int64, len(labels))
-    order = np.lexsort((seqs, streams, stamps))
+    rank = {name: index for index, name in enumerate(sorted({label[0] for label in labels}))}
+    by_name = np.fromiter((rank[label[0]] for label in labels), np.int64, len(labels))
+    order = np.lexsort((by_name, seqs, streams, stamps))
     return [PointRow(labels[i][0], int(stamps[i]), float(values[i]), labels[i][1], labels[i][2], int(seqs[i]))
             for i in order.tolist()]
 
@@ -485,6 +487,11 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Mai
 
 
 def _seal(sql: Sql, series: int, now_ms: int, done: Maintenance) -> None:
+    # Lock the series row first (SQLite's write lock already serializes): a second maintainer
+    # (the lease ran out, or the same process) then reads the chunks after this one committed,
+    # instead of deleting the same ones and inserting their points again.
+    if not sql.rows("UPDATE series SET rolled_ms = rolled_ms WHERE id = ? RETURNING id", (series,)):
+        return  # deleted with its job since the pass listed it
     rows = sql.rows(
         f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE series_id = ? AND ((sealed = 0 AND last_ms < ?) "
         "OR (sealed = 1 AND count < ?)) ORDER BY id",
@@ -502,7 +509,9 @@ def _seal(sql: Sql, series: int, now_ms: int, done: Maintenance) -> None:
         order = np.lexsort((columns[2], stamps)) if kind == POINTS else np.argsort(stamps, kind="stable")
         columns = [column[order] for column in columns]
         ids = [row[0] for row in group]
-        sql.rows(f"DELETE FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids)
+        for first in range(0, len(ids), 1000):  # under every driver's limit of parameters
+            part = ids[first:first + 1000]
+            sql.rows(f"DELETE FROM chunks WHERE id IN ({','.join('?' * len(part))})", part)
         new = []
         for start in range(0, len(stamps), SEAL_POINTS):
             piece = [column[start:start + SEAL_POINTS] for column in columns]
@@ -516,9 +525,10 @@ def _seal(sql: Sql, series: int, now_ms: int, done: Maintenance) -> None:
 def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
     coarsest = retention.periods[-1] * 1000
     mark = (now_ms - ROLL_LAG_MS) // coarsest * coarsest
-    low = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))[0][0]
-    if mark <= low:
-        return
+    found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
+    if not found or mark <= found[0][0]:
+        return  # deleted with its job since the pass listed it, or rolled up to the mark
+    low = found[0][0]
     # Move the mark before reading: a writer of older data waits for this transaction, then
     # merges into the roll-ups; one that wrote before has committed when the update returns.
     sql.rows("UPDATE series SET rolled_ms = ? WHERE id = ?", (mark, series))
@@ -537,6 +547,8 @@ def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Mainte
 def _expire(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
     if retention.raw_s is not None:
         found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
+        if not found:
+            return  # deleted with its job since the pass listed it
         cutoff = min(now_ms - retention.raw_s * 1000, found[0][0] if retention.tiers else now_ms)
         expired = sql.rows("DELETE FROM chunks WHERE series_id = ? AND kind = ? AND last_ms < ? RETURNING 1",
                            (series, SAMPLES, cutoff))
