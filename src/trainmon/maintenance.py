@@ -13,7 +13,7 @@ import threading
 
 from .errors import TrainmonError
 from .store import Store, open_store
-from .store.series import Maintenance
+from .store.base import Maintenance
 
 EVERY_S = 60.0
 FIRST_AFTER_S = 5.0

@@ -32,7 +32,6 @@ from .model import (
     epoch_seconds,
     parse_put,
 )
-from .sketch import concat
 from .statistics import (
     STATISTICS,
     aggregate,
@@ -171,6 +170,8 @@ class CloudWatchClient:
         rollups = self.store.metric_rollups(key, start_ms, end_ms, period, sketches=bool(percentiles))
         if rollups is not None:
             if any_unit:
+                from .sketch import concat
+
                 rollups = {"None": concat(list(rollups.values()))}
             return aggregate_rollups(rollups, **arguments)
         samples = self.store.metric_samples(key, start_ms, end_ms)

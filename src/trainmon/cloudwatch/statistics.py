@@ -13,12 +13,12 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidParameterCombination, InvalidParameterValue
-from .sketch import Rollups
+
+if TYPE_CHECKING:
+    from .sketch import Rollups
 
 STATISTICS = ("SampleCount", "Average", "Sum", "Minimum", "Maximum")
 SUB_MINUTE_PERIODS = (1, 5, 10, 20, 30)
@@ -148,6 +148,8 @@ def aggregate_rollups(
 ) -> list[dict[str, Any]]:
     """``aggregate`` over roll-up rows (per unit): the same statistics, exactly, and percentiles
     from the merged sketches (within the sketch's relative accuracy; see cloudwatch/sketch.py)."""
+    import numpy as np  # here, not at import: the CLI's job and log commands never need it
+
     wanted = list(statistics)
     extended = [(p, percentile_of(p) / 100.0) for p in percentiles]
     datapoints: list[dict[str, Any]] = []

@@ -14,17 +14,21 @@ by "\\n", times are epoch seconds (jobs) or milliseconds.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..cloudwatch.model import MetricKey
-from ..cloudwatch.sketch import Rollups
 from ..cloudwatch.statistics import Sample
 from ..errors import DuplicateKey, ResourceInUse, StoreError
 from ..retention import Retention
 from .records import Batch, EventRow, JobRow, PointRow, StreamRow
-from .series import Maintenance
+
+if TYPE_CHECKING:
+    from ..cloudwatch.sketch import Rollups
 
 SEQ_END = 2**62  # above every record number
 
@@ -32,6 +36,32 @@ JOB_COLUMNS = "id, name, status, creation_time, last_modified_time, doc, supervi
 STREAM_COLUMNS = (
     "id, job_id, host, name, creation_ms, first_event_ms, last_event_ms, last_ingestion_ms, records, stored_bytes"
 )
+
+
+class Sql(Protocol):
+    """One transaction of a backend; SQL with ``?`` placeholders."""
+
+    greatest: str  # the two-argument maximum: SQLite's max, PostgreSQL's GREATEST
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+
+Transaction = Callable[[], AbstractContextManager[Sql]]
+
+
+@dataclass
+class Maintenance:
+    """What one maintenance pass did."""
+
+    ran: bool = True
+    sealed_chunks: int = 0
+    sealed_points: int = 0
+    rolled_series: int = 0  # series that had data to roll up
+    rollup_rows: int = 0
+    expired_chunks: int = 0
+    expired_rollups: int = 0
 
 
 class Store(Protocol):
@@ -145,6 +175,91 @@ class Store(Protocol):
         """Seal still chunks, roll up whole periods, expire what the retention policy drops; does
         nothing when another process is at it."""
         ...
+
+
+class MetricSeries:
+    """The metric half of the Store contract, one implementation for both backends: SQL through
+    the backend's :class:`Sql` adapter (``_snapshot()`` to read, ``_transaction()`` to write) and
+    :mod:`trainmon.store.series`, imported on first use, because it needs numpy, which commands
+    that only look at jobs and logs should not pay for at start."""
+
+    retention: Retention
+
+    def _snapshot(self) -> AbstractContextManager[Sql]:
+        raise NotImplementedError
+
+    def _transaction(self) -> AbstractContextManager[Sql]:
+        raise NotImplementedError
+
+    def points(self, job_id: int, *, names: list[str] | None = None, host: str | None = None,
+               start_ms: int | None = None, end_ms: int | None = None) -> list[PointRow]:
+        from . import series
+
+        with self._snapshot() as sql:
+            return series.job_points(sql, job_id, names=names, host=host, start_ms=start_ms, end_ms=end_ms)
+
+    def metric_names(self, job_id: int) -> list[str]:
+        with self._snapshot() as sql:
+            return [row[0] for row in sql.rows(
+                "SELECT name FROM series WHERE job_id = ? AND points > 0 ORDER BY name", (job_id,))]
+
+    def final_metrics(self, job_id: int) -> list[tuple[str, float, int]]:
+        """Per metric, the last finite value and its time: (name, value, timestamp_ms)."""
+        with self._snapshot() as sql:
+            rows = sql.rows("SELECT name, final_value, final_ms FROM series WHERE job_id = ? "
+                            "AND final_ms IS NOT NULL ORDER BY name", (job_id,))
+        return [(name, value, ts) for name, value, ts in rows]
+
+    def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
+        """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
+        with self._snapshot() as sql:
+            rows = sql.rows("SELECT name, points, minimum, maximum FROM series WHERE job_id = ? AND points > 0",
+                            (job_id,))
+        return {name: (count, low, high) for name, count, low, high in rows}
+
+    def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
+        """Store a whole PutMetricData call in one transaction: all of it or nothing."""
+        from . import series
+
+        with self._transaction() as sql:
+            series.put_samples(sql, items, self.retention.periods)
+
+    def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
+        """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
+        from . import series
+
+        with self._snapshot() as sql:
+            return series.metric_samples(sql, key, start_ms, end_ms)
+
+    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
+                       sketches: bool = True) -> dict[str, Rollups] | None:
+        from . import series
+
+        with self._snapshot() as sql:
+            return series.metric_rollups(sql, key, start_ms, end_ms, period_s, self.retention.periods, sketches)
+
+    def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
+        """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
+        where = Where("?").add("namespace = ?", namespace).add("name = ?", name)
+        with self._snapshot() as sql:
+            rows = sql.rows(f"SELECT namespace, name, dimensions, last_ms FROM series WHERE {where.sql}", where.args)
+        keys = [(MetricKey.from_row(ns, metric, dimensions), last) for ns, metric, dimensions, last in rows]
+        return sorted(keys, key=lambda item: (item[0].namespace, item[0].name, item[0].dimensions))
+
+    def maintain(self, now_ms: int | None = None) -> Maintenance:
+        from . import series
+
+        return series.maintain(self._transaction, self.retention,
+                               now_ms if now_ms is not None else int(time.time() * 1000))
+
+
+def prepared_points(batch: Batch) -> Any:
+    """What ``series.prepare_points`` makes of a batch's points, before the write transaction."""
+    if not batch.points:
+        return None
+    from . import series
+
+    return series.prepare_points(batch.points)
 
 
 # -- rows and records ----------------------------------------------------------------------

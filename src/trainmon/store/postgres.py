@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,29 +40,27 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pg_errors
 
-from ..cloudwatch.model import MetricKey
-from ..cloudwatch.sketch import Rollups
-from ..cloudwatch.statistics import Sample
 from ..errors import ResourceNotFound, StoreError
 from ..retention import Retention
 from ..retention import current as current_retention
-from . import series
 from .base import (
     JOB_COLUMNS,
     SEQ_END,
     STREAM_COLUMNS,
+    MetricSeries,
     Problem,
+    Sql,
     Where,
     chunk_events,
     job_from_row,
     job_name_in_use,
     job_values,
     new_job_values,
+    prepared_points,
     store_error,
     stream_stats,
 )
-from .records import Batch, EventRow, JobRow, PointRow, StreamRow
-from .series import convert_row_tables, sorted_keys
+from .records import Batch, EventRow, JobRow, StreamRow
 
 _MIGRATIONS: list[str | Callable[[psycopg.Connection[Any]], None]] = [
     """
@@ -197,7 +194,7 @@ _MIGRATION_LOCK = 0x7472_6169_6E6D  # "trainm": the advisory lock migrations run
 _LOCK_TIMEOUT = "30s"
 
 
-class PostgresStore:
+class PostgresStore(MetricSeries):
     """The store in a PostgreSQL database; ``home`` is the local data directory (job files)."""
 
     def __init__(self, url: str, home: Path, retention: Retention | None = None) -> None:
@@ -468,7 +465,7 @@ class PostgresStore:
     # -- ingestion -------------------------------------------------------------------------
 
     def write_batch(self, batch: Batch) -> None:
-        points = series.prepare_points(batch.points) if batch.points else None
+        points = prepared_points(batch)
         with self._write() as db:
             cursor = db.cursor()
             if batch.chunks:
@@ -479,7 +476,9 @@ class PostgresStore:
                     for stream_id, first_seq, count, stamp, text in batch.chunks:
                         copy.write_row((stream_id, first_seq, count, stamp, text.encode("utf-8")))
             if points:
-                series.write_points(_Sql(db), batch.job_id, points, self.retention.periods)
+                from .series import write_points
+
+                write_points(_Sql(db), batch.job_id, points, self.retention.periods)
             if batch.stream_stats:
                 cursor.executemany(
                     "UPDATE log_streams SET records = records + %s, stored_bytes = stored_bytes + %s, "
@@ -492,68 +491,12 @@ class PostgresStore:
                     "UPDATE jobs SET diagnostics = %s WHERE id = %s", (json.dumps(batch.diagnostics), batch.job_id)
                 )
 
-    # -- points ----------------------------------------------------------------------------
-
-    def points(
-        self,
-        job_id: int,
-        *,
-        names: list[str] | None = None,
-        host: str | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-    ) -> list[PointRow]:
-        with self._transaction() as sql:
-            return series.job_points(sql, job_id, names=names, host=host, start_ms=start_ms, end_ms=end_ms)
-
-    def metric_names(self, job_id: int) -> list[str]:
-        rows = self._read("SELECT name FROM series WHERE job_id = %s AND points > 0 ORDER BY name", (job_id,))
-        return [row[0] for row in rows]
-
-    def final_metrics(self, job_id: int) -> list[tuple[str, float, int]]:
-        """Per metric, the last finite value and its time: (name, value, timestamp_ms)."""
-        rows = self._read("SELECT name, final_value, final_ms FROM series WHERE job_id = %s AND final_ms IS NOT NULL "
-                          "ORDER BY name", (job_id,))
-        return [(name, value, ts) for name, value, ts in rows]
-
-    def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
-        """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
-        rows = self._read("SELECT name, points, minimum, maximum FROM series WHERE job_id = %s AND points > 0",
-                          (job_id,))
-        return {name: (count, low, high) for name, count, low, high in rows}
-
-    # -- CloudWatch metrics ----------------------------------------------------------------
-
-    def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
-        """Store a whole PutMetricData call in one transaction: all of it or nothing."""
-        with self._transaction() as sql:
-            series.put_samples(sql, items, self.retention.periods)
-
-    def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
-        """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
-        with self._transaction() as sql:
-            return series.metric_samples(sql, key, start_ms, end_ms)
-
-    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
-                       sketches: bool = True) -> dict[str, Rollups] | None:
-        with self._transaction() as sql:
-            return series.metric_rollups(sql, key, start_ms, end_ms, period_s, self.retention.periods, sketches)
-
-    def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
-        """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
-        where = Where("%s", arrays=True).add("namespace = ?", namespace).add("name = ?", name)
-        rows = self._read(f"SELECT namespace, name, dimensions, last_ms FROM series WHERE {where.sql}",
-                          tuple(where.args))
-        return sorted_keys(rows)
-
-    def maintain(self, now_ms: int | None = None) -> series.Maintenance:
-        return series.maintain(self._transaction, self.retention,
-                               now_ms if now_ms is not None else int(time.time() * 1000))
-
     @contextmanager
-    def _transaction(self) -> Iterator[series.Sql]:
+    def _transaction(self) -> Iterator[Sql]:
         with self._write() as db:
             yield _Sql(db)
+
+    _snapshot = _transaction  # reads see one snapshot too; PostgreSQL readers never wait for writers
 
 
 class _Sql:
@@ -574,6 +517,8 @@ class _Sql:
 
 def _move_points_to_series(db: psycopg.Connection[Any]) -> None:
     """Migration 4: the row-per-point tables of migration 1 become series and chunks."""
+    from .series import convert_row_tables
+
     convert_row_tables(_Sql(db))
     db.execute("DROP TABLE points, datapoints, job_metrics, metrics")
 

@@ -31,10 +31,9 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +42,7 @@ from ..cloudwatch.sketch import Rollups, concat
 from ..cloudwatch.statistics import Sample
 from ..retention import Retention
 from . import codec
+from .base import Maintenance, Sql, Transaction
 from .records import PointRow, PointTuple
 
 POINTS, SAMPLES = 0, 1  # chunk kinds: a job's log points; PutMetricData's datapoints
@@ -50,19 +50,6 @@ SEAL_POINTS = 8192
 SEAL_AFTER_MS = 60_000
 ROLL_LAG_MS = 60_000  # roll a period up this long after it ends, when late writes have landed
 LEASE_MS = 600_000
-
-
-class Sql(Protocol):
-    """One transaction of a backend; SQL with ``?`` placeholders."""
-
-    greatest: str  # the two-argument maximum: SQLite's max, PostgreSQL's GREATEST
-
-    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
-
-    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
-
-
-Transaction = Callable[[], AbstractContextManager[Sql]]
 
 
 def digest(key: MetricKey) -> bytes:
@@ -420,12 +407,6 @@ def metric_rollups(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_
             for unit in sorted(set(stored) | set(tail))}
 
 
-def sorted_keys(rows: Iterable[tuple[str, str, str, int]]) -> list[tuple[MetricKey, int]]:
-    """(key, last_ms) of series rows (namespace, name, dimensions JSON, last_ms), in ListMetrics' order."""
-    keys = [(MetricKey.from_row(namespace, name, dimensions), last) for namespace, name, dimensions, last in rows]
-    return sorted(keys, key=lambda item: (item[0].namespace, item[0].name, item[0].dimensions))
-
-
 def convert_row_tables(sql: Sql) -> None:
     """Move the data of the first schema (a row per point in ``points``, per datapoint in
     ``datapoints``) into series and chunks; the migration drops the old tables afterwards."""
@@ -444,19 +425,6 @@ def convert_row_tables(sql: Sql) -> None:
 
 
 # -- maintenance ----------------------------------------------------------------------------
-
-
-@dataclass
-class Maintenance:
-    """What one maintenance pass did."""
-
-    ran: bool = True
-    sealed_chunks: int = 0
-    sealed_points: int = 0
-    rolled_series: int = 0  # series that had data to roll up
-    rollup_rows: int = 0
-    expired_chunks: int = 0
-    expired_rollups: int = 0
 
 
 def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Maintenance:

@@ -24,29 +24,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..cloudwatch.model import MetricKey
-from ..cloudwatch.sketch import Rollups
-from ..cloudwatch.statistics import Sample
 from ..errors import DuplicateKey, ResourceNotFound, StoreError
 from ..retention import Retention
 from ..retention import current as current_retention
-from . import series
 from .base import (
     JOB_COLUMNS,
     SEQ_END,
     STREAM_COLUMNS,
+    MetricSeries,
     Problem,
+    Sql,
     Where,
     chunk_events,
     job_from_row,
     job_name_in_use,
     job_values,
     new_job_values,
+    prepared_points,
     store_error,
     stream_stats,
 )
-from .records import Batch, EventRow, JobRow, PointRow, StreamRow
-from .series import convert_row_tables, sorted_keys
+from .records import Batch, EventRow, JobRow, StreamRow
 
 _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """
@@ -178,7 +176,7 @@ _MIGRATIONS.append(lambda db: _move_points_to_series(db))
 OPEN_TIMEOUT_S = 30.0
 
 
-class SqliteStore:
+class SqliteStore(MetricSeries):
     """The store in one SQLite file; ``home`` is the data directory (by default the file's)."""
 
     def __init__(self, path: Path | str, home: Path | None = None, retention: Retention | None = None) -> None:
@@ -403,7 +401,7 @@ class SqliteStore:
     # -- ingestion -------------------------------------------------------------------------
 
     def write_batch(self, batch: Batch) -> None:
-        points = series.prepare_points(batch.points) if batch.points else None
+        points = prepared_points(batch)
         with self._write() as db:
             if batch.chunks:
                 db.executemany(
@@ -411,7 +409,9 @@ class SqliteStore:
                     batch.chunks,
                 )
             if points:
-                series.write_points(_Sql(db), batch.job_id, points, self.retention.periods)
+                from .series import write_points
+
+                write_points(_Sql(db), batch.job_id, points, self.retention.periods)
             db.executemany(
                 "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
                 "first_event_ms = coalesce(first_event_ms, ?), last_event_ms = ?, last_ingestion_ms = ? "
@@ -423,69 +423,13 @@ class SqliteStore:
                     "UPDATE jobs SET diagnostics = ? WHERE id = ?", (json.dumps(batch.diagnostics), batch.job_id)
                 )
 
-    # -- points ----------------------------------------------------------------------------
-
-    def points(
-        self,
-        job_id: int,
-        *,
-        names: list[str] | None = None,
-        host: str | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-    ) -> list[PointRow]:
-        with self._snapshot() as sql:
-            return series.job_points(sql, job_id, names=names, host=host, start_ms=start_ms, end_ms=end_ms)
-
-    def metric_names(self, job_id: int) -> list[str]:
-        return [row[0] for row in self._read(
-            "SELECT name FROM series WHERE job_id = ? AND points > 0 ORDER BY name", (job_id,))]
-
-    def final_metrics(self, job_id: int) -> list[tuple[str, float, int]]:
-        """Per metric, the last finite value and its time: (name, value, timestamp_ms)."""
-        rows = self._read("SELECT name, final_value, final_ms FROM series WHERE job_id = ? AND final_ms IS NOT NULL "
-                          "ORDER BY name", (job_id,))
-        return [(name, value, ts) for name, value, ts in rows]
-
-    def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
-        """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
-        rows = self._read("SELECT name, points, minimum, maximum FROM series WHERE job_id = ? AND points > 0", (job_id,))
-        return {name: (count, low, high) for name, count, low, high in rows}
-
-    # -- CloudWatch metrics ----------------------------------------------------------------
-
-    def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
-        """Store a whole PutMetricData call in one transaction: all of it or nothing."""
-        with self._write() as db:
-            series.put_samples(_Sql(db), items, self.retention.periods)
-
-    def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
-        """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
-        with self._snapshot() as sql:
-            return series.metric_samples(sql, key, start_ms, end_ms)
-
-    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
-                       sketches: bool = True) -> dict[str, Rollups] | None:
-        with self._snapshot() as sql:
-            return series.metric_rollups(sql, key, start_ms, end_ms, period_s, self.retention.periods, sketches)
-
-    def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
-        """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
-        where = Where("?").add("namespace = ?", namespace).add("name = ?", name)
-        rows = self._read(f"SELECT namespace, name, dimensions, last_ms FROM series WHERE {where.sql}",
-                          tuple(where.args))
-        return sorted_keys(rows)
-
-    def maintain(self, now_ms: int | None = None) -> series.Maintenance:
-        return series.maintain(self._transaction, self.retention, now_ms if now_ms is not None else _now_ms())
-
     @contextmanager
-    def _transaction(self) -> Iterator[series.Sql]:
+    def _transaction(self) -> Iterator[Sql]:
         with self._write() as db:
             yield _Sql(db)
 
     @contextmanager
-    def _snapshot(self) -> Iterator[series.Sql]:
+    def _snapshot(self) -> Iterator[Sql]:
         """Reads that see one state of the store (a read transaction: writers go on)."""
         with self._lock:
             try:
@@ -513,13 +457,11 @@ class _Sql:
 
 def _move_points_to_series(db: sqlite3.Connection) -> None:
     """Migration 4: the row-per-point tables of migrations 1 and 2 become series and chunks."""
+    from .series import convert_row_tables
+
     convert_row_tables(_Sql(db))
     for table in ("points", "datapoints", "job_metrics", "metrics"):
         db.execute(f"DROP TABLE {table}")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
