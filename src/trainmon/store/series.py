@@ -50,6 +50,7 @@ SEAL_POINTS = 8192
 SEAL_AFTER_MS = 60_000
 ROLL_LAG_MS = 60_000  # roll a period up this long after it ends, when late writes have landed
 LEASE_MS = 600_000
+EXPIRE_BATCH = 200  # series expired per transaction (index seeks each; writers wait a few ms at most)
 
 
 def digest(key: MetricKey) -> bytes:
@@ -428,8 +429,9 @@ def convert_row_tables(sql: Sql) -> None:
 
 
 def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Maintenance:
-    """Seal, roll up and expire every series, each step its own short transaction; nothing when
-    another process holds the maintenance lease."""
+    """Seal, roll up and expire what needs it, in short transactions (one per series to seal or
+    roll up, one per EXPIRE_BATCH series to expire); nothing when another process holds the
+    maintenance lease."""
     holder = f"{socket.gethostname()}:{os.getpid()}"
     with transaction() as sql:
         taken = sql.rows("UPDATE maintenance SET holder = ?, until_ms = ? WHERE id = 1 AND (until_ms < ? OR holder = ?) "
@@ -438,16 +440,30 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Mai
         return Maintenance(ran=False)
     done = Maintenance()
     try:
+        # Only the series with something to do: a store of thousands of finished jobs costs a
+        # few queries a minute, not thousands of transactions.
         with transaction() as sql:
-            every = [row[0] for row in sql.rows("SELECT id FROM series ORDER BY id")]
-        for series in every:
+            to_seal = [row[0] for row in sql.rows(
+                "SELECT DISTINCT series_id FROM chunks WHERE sealed = 0 AND last_ms < ? ORDER BY series_id",
+                (now_ms - SEAL_AFTER_MS,))]
+        for series in to_seal:
             with transaction() as sql:
                 _seal(sql, series, now_ms, done)
-            if retention.tiers:
+        if retention.tiers:
+            with transaction() as sql:
+                to_roll = [row[0] for row in sql.rows(
+                    "SELECT id FROM series WHERE rolled_ms < ? AND last_ms >= rolled_ms ORDER BY id",
+                    (_mark(retention, now_ms),))]
+            for series in to_roll:
                 with transaction() as sql:
                     _roll(sql, series, retention, now_ms, done)
+        if retention.raw_s is not None or any(kept is not None for _, kept in retention.tiers):
             with transaction() as sql:
-                _expire(sql, series, retention, now_ms, done)
+                every = [row[0] for row in sql.rows("SELECT id FROM series ORDER BY id")]
+            for first in range(0, len(every), EXPIRE_BATCH):
+                with transaction() as sql:
+                    for series in every[first:first + EXPIRE_BATCH]:
+                        _expire(sql, series, retention, now_ms, done)
     finally:
         with transaction() as sql:
             sql.rows("UPDATE maintenance SET until_ms = 0 WHERE id = 1 AND holder = ?", (holder,))
@@ -490,9 +506,14 @@ def _seal(sql: Sql, series: int, now_ms: int, done: Maintenance) -> None:
         done.sealed_points += len(stamps)
 
 
-def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
+def _mark(retention: Retention, now_ms: int) -> int:
+    """Where roll-ups end after this pass: the last whole coarsest period that ended ROLL_LAG_MS ago."""
     coarsest = retention.periods[-1] * 1000
-    mark = (now_ms - ROLL_LAG_MS) // coarsest * coarsest
+    return (now_ms - ROLL_LAG_MS) // coarsest * coarsest
+
+
+def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
+    mark = _mark(retention, now_ms)
     found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
     if not found or mark <= found[0][0]:
         return  # deleted with its job since the pass listed it, or rolled up to the mark
