@@ -602,7 +602,7 @@ def cmd_put_metric_data(args: argparse.Namespace) -> int:
         if args.dimensions is not None:
             datum["Dimensions"] = [{"Name": k, "Value": v} for k, v in _pairs(args.dimensions.split(","), "--dimensions").items()]
         if args.timestamp is not None:
-            datum["Timestamp"] = float(args.timestamp) if _is_number(args.timestamp) else args.timestamp
+            datum["Timestamp"] = _timestamp(args.timestamp, "--timestamp")
         if args.storage_resolution is not None:
             datum["StorageResolution"] = args.storage_resolution
         data = [datum]

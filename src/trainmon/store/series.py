@@ -132,12 +132,14 @@ def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods:
     job = found[0][0]
     chunk_rows: list[tuple[Any, ...]] = []
     ids: dict[str, int] = {}
-    for name, summary in sorted(summaries.items(), key=lambda item: digest(job_key(job, item[0]))):
-        key = job_key(job, name)
+    keys = {name: job_key(job, name) for name in summaries}
+    digests = {name: digest(key) for name, key in keys.items()}
+    for name, summary in sorted(summaries.items(), key=lambda item: digests[item[0]]):  # one lock order
+        key = keys[name]
         last = max(int(c[2].max()) for c in summary.chunks)
         final_ms, final_value = summary.final or (None, None)
         series_id, rolled_ms = sql.rows(_UPSERT.format(greatest=sql.greatest), (
-            key.namespace, key.name, key.dimensions_json, digest(key), job_id, last, summary.points,
+            key.namespace, key.name, key.dimensions_json, digests[name], job_id, last, summary.points,
             summary.minimum, summary.maximum, final_value, final_ms,
         ))[0]
         ids[name] = series_id
