@@ -2,8 +2,9 @@
 
 It runs as a thread of the job's supervisor, never in the training processes. Ticks are
 scheduled on absolute deadlines, so a slow tick does not shift the ones after it, and a missed
-tick is skipped rather than bunched. Every ``system_interval_s`` it stores, per host, under
-namespace ``/aws/sagemaker/TrainingJobs`` and dimension ``Host=<job>/algo-N``:
+tick is skipped rather than bunched: ticks stay at least half an interval apart. Every
+``system_interval_s`` it stores, per host, under namespace ``/aws/sagemaker/TrainingJobs`` and
+dimension ``Host=<job>/algo-N``:
 
     CPUUtilization        %, the job's processes, summed over cores (0-100 x cores)
     MemoryUtilization     %, the job's resident memory of the machine's memory
@@ -164,7 +165,9 @@ class SystemMonitor(threading.Thread):
             if wait(True, max(0.0, deadline - time.monotonic())):
                 break
             now = time.monotonic()
-            ticks = max(ticks + 1, int((now - start) / self.tick_s) + 1)  # skip missed ticks, never bunch
+            # the next tick is at least half an interval away: a late tick skips the ones it missed and
+            # never runs a few milliseconds before the next
+            ticks = max(ticks + 1, math.ceil((now - start) / self.tick_s + 0.5))
             self.tick_times.append(now)
             full = now - last_full >= RELIST_S  # once a second: io, idle processes, listing, accounting
             profile = self.profiler is not None and now >= next_profile - 1e-3
