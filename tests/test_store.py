@@ -187,6 +187,28 @@ def test_write_batch_is_all_or_nothing(any_store: Store) -> None:
     assert any_store.get_job("job").diagnostics == []  # type: ignore[union-attr]
 
 
+def test_a_batch_written_again_after_a_lost_reply_is_stored_once(any_store: Store) -> None:
+    """The job's writer tries a batch again when the store's reply was lost, committed or not."""
+    job = new_job(any_store)
+    stream = any_store.add_stream(job.id, "algo-1", "job/algo-1-1", 1000)
+
+    def batch() -> Batch:
+        return Batch(job.id, chunks=[(stream.id, 0, 2, 10, "a\nloss=1"), (stream.id, 2, 1, 20, "loss=2")],
+                     points=[("loss", 10, 1.0, "algo-1", stream.id, 1), ("loss", 20, 2.0, "algo-1", stream.id, 2)],
+                     stream_stats={stream.id: (3, 14, 20)})
+
+    any_store.write_batch(batch())
+    any_store.write_batch(batch())  # committed the first time: nothing changes
+    assert [e.message for e in any_store.events(stream.id)] == ["a", "loss=1", "loss=2"]
+    assert [p.value for p in any_store.points(job.id)] == [1.0, 2.0]
+    after = any_store.stream("job/algo-1-1")
+    assert after is not None and (after.records, after.stored_bytes) == (3, 14)
+    other = Batch(job.id, chunks=[(stream.id, 0, 1, 10, "a")], points=[("loss", 10, 9.0, "algo-1", stream.id, 0)])
+    with pytest.raises(StoreError):
+        any_store.write_batch(other)  # another batch for records already stored is refused, not dropped
+    assert [p.value for p in any_store.points(job.id)] == [1.0, 2.0]
+
+
 def test_log_text_round_trips_exactly(any_store: Store) -> None:
     job = new_job(any_store)
     stream = any_store.add_stream(job.id, "algo-1", "job/algo-1-1", 1)

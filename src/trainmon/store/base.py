@@ -126,7 +126,8 @@ class Store(Protocol):
 
     # -- ingestion
     def write_batch(self, batch: Batch) -> None:
-        """Log chunks, points, stream counters and diagnostics of one step: all of it or nothing."""
+        """Log chunks, points, stream counters and diagnostics of one step: all of it or nothing.
+        Writing a batch again after an error that left its outcome unknown stores it once."""
         ...
 
     # -- points
@@ -293,6 +294,17 @@ def new_job_values(name: str, doc: dict[str, Any], creation_time: float,
     """What ``create_job`` inserts: name, status, creation_time, last_modified_time, doc, supervisor."""
     return (name, doc["TrainingJobStatus"], creation_time, creation_time, json.dumps(doc),
             json.dumps(supervisor) if supervisor is not None else None)
+
+
+def stored_already(sql: Sql, batch: Batch) -> bool:
+    """Whether an earlier try committed this batch: a write whose reply was lost (a connection
+    dropped during COMMIT) is tried again by the job's writer, and must then change nothing.
+    A batch's first log chunk is stored with it, so that chunk tells."""
+    if not batch.chunks:
+        return False
+    stream_id, first_seq, count, stamp, _text = batch.chunks[0]
+    return bool(sql.rows("SELECT 1 FROM log_chunks WHERE stream_id = ? AND first_seq = ? AND count = ? "
+                         "AND timestamp_ms = ?", (stream_id, first_seq, count, stamp)))
 
 
 def stream_stats(batch: Batch) -> list[tuple[int, int, int, int, int, int]]:

@@ -58,6 +58,7 @@ from .base import (
     new_job_values,
     prepared_points,
     store_error,
+    stored_already,
     stream_stats,
 )
 from .records import Batch, EventRow, JobRow, StreamRow
@@ -467,6 +468,8 @@ class PostgresStore(MetricSeries):
     def write_batch(self, batch: Batch) -> None:
         points = prepared_points(batch)
         with self._write() as db:
+            if stored_already(_Sql(db), batch):
+                return
             cursor = db.cursor()
             if batch.chunks:
                 with cursor.copy(

@@ -42,6 +42,7 @@ from .base import (
     new_job_values,
     prepared_points,
     store_error,
+    stored_already,
     stream_stats,
 )
 from .records import Batch, EventRow, JobRow, StreamRow
@@ -403,6 +404,8 @@ class SqliteStore(MetricSeries):
     def write_batch(self, batch: Batch) -> None:
         points = prepared_points(batch)
         with self._write() as db:
+            if stored_already(_Sql(db), batch):
+                return
             if batch.chunks:
                 db.executemany(
                     "INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text) VALUES (?, ?, ?, ?, ?)",
