@@ -661,8 +661,13 @@ def test_postgres_store_reconnects_after_the_connection_drops(tmp_path: Path, po
             db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                        "WHERE application_name = 'trainmon' AND datname = current_database()")
 
+    before = store.get_job("before")
+    assert before is not None
+    store.write_batch(Batch(before.id, points=[("loss", 1, 0.5, "algo-1", 0, 0)]))
     terminate()
     assert store.get_job("before") is not None  # a read reconnects and runs again
+    terminate()
+    assert [p.value for p in store.points(before.id)] == [0.5]  # so does a read of several queries
     terminate()
     with pytest.raises(StoreError, match="cannot reach the store"):
         new_job(store, "lost")  # a write fails: whether it was committed is unknown, so the caller decides

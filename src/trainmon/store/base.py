@@ -1,11 +1,11 @@
-"""The store contract, and the pure logic both backends share.
+"""The store contract, and its one implementation over SQL.
 
-:class:`Store` is what the rest of trainmon may call; :class:`~trainmon.store.sqlite.SqliteStore`
-and :class:`~trainmon.store.postgres.PostgresStore` implement it and pass one test suite
-(``tests/test_store.py``). Each backend keeps its own SQL for jobs and logs; what does not depend
-on the database lives here: turning rows into records, the values written for a job, and the
-words of the errors a driver failure becomes. Metric series (chunks, roll-ups, maintenance) are
-one implementation for both, in :mod:`trainmon.store.series`.
+:class:`Store` is what the rest of trainmon may call. :class:`SqlStore` implements it once, in SQL
+with ``?`` placeholders that both databases run; :class:`~trainmon.store.sqlite.SqliteStore` and
+:class:`~trainmon.store.postgres.PostgresStore` bring the connection, the schema and their few
+differences (how a transaction starts, how log chunks are sent, the words of a driver's errors),
+and pass one test suite (``tests/test_store.py``). Metric series (chunks, roll-ups, maintenance)
+are in :mod:`trainmon.store.series`.
 
 Rows mean the same in both backends: job documents are JSON text, log chunks are records joined
 by "\\n", times are epoch seconds (jobs) or milliseconds.
@@ -19,16 +19,18 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from ..cloudwatch.model import MetricKey
 from ..cloudwatch.statistics import Sample
-from ..errors import DuplicateKey, ResourceInUse, StoreError
+from ..errors import DuplicateKey, ResourceInUse, ResourceNotFound, StoreError
 from ..retention import Retention
-from .records import Batch, EventRow, JobRow, PointRow, StreamRow
+from .records import Batch, ChunkTuple, EventRow, JobRow, PointRow, StreamRow
 
 if TYPE_CHECKING:
     from ..cloudwatch.sketch import Rollups
+
+T = TypeVar("T")
 
 SEQ_END = 2**62  # above every record number
 
@@ -178,44 +180,226 @@ class Store(Protocol):
         ...
 
 
-class MetricSeries:
-    """The metric half of the Store contract, one implementation for both backends: SQL through
-    the backend's :class:`Sql` adapter (``_snapshot()`` to read, ``_transaction()`` to write) and
+class SqlStore:
+    """The Store contract written once for both backends, in SQL with ``?`` placeholders.
+
+    A backend supplies the connection and its dialect: ``_read`` (one query outside a
+    transaction), ``_transaction`` (a write transaction), ``_snapshot`` (reads that see one
+    state), ``_insert_chunks`` (its fastest way in for log chunks) and ``_find`` (its function
+    for the position of a string in another). Metric series (chunks, roll-ups, maintenance) are
     :mod:`trainmon.store.series`, imported on first use, because it needs numpy, which commands
     that only look at jobs and logs should not pay for at start."""
 
     retention: Retention
+    _find: str  # SQLite's instr(haystack, needle), PostgreSQL's strpos
+    _lock_job = ""  # what locks the job row update_job reads (PostgreSQL: FOR NO KEY UPDATE)
 
-    def _snapshot(self) -> AbstractContextManager[Sql]:
+    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
     def _transaction(self) -> AbstractContextManager[Sql]:
         raise NotImplementedError
 
+    def _snapshot(self) -> AbstractContextManager[Sql]:
+        raise NotImplementedError
+
+    def _reading(self, work: Callable[[Sql], T]) -> T:
+        """``work`` in one snapshot (a backend whose connection can break runs it again on a new one)."""
+        with self._snapshot() as sql:
+            return work(sql)
+
+    def _insert_chunks(self, sql: Sql, chunks: list[ChunkTuple]) -> None:
+        raise NotImplementedError
+
+    # -- jobs
+
+    def create_job(
+        self, name: str, doc: dict[str, Any], creation_time: float, supervisor: dict[str, Any] | None = None
+    ) -> JobRow:
+        with self._transaction() as sql:
+            rows = sql.rows(
+                "INSERT INTO jobs (name, status, creation_time, last_modified_time, doc, supervisor) "
+                f"VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING RETURNING {JOB_COLUMNS}",
+                (name, doc["TrainingJobStatus"], creation_time, creation_time, json.dumps(doc),
+                 json.dumps(supervisor) if supervisor is not None else None),
+            )
+        if not rows:
+            raise job_name_in_use(doc)
+        return job_from_row(rows[0])
+
+    def get_job(self, name: str) -> JobRow | None:
+        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?", (name,))
+        return job_from_row(rows[0]) if rows else None
+
+    def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        name_contains: str | None = None,
+        statuses: tuple[str, ...] | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        sort_by: str = "CreationTime",
+        descending: bool = True,
+        limit: int | None = None,
+    ) -> list[JobRow]:
+        where = (Where().add("status = ?", status or None).any_of("status", statuses)
+                 .add(f"{self._find}(lower(name), lower(?)) > 0", name_contains or None)
+                 .add("creation_time > ?", created_after).add("creation_time < ?", created_before))
+        column = {"Name": "name", "Status": "status"}.get(sort_by, "creation_time")
+        order = "DESC" if descending else "ASC"
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {where.sql} ORDER BY {column} {order}, id {order}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [job_from_row(row) for row in self._read(sql, where.args)]
+
+    def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:
+        """Read, change and write one job atomically; ``mutate`` edits the row in place."""
+        with self._transaction() as sql:
+            rows = sql.rows(f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?{self._lock_job}", (name,))
+            if not rows:
+                raise ResourceNotFound.for_job(name)
+            job = job_from_row(rows[0])
+            mutate(job)
+            job.status = job.doc["TrainingJobStatus"]
+            sql.rows(
+                "UPDATE jobs SET status = ?, last_modified_time = ?, doc = ?, supervisor = ?, stop_requested = ?, "
+                "diagnostics = ? WHERE id = ?",
+                (job.status, job.last_modified_time, json.dumps(job.doc),
+                 json.dumps(job.supervisor) if job.supervisor is not None else None, job.stop_requested,
+                 json.dumps(job.diagnostics), job.id),
+            )
+        return job
+
+    def delete_job(self, name: str) -> None:
+        with self._transaction() as sql:
+            sql.rows("DELETE FROM jobs WHERE name = ?", (name,))
+
+    # -- log streams
+
+    def add_stream(self, job_id: int, host: str, name: str, creation_ms: int) -> StreamRow:
+        with self._transaction() as sql:
+            rows = sql.rows("INSERT INTO log_streams (job_id, host, name, creation_ms) VALUES (?, ?, ?, ?) "
+                            "RETURNING id", (job_id, host, name, creation_ms))
+        return StreamRow(rows[0][0], job_id, host, name, creation_ms, None, None, None, 0, 0)
+
+    def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]:
+        where = Where().add("job_id = ?", job_id)
+        if prefix:
+            where.add("substr(name, 1, ?) = ?", len(prefix), prefix)
+        rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE {where.sql} ORDER BY name", where.args)
+        return [StreamRow(*row) for row in rows]
+
+    def stream(self, name: str) -> StreamRow | None:
+        rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE name = ?", (name,))
+        return StreamRow(*rows[0]) if rows else None
+
+    def events(
+        self,
+        stream_id: int,
+        *,
+        after_seq: int = -1,
+        before_seq: int | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        limit: int = 10_000,
+        newest_first: bool = False,
+    ) -> list[EventRow]:
+        """Records with ``after_seq < seq < before_seq`` and a time in [start_ms, end_ms): the
+        first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
+        where = Where().add("stream_id = ?", stream_id).add("timestamp_ms >= ?", start_ms)
+        where.add("timestamp_ms < ?", end_ms)
+        upper = before_seq if before_seq is not None else SEQ_END
+        found: list[EventRow] = []
+        if newest_first:
+            cursor = upper
+            while len(found) < limit:
+                rows = self._chunks(f"{where.sql} AND first_seq < ? ORDER BY first_seq DESC", (*where.args, cursor))
+                found.extend(chunk_events(rows, stream_id, after_seq, upper, backward=True))
+                del found[limit:]
+                if not rows or rows[-1][0] <= after_seq + 1:
+                    break
+                cursor = rows[-1][0]
+            return found[::-1]
+        # Forward: seek the chunk holding after_seq + 1 (or the first at start_ms), then walk on.
+        start_row = self._read(
+            "SELECT first_seq FROM log_chunks WHERE stream_id = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1",
+            (stream_id, after_seq + 1),
+        )
+        lowest = start_row[0][0] if start_row else 0
+        if start_ms is not None:
+            by_time = self._read(
+                "SELECT min(first_seq) FROM log_chunks WHERE stream_id = ? AND timestamp_ms >= ?", (stream_id, start_ms)
+            )
+            if by_time[0][0] is None:
+                return []
+            lowest = max(lowest, by_time[0][0])
+        comparison = ">="
+        while len(found) < limit:
+            rows = self._chunks(f"{where.sql} AND first_seq {comparison} ? AND first_seq < ? ORDER BY first_seq",
+                                (*where.args, lowest, upper))
+            found.extend(chunk_events(rows, stream_id, after_seq, upper))
+            del found[limit:]
+            if not rows:
+                break
+            lowest, comparison = rows[-1][0], ">"
+        return found
+
+    def _chunks(self, condition: str, args: Sequence[Any]) -> list[tuple[int, int, str]]:
+        """Up to 64 log chunks (first_seq, timestamp_ms, text) matching a WHERE ... ORDER BY condition.
+        The text comes back as SQLite's str or PostgreSQL's bytea."""
+        rows = self._read(f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {condition} LIMIT 64", args)
+        return [(first, stamp, text if isinstance(text, str) else bytes(text).decode("utf-8"))
+                for first, stamp, text in rows]
+
+    # -- ingestion
+
+    def write_batch(self, batch: Batch) -> None:
+        """Log chunks, points, stream counters and diagnostics of one step: all of it or nothing.
+        Writing a batch again after an error that left its outcome unknown stores it once."""
+        points = prepared_points(batch)  # before the transaction, so its lock is held less
+        with self._transaction() as sql:
+            if _stored_already(sql, batch):
+                return
+            if batch.chunks:
+                self._insert_chunks(sql, batch.chunks)
+            if points is not None:
+                from .series import write_points
+
+                write_points(sql, batch.job_id, points, self.retention.periods)
+            sql.many(
+                "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
+                "first_event_ms = coalesce(first_event_ms, ?), last_event_ms = ?, last_ingestion_ms = ? "
+                "WHERE id = ?",
+                [(records, stored_bytes, last_ms, last_ms, last_ms, stream_id)
+                 for stream_id, (records, stored_bytes, last_ms) in sorted(batch.stream_stats.items())],
+            )
+            if batch.diagnostics is not None:
+                sql.rows("UPDATE jobs SET diagnostics = ? WHERE id = ?", (json.dumps(batch.diagnostics), batch.job_id))
+
+    # -- metrics
+
     def points(self, job_id: int, *, names: list[str] | None = None, host: str | None = None,
                start_ms: int | None = None, end_ms: int | None = None) -> list[PointRow]:
         from . import series
 
-        with self._snapshot() as sql:
-            return series.job_points(sql, job_id, names=names, host=host, start_ms=start_ms, end_ms=end_ms)
+        return self._reading(lambda sql: series.job_points(sql, job_id, names=names, host=host, start_ms=start_ms,
+                                                           end_ms=end_ms))
 
     def metric_names(self, job_id: int) -> list[str]:
-        with self._snapshot() as sql:
-            return [row[0] for row in sql.rows(
-                "SELECT name FROM series WHERE job_id = ? AND points > 0 ORDER BY name", (job_id,))]
+        return [row[0] for row in self._read(
+            "SELECT name FROM series WHERE job_id = ? AND points > 0 ORDER BY name", (job_id,))]
 
     def final_metrics(self, job_id: int) -> list[tuple[str, float, int]]:
         """Per metric, the last finite value and its time: (name, value, timestamp_ms)."""
-        with self._snapshot() as sql:
-            rows = sql.rows("SELECT name, final_value, final_ms FROM series WHERE job_id = ? "
-                            "AND final_ms IS NOT NULL ORDER BY name", (job_id,))
+        rows = self._read("SELECT name, final_value, final_ms FROM series WHERE job_id = ? "
+                          "AND final_ms IS NOT NULL ORDER BY name", (job_id,))
         return [(name, value, ts) for name, value, ts in rows]
 
     def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
         """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
-        with self._snapshot() as sql:
-            rows = sql.rows("SELECT name, points, minimum, maximum FROM series WHERE job_id = ? AND points > 0",
-                            (job_id,))
+        rows = self._read("SELECT name, points, minimum, maximum FROM series WHERE job_id = ? AND points > 0",
+                          (job_id,))
         return {name: (count, low, high) for name, count, low, high in rows}
 
     def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
@@ -229,21 +413,19 @@ class MetricSeries:
         """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
         from . import series
 
-        with self._snapshot() as sql:
-            return series.metric_samples(sql, key, start_ms, end_ms)
+        return self._reading(lambda sql: series.metric_samples(sql, key, start_ms, end_ms))
 
     def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
                        sketches: bool = True) -> dict[str, Rollups] | None:
         from . import series
 
-        with self._snapshot() as sql:
-            return series.metric_rollups(sql, key, start_ms, end_ms, period_s, self.retention.periods, sketches)
+        periods = self.retention.periods
+        return self._reading(lambda sql: series.metric_rollups(sql, key, start_ms, end_ms, period_s, periods, sketches))
 
     def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
-        where = Where("?").add("namespace = ?", namespace).add("name = ?", name)
-        with self._snapshot() as sql:
-            rows = sql.rows(f"SELECT namespace, name, dimensions, last_ms FROM series WHERE {where.sql}", where.args)
+        where = Where().add("namespace = ?", namespace).add("name = ?", name)
+        rows = self._read(f"SELECT namespace, name, dimensions, last_ms FROM series WHERE {where.sql}", where.args)
         keys = [(MetricKey.from_row(ns, metric, dimensions), last) for ns, metric, dimensions, last in rows]
         return sorted(keys, key=lambda item: (item[0].namespace, item[0].name, item[0].dimensions))
 
@@ -275,28 +457,7 @@ def job_from_row(row: tuple[Any, ...]) -> JobRow:
     )
 
 
-def job_values(job: JobRow) -> tuple[Any, ...]:
-    """What ``update_job`` writes: status, last_modified_time, doc, supervisor, stop_requested,
-    diagnostics, then the id for the WHERE clause."""
-    return (
-        job.status,
-        job.last_modified_time,
-        json.dumps(job.doc),
-        json.dumps(job.supervisor) if job.supervisor is not None else None,
-        job.stop_requested,
-        json.dumps(job.diagnostics),
-        job.id,
-    )
-
-
-def new_job_values(name: str, doc: dict[str, Any], creation_time: float,
-                   supervisor: dict[str, Any] | None) -> tuple[Any, ...]:
-    """What ``create_job`` inserts: name, status, creation_time, last_modified_time, doc, supervisor."""
-    return (name, doc["TrainingJobStatus"], creation_time, creation_time, json.dumps(doc),
-            json.dumps(supervisor) if supervisor is not None else None)
-
-
-def stored_already(sql: Sql, batch: Batch) -> bool:
+def _stored_already(sql: Sql, batch: Batch) -> bool:
     """Whether an earlier try committed this batch: a write whose reply was lost (a connection
     dropped during COMMIT) is tried again by the job's writer, and must then change nothing.
     A batch's first log chunk is stored with it, so that chunk tells."""
@@ -307,36 +468,25 @@ def stored_already(sql: Sql, batch: Batch) -> bool:
                          "AND timestamp_ms = ?", (stream_id, first_seq, count, stamp)))
 
 
-def stream_stats(batch: Batch) -> list[tuple[int, int, int, int, int, int]]:
-    """``log_streams`` updates of a batch, in id order: (records, bytes, first, last, ingested, id)."""
-    return [(records, stored_bytes, last_ms, last_ms, last_ms, stream_id)
-            for stream_id, (records, stored_bytes, last_ms) in sorted(batch.stream_stats.items())]
-
-
 class Where:
-    """A WHERE clause from optional conditions, written with ``?`` and rendered with the backend's
-    placeholder; a condition whose value is None is left out."""
+    """A WHERE clause from optional conditions, with ``?`` placeholders; a condition whose value is
+    None is left out."""
 
-    def __init__(self, placeholder: str, *, arrays: bool = False) -> None:
-        self.placeholder = placeholder
-        self.arrays = arrays  # the driver takes a list as one parameter (PostgreSQL's = ANY)
+    def __init__(self) -> None:
         self.conditions: list[str] = []
         self.args: list[Any] = []
 
     def add(self, condition: str, *values: Any) -> Where:
         if all(value is not None for value in values):
-            self.conditions.append(condition.replace("?", self.placeholder))
+            self.conditions.append(condition)
             self.args.extend(values)
         return self
 
     def any_of(self, column: str, values: Sequence[Any] | None) -> Where:
         """``column`` is one of ``values`` (left out when there are none)."""
         if values:
-            if self.arrays:
-                self.add(f"{column} = ANY(?)", list(values))
-            else:
-                self.conditions.append(f"{column} IN ({','.join([self.placeholder] * len(values))})")
-                self.args.extend(values)
+            self.conditions.append(f"{column} IN ({','.join('?' * len(values))})")
+            self.args.extend(values)
         return self
 
     @property

@@ -1,10 +1,10 @@
 """The shared store: a PostgreSQL database, for several machines writing and reading at once.
 
 Chosen by a ``postgresql://`` URL (``TRAINMON_DATABASE_URL``). The tables and what their rows
-mean are those of the SQLite store (:mod:`trainmon.store.base` holds what both share); the
-differences are in how they are written:
+mean are those of the SQLite store, and so is the SQL (:class:`trainmon.store.base.SqlStore`);
+the differences are in how rows are written:
 
-- Each write is one transaction; ``write_batch`` sends log chunks and points with ``COPY``.
+- Each write is one transaction; log chunks go in with ``COPY``.
 - Concurrent writers from any number of processes and machines: new rows get their ids from
   identity columns (``RETURNING id``), counters and "newest time" columns are upserts
   (``ON CONFLICT ... DO UPDATE ... GREATEST``), and rows that several writers touch are always
@@ -29,7 +29,6 @@ connection is replaced on the next call.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,28 +39,11 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pg_errors
 
-from ..errors import ResourceNotFound, StoreError
+from ..errors import StoreError
 from ..retention import Retention
 from ..retention import current as current_retention
-from .base import (
-    JOB_COLUMNS,
-    SEQ_END,
-    STREAM_COLUMNS,
-    MetricSeries,
-    Problem,
-    Sql,
-    Where,
-    chunk_events,
-    job_from_row,
-    job_name_in_use,
-    job_values,
-    new_job_values,
-    prepared_points,
-    store_error,
-    stored_already,
-    stream_stats,
-)
-from .records import Batch, EventRow, JobRow, StreamRow
+from .base import Problem, Sql, SqlStore, T, store_error
+from .records import ChunkTuple
 
 _MIGRATIONS: list[str | Callable[[psycopg.Connection[Any]], None]] = [
     """
@@ -195,8 +177,11 @@ _MIGRATION_LOCK = 0x7472_6169_6E6D  # "trainm": the advisory lock migrations run
 _LOCK_TIMEOUT = "30s"
 
 
-class PostgresStore(MetricSeries):
+class PostgresStore(SqlStore):
     """The store in a PostgreSQL database; ``home`` is the local data directory (job files)."""
+
+    _find = "strpos"
+    _lock_job = " FOR NO KEY UPDATE"  # does not wait for writers adding points and records to the job
 
     def __init__(self, url: str, home: Path, retention: Retention | None = None) -> None:
         self.database_url: str | None = url
@@ -300,199 +285,39 @@ class PostgresStore(MetricSeries):
             except psycopg.Error as exc:
                 raise _translate(exc, self.location) from exc
 
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """One query; run again on a new connection when the old one turns out broken (reads
         can be repeated; a write that failed that way may or may not have been committed)."""
         with self._lock:
             for attempt in (1, 2):
                 try:
-                    return self._connection().execute(sql, args).fetchall()
+                    return self._connection().execute(sql.replace("?", "%s"), args).fetchall()
                 except psycopg.Error as exc:
                     if attempt == 1 and self._db.broken:
                         continue
                     raise _translate(exc, self.location) from exc
             raise AssertionError("unreachable")
 
-    # -- jobs ------------------------------------------------------------------------------
+    def _reading(self, work: Callable[[Sql], T]) -> T:
+        """``work`` in one snapshot, run again on a new connection when the old one turns out broken."""
+        for attempt in (1, 2):
+            try:
+                with self._transaction() as sql:
+                    return work(sql)
+            except StoreError:
+                if attempt == 1 and self._db.broken:
+                    continue
+                raise
+        raise AssertionError("unreachable")
 
-    def create_job(
-        self, name: str, doc: dict[str, Any], creation_time: float, supervisor: dict[str, Any] | None = None
-    ) -> JobRow:
-        with self._write() as db:
-            row = db.execute(
-                "INSERT INTO jobs (name, status, creation_time, last_modified_time, doc, supervisor) "
-                f"VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING {JOB_COLUMNS}",
-                new_job_values(name, doc, creation_time, supervisor),
-            ).fetchone()
-        if row is None:
-            raise job_name_in_use(doc)
-        return job_from_row(row)
-
-    def get_job(self, name: str) -> JobRow | None:
-        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = %s", (name,))
-        return job_from_row(rows[0]) if rows else None
-
-    def list_jobs(
-        self,
-        *,
-        status: str | None = None,
-        name_contains: str | None = None,
-        statuses: tuple[str, ...] | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        sort_by: str = "CreationTime",
-        descending: bool = True,
-        limit: int | None = None,
-    ) -> list[JobRow]:
-        where = (Where("%s", arrays=True).add("status = ?", status or None).any_of("status", statuses)
-                 .add("strpos(lower(name), lower(?)) > 0", name_contains or None)
-                 .add("creation_time > ?", created_after).add("creation_time < ?", created_before))
-        args = where.args
-        column = {"Name": "name", "Status": "status"}.get(sort_by, "creation_time")
-        order = "DESC" if descending else "ASC"
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {where.sql} ORDER BY {column} {order}, id {order}"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return [job_from_row(row) for row in self._read(sql, tuple(args))]
-
-    def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:
-        """Read, change and write one job atomically; ``mutate`` edits the row in place."""
-        with self._write() as db:
-            row = db.execute(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = %s FOR NO KEY UPDATE", (name,)
-            ).fetchone()
-            if row is None:
-                raise ResourceNotFound.for_job(name)
-            job = job_from_row(row)
-            mutate(job)
-            job.status = job.doc["TrainingJobStatus"]
-            db.execute(
-                "UPDATE jobs SET status = %s, last_modified_time = %s, doc = %s, supervisor = %s, "
-                "stop_requested = %s, diagnostics = %s WHERE id = %s",
-                job_values(job),
-            )
-        return job
-
-    def delete_job(self, name: str) -> None:
-        with self._write() as db:
-            db.execute("DELETE FROM jobs WHERE name = %s", (name,))
-
-    # -- log streams -----------------------------------------------------------------------
-
-    def add_stream(self, job_id: int, host: str, name: str, creation_ms: int) -> StreamRow:
-        with self._write() as db:
-            row = db.execute(
-                "INSERT INTO log_streams (job_id, host, name, creation_ms) VALUES (%s, %s, %s, %s) RETURNING id",
-                (job_id, host, name, creation_ms),
-            ).fetchone()
-        assert row is not None
-        return StreamRow(row[0], job_id, host, name, creation_ms, None, None, None, 0, 0)
-
-    def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]:
-        where = Where("%s", arrays=True).add("job_id = ?", job_id).add("starts_with(name, ?)", prefix or None)
-        args = where.args
-        rows = self._read(
-            f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE {where.sql} ORDER BY name", tuple(args)
-        )
-        return [StreamRow(*row) for row in rows]
-
-    def stream(self, name: str) -> StreamRow | None:
-        rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE name = %s", (name,))
-        return StreamRow(*rows[0]) if rows else None
-
-    def events(
-        self,
-        stream_id: int,
-        *,
-        after_seq: int = -1,
-        before_seq: int | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-        limit: int = 10_000,
-        newest_first: bool = False,
-    ) -> list[EventRow]:
-        """Records with ``after_seq < seq < before_seq`` and a time in [start_ms, end_ms): the
-        first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
-        where = Where("%s", arrays=True).add("stream_id = ?", stream_id).add("timestamp_ms >= ?", start_ms)
-        where.add("timestamp_ms < ?", end_ms)
-        args = where.args
-        upper = before_seq if before_seq is not None else SEQ_END
-        found: list[EventRow] = []
-        if newest_first:
-            cursor = upper
-            while len(found) < limit:
-                rows = self._chunks(
-                    f"{where.sql} AND first_seq < %s ORDER BY first_seq DESC", (*args, cursor)
-                )
-                found.extend(chunk_events(rows, stream_id, after_seq, upper, backward=True))
-                del found[limit:]
-                if not rows or rows[-1][0] <= after_seq + 1:
-                    break
-                cursor = rows[-1][0]
-            return found[::-1]
-        # Forward: seek the chunk holding after_seq + 1 (or the first at start_ms), then walk on.
-        start_row = self._read(
-            "SELECT first_seq FROM log_chunks WHERE stream_id = %s AND first_seq <= %s "
-            "ORDER BY first_seq DESC LIMIT 1",
-            (stream_id, after_seq + 1),
-        )
-        lowest = start_row[0][0] if start_row else 0
-        if start_ms is not None:
-            by_time = self._read(
-                "SELECT min(first_seq) FROM log_chunks WHERE stream_id = %s AND timestamp_ms >= %s",
-                (stream_id, start_ms),
-            )
-            if by_time[0][0] is None:
-                return []
-            lowest = max(lowest, by_time[0][0])
-        comparison = ">="
-        while len(found) < limit:
-            rows = self._chunks(
-                f"{where.sql} AND first_seq {comparison} %s AND first_seq < %s ORDER BY first_seq",
-                (*args, lowest, upper),
-            )
-            found.extend(chunk_events(rows, stream_id, after_seq, upper))
-            del found[limit:]
-            if not rows:
-                break
-            lowest, comparison = rows[-1][0], ">"
-        return found
-
-    def _chunks(self, condition: str, args: tuple[Any, ...]) -> list[tuple[int, int, str]]:
-        """Up to 64 log chunks (first_seq, timestamp_ms, text) matching a WHERE ... ORDER BY condition."""
-        rows = self._read(f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {condition} LIMIT 64", args)
-        return [(first, stamp, bytes(text).decode("utf-8")) for first, stamp, text in rows]
-
-    # -- ingestion -------------------------------------------------------------------------
-
-    def write_batch(self, batch: Batch) -> None:
-        points = prepared_points(batch)
-        with self._write() as db:
-            if stored_already(_Sql(db), batch):
-                return
-            cursor = db.cursor()
-            if batch.chunks:
-                with cursor.copy(
-                    "COPY log_chunks (stream_id, first_seq, count, timestamp_ms, text) FROM STDIN (FORMAT BINARY)"
-                ) as copy:
-                    copy.set_types(["int8", "int8", "int4", "int8", "bytea"])
-                    for stream_id, first_seq, count, stamp, text in batch.chunks:
-                        copy.write_row((stream_id, first_seq, count, stamp, text.encode("utf-8")))
-            if points:
-                from .series import write_points
-
-                write_points(_Sql(db), batch.job_id, points, self.retention.periods)
-            if batch.stream_stats:
-                cursor.executemany(
-                    "UPDATE log_streams SET records = records + %s, stored_bytes = stored_bytes + %s, "
-                    "first_event_ms = coalesce(first_event_ms, %s), last_event_ms = %s, last_ingestion_ms = %s "
-                    "WHERE id = %s",
-                    stream_stats(batch),
-                )
-            if batch.diagnostics is not None:
-                cursor.execute(
-                    "UPDATE jobs SET diagnostics = %s WHERE id = %s", (json.dumps(batch.diagnostics), batch.job_id)
-                )
+    def _insert_chunks(self, sql: Sql, chunks: list[ChunkTuple]) -> None:
+        assert isinstance(sql, _Sql)
+        with sql.db.cursor().copy(
+            "COPY log_chunks (stream_id, first_seq, count, timestamp_ms, text) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(["int8", "int8", "int4", "int8", "bytea"])
+            for stream_id, first_seq, count, stamp, text in chunks:
+                copy.write_row((stream_id, first_seq, count, stamp, text.encode("utf-8")))
 
     @contextmanager
     def _transaction(self) -> Iterator[Sql]:

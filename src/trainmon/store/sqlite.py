@@ -15,7 +15,6 @@ NaN cannot be stored in SQLite (it becomes NULL), so a NULL value in ``points`` 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
@@ -24,28 +23,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import DuplicateKey, ResourceNotFound, StoreError
+from ..errors import StoreError
 from ..retention import Retention
 from ..retention import current as current_retention
-from .base import (
-    JOB_COLUMNS,
-    SEQ_END,
-    STREAM_COLUMNS,
-    MetricSeries,
-    Problem,
-    Sql,
-    Where,
-    chunk_events,
-    job_from_row,
-    job_name_in_use,
-    job_values,
-    new_job_values,
-    prepared_points,
-    store_error,
-    stored_already,
-    stream_stats,
-)
-from .records import Batch, EventRow, JobRow, StreamRow
+from .base import Problem, Sql, SqlStore, store_error
+from .records import ChunkTuple
 
 _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """
@@ -177,8 +159,10 @@ _MIGRATIONS.append(lambda db: _move_points_to_series(db))
 OPEN_TIMEOUT_S = 30.0
 
 
-class SqliteStore(MetricSeries):
+class SqliteStore(SqlStore):
     """The store in one SQLite file; ``home`` is the data directory (by default the file's)."""
+
+    _find = "instr"
 
     def __init__(self, path: Path | str, home: Path | None = None, retention: Retention | None = None) -> None:
         self.path = Path(path)
@@ -249,182 +233,16 @@ class SqliteStore(MetricSeries):
                     raise _translate(exc, self.path) from exc
                 raise
 
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
                 return self._db.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
 
-    # -- jobs ------------------------------------------------------------------------------
-
-    def create_job(
-        self, name: str, doc: dict[str, Any], creation_time: float, supervisor: dict[str, Any] | None = None
-    ) -> JobRow:
-        try:
-            with self._write() as db:
-                row = db.execute(
-                    "INSERT INTO jobs (name, status, creation_time, last_modified_time, doc, supervisor) "
-                    f"VALUES (?, ?, ?, ?, ?, ?) RETURNING {JOB_COLUMNS}",
-                    new_job_values(name, doc, creation_time, supervisor),
-                ).fetchone()
-        except DuplicateKey:
-            raise job_name_in_use(doc) from None
-        return job_from_row(row)
-
-    def get_job(self, name: str) -> JobRow | None:
-        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?", (name,))
-        return job_from_row(rows[0]) if rows else None
-
-    def list_jobs(
-        self,
-        *,
-        status: str | None = None,
-        name_contains: str | None = None,
-        statuses: tuple[str, ...] | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        sort_by: str = "CreationTime",
-        descending: bool = True,
-        limit: int | None = None,
-    ) -> list[JobRow]:
-        where = (Where("?").add("status = ?", status or None).any_of("status", statuses)
-                 .add("instr(lower(name), lower(?)) > 0", name_contains or None)
-                 .add("creation_time > ?", created_after).add("creation_time < ?", created_before))
-        column = {"Name": "name", "Status": "status"}.get(sort_by, "creation_time")
-        order = "DESC" if descending else "ASC"
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {where.sql} ORDER BY {column} {order}, id {order}"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return [job_from_row(row) for row in self._read(sql, tuple(where.args))]
-
-    def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:
-        """Read, change and write one job atomically; ``mutate`` edits the row in place."""
-        with self._write() as db:
-            rows = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?", (name,)).fetchall()
-            if not rows:
-                raise ResourceNotFound.for_job(name)
-            job = job_from_row(rows[0])
-            mutate(job)
-            job.status = job.doc["TrainingJobStatus"]
-            db.execute(
-                "UPDATE jobs SET status = ?, last_modified_time = ?, doc = ?, supervisor = ?, stop_requested = ?, "
-                "diagnostics = ? WHERE id = ?",
-                job_values(job),
-            )
-        return job
-
-    def delete_job(self, name: str) -> None:
-        with self._write() as db:
-            db.execute("DELETE FROM jobs WHERE name = ?", (name,))
-
-    # -- log streams -----------------------------------------------------------------------
-
-    def add_stream(self, job_id: int, host: str, name: str, creation_ms: int) -> StreamRow:
-        with self._write() as db:
-            cursor = db.execute(
-                "INSERT INTO log_streams (job_id, host, name, creation_ms) VALUES (?, ?, ?, ?)",
-                (job_id, host, name, creation_ms),
-            )
-            stream_id = cursor.lastrowid
-        return StreamRow(stream_id or 0, job_id, host, name, creation_ms, None, None, None, 0, 0)
-
-    def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]:
-        where = Where("?").add("job_id = ?", job_id)
-        if prefix:
-            where.add("substr(name, 1, ?) = ?", len(prefix), prefix)
-        rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE {where.sql} ORDER BY name", tuple(where.args))
-        return [StreamRow(*row) for row in rows]
-
-    def stream(self, name: str) -> StreamRow | None:
-        rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE name = ?", (name,))
-        return StreamRow(*rows[0]) if rows else None
-
-    def events(
-        self,
-        stream_id: int,
-        *,
-        after_seq: int = -1,
-        before_seq: int | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-        limit: int = 10_000,
-        newest_first: bool = False,
-    ) -> list[EventRow]:
-        """Records with ``after_seq < seq < before_seq`` and a time in [start_ms, end_ms): the
-        first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
-        where = Where("?").add("stream_id = ?", stream_id).add("timestamp_ms >= ?", start_ms)
-        where.add("timestamp_ms < ?", end_ms)
-        args = where.args
-        upper = before_seq if before_seq is not None else SEQ_END
-        found: list[EventRow] = []
-        if newest_first:
-            cursor = upper
-            while len(found) < limit:
-                rows = self._read(
-                    f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {where.sql} "
-                    "AND first_seq < ? ORDER BY first_seq DESC LIMIT 64",
-                    (*args, cursor),
-                )
-                found.extend(chunk_events(rows, stream_id, after_seq, upper, backward=True))
-                del found[limit:]
-                if not rows or rows[-1][0] <= after_seq + 1:
-                    break
-                cursor = rows[-1][0]
-            return found[::-1]
-        # Forward: seek the chunk holding after_seq + 1 (or the first at start_ms), then walk on.
-        start_row = self._read(
-            "SELECT first_seq FROM log_chunks WHERE stream_id = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1",
-            (stream_id, after_seq + 1),
-        )
-        lowest = start_row[0][0] if start_row else 0
-        if start_ms is not None:
-            by_time = self._read(
-                "SELECT min(first_seq) FROM log_chunks WHERE stream_id = ? AND timestamp_ms >= ?", (stream_id, start_ms)
-            )
-            if by_time[0][0] is None:
-                return []
-            lowest = max(lowest, by_time[0][0])
-        comparison = ">="
-        while len(found) < limit:
-            rows = self._read(
-                f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {where.sql} "
-                f"AND first_seq {comparison} ? AND first_seq < ? ORDER BY first_seq LIMIT 64",
-                (*args, lowest, upper),
-            )
-            found.extend(chunk_events(rows, stream_id, after_seq, upper))
-            del found[limit:]
-            if not rows:
-                break
-            lowest, comparison = rows[-1][0], ">"
-        return found
-
-    # -- ingestion -------------------------------------------------------------------------
-
-    def write_batch(self, batch: Batch) -> None:
-        points = prepared_points(batch)
-        with self._write() as db:
-            if stored_already(_Sql(db), batch):
-                return
-            if batch.chunks:
-                db.executemany(
-                    "INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text) VALUES (?, ?, ?, ?, ?)",
-                    batch.chunks,
-                )
-            if points:
-                from .series import write_points
-
-                write_points(_Sql(db), batch.job_id, points, self.retention.periods)
-            db.executemany(
-                "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
-                "first_event_ms = coalesce(first_event_ms, ?), last_event_ms = ?, last_ingestion_ms = ? "
-                "WHERE id = ?",
-                stream_stats(batch),
-            )
-            if batch.diagnostics is not None:
-                db.execute(
-                    "UPDATE jobs SET diagnostics = ? WHERE id = ?", (json.dumps(batch.diagnostics), batch.job_id)
-                )
+    def _insert_chunks(self, sql: Sql, chunks: list[ChunkTuple]) -> None:
+        sql.many("INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text) VALUES (?, ?, ?, ?, ?)",
+                 chunks)
 
     @contextmanager
     def _transaction(self) -> Iterator[Sql]:
