@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from trainmon.cloudwatch.client import CloudWatchClient
@@ -37,6 +38,15 @@ def test_put_metric_data_from_options_and_from_json(home: Path, tmp_path: Path) 
             "--statistic-values", "SampleCount=1,Sum=0.5,Minimum=0.5,Maximum=0.5", check=True)
     [point] = _statistics(home, "Loss", [], now)
     assert (point["SampleCount"], point["Sum"], point["Minimum"], point["Maximum"]) == (6.0, 15.5, 0.5, 6.0)
+
+
+def test_a_timestamp_without_a_zone_is_utc_as_in_the_api(home: Path) -> None:
+    stamp = datetime.now(UTC).replace(microsecond=0, tzinfo=None) - timedelta(minutes=5)
+    run_cli("put-metric-data", "--namespace", "Team", "--metric-name", "Zoned", "--value", "1",
+            "--timestamp", stamp.isoformat(), check=True, env={"TZ": "America/New_York"})
+    # read as New York's time it would be five hours ahead, and refused (at most two hours ahead)
+    [point] = _statistics(home, "Zoned", [], stamp.replace(tzinfo=UTC).timestamp())
+    assert point["SampleCount"] == 1.0
 
 
 def test_put_metric_data_refuses_bad_input_with_cloudwatchs_words(home: Path) -> None:

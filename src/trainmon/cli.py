@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from . import jobs, math_request, profiler, render
 from .client import SageMakerClient, with_datetimes
-from .cloudwatch.model import JOB_NAMESPACE, MetricKey
+from .cloudwatch.model import JOB_NAMESPACE, MetricKey, epoch_seconds
 from .definitions import definition_warnings, load_definitions, parse_short_form, validate_definitions
-from .errors import CloudWatchError, TrainmonError, ValidationException
+from .errors import CloudWatchError, InvalidParameterValue, TrainmonError, ValidationException
 from .extract import DefinitionStats, Extractor, scan_file, scan_stream
 from .query import auto_period_s, period_table
 from .records import Mode
@@ -309,10 +309,10 @@ def _timestamp(text: str | None, flag: str) -> float | None:
     if text is None:
         return None
     try:
-        return float(text) if text.replace(".", "", 1).isdigit() else datetime.fromisoformat(
-            text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise ValidationException(f"{flag} {text!r} is neither ISO 8601 (2026-11-30T10:00:00Z) nor epoch seconds.") from None
+        return float(text) if text.replace(".", "", 1).isdigit() else epoch_seconds(text, flag)  # UTC without a zone
+    except InvalidParameterValue:
+        raise ValidationException(f"{flag} {text!r} is neither ISO 8601 (2026-11-30T10:00:00Z; UTC when no zone is "
+                                  "given) nor epoch seconds.") from None
 
 
 def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> int:
@@ -765,7 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("--statistic-values", metavar="SampleCount=N,Sum=S,Minimum=A,Maximum=B")
     put.add_argument("--unit", help="e.g. Seconds, Percent, Count (default None)")
     put.add_argument("--dimensions", metavar="NAME=VALUE,...")
-    put.add_argument("--timestamp", metavar="TIME", help="ISO 8601 or epoch seconds (default: now)")
+    put.add_argument("--timestamp", metavar="TIME", help="ISO 8601 (UTC without a zone) or epoch seconds (default: now)")
     put.add_argument("--storage-resolution", type=int, choices=[1, 60], help="1 (high resolution) or 60 (default)")
     put.add_argument("--metric-data", metavar="JSON",
                      help="the MetricData list (or one datum) as JSON, inline or file://PATH, instead of the options")
