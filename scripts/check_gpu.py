@@ -37,6 +37,7 @@ print("done")
 def main() -> int:
     source = NvmlSource(visible_gpus())
     readings = source.read()
+    source.close()
     print("NVML readings:", readings)
     if not readings:
         print("no GPU visible to NVML", file=sys.stderr)

@@ -82,6 +82,9 @@ class FakeNvml:
     def read(self) -> list[GpuReading]:
         return [GpuReading(0, 40.0, 10.0, {self.pid: 1 << 30}), GpuReading(1, 60.0, 30.0, {})]
 
+    def close(self) -> None:
+        pass
+
 
 def test_gpu_metrics_sum_over_the_jobs_gpus_with_a_fake_nvml(store, tmp_path: Path) -> None:
     process = subprocess.Popen([PY, "-c", "import time; time.sleep(30)"], start_new_session=True)

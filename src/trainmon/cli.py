@@ -20,18 +20,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import jobs, math_request, profiler, render
+from . import jobs, profiler, render
 from .client import SageMakerClient, with_datetimes
-from .cloudwatch.model import JOB_NAMESPACE, MetricKey, epoch_seconds
+from .cloudwatch.model import JOB_NAMESPACE, MetricKey, epoch_seconds, job_metric_key
+from .cloudwatch.statistics import least_period
 from .definitions import definition_warnings, load_definitions, parse_short_form, validate_definitions
 from .errors import CloudWatchError, InvalidParameterValue, TrainmonError, ValidationException
 from .extract import DefinitionStats, Extractor, scan_file, scan_stream
 from .query import auto_period_s, period_table
 from .records import Mode
 from .store import JobRow, PointRow, Store, open_store
-from .supervisor import Supervisor
 
 if TYPE_CHECKING:
+    from . import math_request
     from .cloudwatch.client import CloudWatchClient
 
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 3
@@ -154,6 +155,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     live = sys.stdout.isatty() if args.live_metrics is None else args.live_metrics
     print(f"trainmon: job {name} started ({args.instance_count} host{'s' if args.instance_count > 1 else ''}); "
           f"stop it with Ctrl-C or `trainmon stop {name}`", file=sys.stderr)
+    from .supervisor import Supervisor  # the monitor, sampler and capture: only a command that runs a job loads them
+
     job = Supervisor(store, name, echo=True, live_metrics=live).run()
     print()
     print(_describe_text(store, job.name))
@@ -266,11 +269,6 @@ def _defined(job: JobRow) -> list[str]:
     return [d["Name"] for d in job.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
 
 
-def _job_key(job_name: str, metric_name: str) -> MetricKey:
-    """Where SageMaker publishes a job's metric: dimension TrainingJobName."""
-    return MetricKey(JOB_NAMESPACE, metric_name, (("TrainingJobName", job_name),))
-
-
 def _host(key: MetricKey) -> str:
     """algo-N of a system metric (dimension Host=<job>/algo-N)."""
     return dict(key.dimensions)["Host"].split("/", 1)[1]
@@ -292,17 +290,13 @@ def _time_range(job: JobRow, args: argparse.Namespace) -> tuple[float, float]:
     return start, end
 
 
-# CloudWatch serves data older than 3 hours, 15 days and 63 days only in multiples of 60, 300 and 3600 s.
-_PERIODS_BY_AGE = ((63 * 86_400, 3600), (15 * 86_400, 300), (3 * 3600, 60))
-
-
 def _period(args: argparse.Namespace, start_s: float, end_s: float, now_s: float) -> int:
     """--period, or about 60 periods over the range (so at most 1,440 datapoints a metric), in a period
     that CloudWatch serves data of that age in."""
     if args.period is not None:
         return int(args.period)
     period = auto_period_s(int(start_s * 1000), int(end_s * 1000), rows_wanted=60)
-    return max([period] + [least for age_s, least in _PERIODS_BY_AGE if now_s - start_s > age_s])
+    return max(period, least_period(now_s - start_s))
 
 
 def _timestamp(text: str | None, flag: str) -> float | None:
@@ -324,7 +318,7 @@ def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> 
     if args.system:
         keys = _system_keys(store, args.name, args.host, args.metric)
     else:
-        keys = [_job_key(args.name, name) for name in args.metric or _defined(job)]
+        keys = [job_metric_key(args.name, name) for name in args.metric or _defined(job)]
     start, end = _time_range(job, args)
     period = _period(args, start, end, time.time())
     client = CloudWatchClient(store)
@@ -362,9 +356,12 @@ def _metrics_math(store: Store, job: JobRow, args: argparse.Namespace) -> int:
     if args.host and not args.system:
         raise ValidationException("--host chooses a host's --system metrics; a job's own metrics are per job, "
                                   "not per host: drop --host, or add --system.")
-    offered = _system_metrics(store, args) if args.system else [
-        math_request.Metric(_job_key(args.name, name), name, name) for name in args.metric or _defined(job)]
-    explicit = [_explicit_binding(store, job, args, text) for text in args.id or []]
+    from . import math_request
+
+    system = _system_keys(store, args.name, args.host, None) if args.system else []
+    offered = _system_metrics(system, args.metric) if args.system else [
+        math_request.Metric(job_metric_key(args.name, name), name, name) for name in args.metric or _defined(job)]
+    explicit = [_explicit_binding(store, job, args, system, text) for text in args.id or []]
     plan = math_request.plan(offered, explicit, args.math)
     start, end = _time_range(job, args)
     period = _period(args, start, end, time.time())
@@ -391,29 +388,34 @@ def _metrics_math(store: Store, job: JobRow, args: argparse.Namespace) -> int:
     return 0
 
 
-def _system_metrics(store: Store, args: argparse.Namespace) -> list[math_request.Metric]:
+def _system_metrics(system: list[MetricKey], names: Sequence[str] | None) -> list[math_request.Metric]:
     """The hosts' system metrics for --math: with several hosts, the automatic Ids name the host."""
-    keys = _system_keys(store, args.name, args.host, args.metric)
+    from . import math_request
+
+    keys = [key for key in system if not names or key.name in names]
     several = len({_host(key) for key in keys}) > 1
     return [math_request.Metric(key, f"{key.name} ({_host(key)})", f"{key.name} {_host(key)}" if several else key.name)
             for key in keys]
 
 
-def _explicit_binding(store: Store, job: JobRow, args: argparse.Namespace,
+def _explicit_binding(store: Store, job: JobRow, args: argparse.Namespace, system: list[MetricKey],
                       text: str) -> tuple[str, math_request.Metric, str]:
-    """One --id ID=METRIC: the Id, the job's (or with --system, a host's) metric of that name, the text."""
+    """One --id ID=METRIC: the Id, the job's (or with --system, one of ``system``) metric of that name,
+    the text."""
+    from . import math_request
+
     query_id, sep, name = text.partition("=")
     if not sep or not query_id or not name:
         raise ValidationException(f"--id {text!r} must look like ID=METRIC, e.g. --id loss=train:loss.")
     if not args.system:
-        key = _job_key(args.name, name)
+        key = job_metric_key(args.name, name)
         if name not in _defined(job) and key not in [k for k, _ in store.metric_keys(JOB_NAMESPACE, name)]:
             known = ", ".join(_defined(job)) or "none: it has no metric definitions"
             raise ValidationException(f"--id {text}: job {args.name} has no metric {name!r}; its metrics: {known}.")
         return query_id, math_request.Metric(key, name, name), text
-    keys = _system_keys(store, args.name, args.host, [name])
+    keys = [key for key in system if key.name == name]
     if not keys:
-        known = ", ".join(sorted({k.name for k in _system_keys(store, args.name, args.host, None)})) or "none yet"
+        known = ", ".join(sorted({k.name for k in system})) or "none yet"
         where = f" on {args.host}" if args.host else ""
         raise ValidationException(f"--id {text}: job {args.name} has no system metric {name!r}{where}; "
                                   f"its system metrics: {known}.")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .cloudwatch.model import JOB_NAMESPACE, MetricKey
-from .cloudwatch.statistics import Sample
+from .cloudwatch.statistics import single
 from .errors import StoreError
 from .profiler import ProfileWriter
 from .sampler import (
@@ -149,6 +149,8 @@ class SystemMonitor(threading.Thread):
             for tree in self._trees.values():
                 tree.close()
             self.reader.close()
+            if self.gpu is not None:
+                self.gpu.close()
 
     def _loop(self) -> None:
         start = last_full = time.monotonic()
@@ -268,7 +270,7 @@ class SystemMonitor(threading.Thread):
             dimensions = (("Host", f"{self.job}/{name}"),)
             for metric, (value, unit) in values.items():
                 items.append((MetricKey(JOB_NAMESPACE, metric, dimensions), resolution,
-                              [Sample(stamp_ms, 1.0, value, value, value, value, unit)]))
+                              [single(stamp_ms, value, unit)]))
         try:
             self.store.put_samples(items)
         except StoreError as exc:

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import time
-import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +68,7 @@ def check_location(location: str) -> None:
     try:
         fs, path = _filesystem(location)
         fs.makedirs(path, exist_ok=True)
-        probe = f"{path.rstrip('/')}/.trainmon-write-test-{uuid.uuid4().hex}"
+        probe = f"{path.rstrip('/')}/.trainmon-write-test-{os.urandom(16).hex()}"
         with fs.open(probe, "wb") as handle:
             handle.write(b"ok")
         fs.rm(probe)
@@ -94,9 +93,10 @@ class ProfileWriter:
         self.rotate_s = rotate_s
         self.failed: Exception | None = None
         self.samples_written = 0
-        self.files_written = 0
         self._rows: dict[str, list[tuple[int, dict[str, float]]]] = {}
         self._due = time.monotonic() + rotate_s
+        from concurrent.futures import ThreadPoolExecutor  # not at import: every command imports this module
+
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"trainmon-profile-{job}")
 
     def add(self, host: str, timestamp_ms: int, values: dict[str, float]) -> None:
@@ -147,12 +147,11 @@ class ProfileWriter:
             write_statistics=False, store_schema=False,
         )
         fs.makedirs(directory, exist_ok=True)
-        name = f"{directory}/{min(stamps) // 1000}-{uuid.uuid4().hex[:8]}.parquet"
+        name = f"{directory}/{min(stamps) // 1000}-{os.urandom(4).hex()}.parquet"
         with fs.open(name + ".part", "wb") as handle:
             handle.write(buffer.getvalue())
         fs.mv(name + ".part", name)
         self.samples_written += len(stamps)
-        self.files_written += 1
 
 
 def _columns(rows: list[tuple[int, dict[str, float]]]) -> dict[str, tuple[list[int], list[float]]]:

@@ -62,10 +62,15 @@ class GpuReading:
 class GpuSource(Protocol):
     def read(self) -> list[GpuReading]: ...
 
+    def close(self) -> None: ...
+
 
 class NoGpu:
     def read(self) -> list[GpuReading]:
         return []
+
+    def close(self) -> None:
+        pass
 
 
 class NvmlSource:

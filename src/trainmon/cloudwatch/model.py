@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import InvalidParameterCombination, InvalidParameterValue, MissingParameter
-from .statistics import Sample
+from .statistics import Sample, single
 
 UNITS = frozenset({
     "Seconds", "Microseconds", "Milliseconds", "Bytes", "Kilobytes", "Megabytes", "Gigabytes", "Terabytes", "Bits",
@@ -47,6 +47,11 @@ class MetricKey:
     @classmethod
     def from_row(cls, namespace: str, name: str, dimensions_json: str) -> MetricKey:
         return cls(namespace, name, tuple((n, v) for n, v in json.loads(dimensions_json)))
+
+
+def job_metric_key(job_name: str, metric_name: str) -> MetricKey:
+    """Where SageMaker publishes a job's metric from its logs: dimension TrainingJobName."""
+    return MetricKey(JOB_NAMESPACE, metric_name, (("TrainingJobName", job_name),))
 
 
 def epoch_seconds(value: Any, field: str) -> float:
@@ -173,7 +178,7 @@ def _samples(item: dict[str, Any], form: str | None, where: str, stamp_ms: int, 
         raise MissingParameter(f"The parameter {where} needs one of Value, StatisticValues or Values.")
     if form == "Value":
         value = _value(item["Value"], f"{where}.Value")
-        return [Sample(stamp_ms, 1.0, value, value, value, value, unit)]
+        return [single(stamp_ms, value, unit)]
     if form == "StatisticValues":
         stats = item["StatisticValues"]
         for key in ("SampleCount", "Sum", "Minimum", "Maximum"):
@@ -204,5 +209,5 @@ def _samples(item: dict[str, Any], form: str | None, where: str, stamp_ms: int, 
         if count < 0:
             raise InvalidParameterValue(f"The parameter {where}.Counts.member.{index + 1} must not be negative.")
         if count:
-            samples.append(Sample(stamp_ms, count, value * count, value, value, value, unit))
+            samples.append(single(stamp_ms, value, unit, count))
     return samples

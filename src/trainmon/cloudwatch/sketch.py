@@ -193,20 +193,6 @@ def encode(bin_keys: np.ndarray, counts: np.ndarray) -> bytes:
         steps.astype(_UINTS[step_width]).tobytes() + counts_bytes
 
 
-def decode(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
-    size, first, step_width, count_width = _BLOB.unpack_from(blob)
-    offset = _BLOB.size
-    steps = np.frombuffer(blob, _UINTS[step_width], max(size - 1, 0), offset)
-    offset += steps.nbytes
-    bin_keys = np.empty(size, np.int64)
-    if size:
-        bin_keys[0] = first
-        np.cumsum(steps, dtype=np.int64, out=bin_keys[1:])
-        bin_keys[1:] += first
-    kind = _UINTS[count_width] if count_width < 3 else np.float64
-    return bin_keys, np.frombuffer(blob, kind, size, offset).astype(np.float64)
-
-
 def _width(values: np.ndarray) -> int:
     high = int(values.max()) if len(values) else 0
     return 0 if high < 2**8 else 1 if high < 2**16 else 2

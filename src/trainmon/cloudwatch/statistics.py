@@ -64,25 +64,26 @@ def check_period(period: Any) -> int:
     return period
 
 
+# CloudWatch serves data older than 63 days, 15 days and 3 hours only in periods that are multiples
+# of 3600, 300 and 60 s.
+_PERIODS_BY_AGE = ((63 * DAY_S, 3600), (15 * DAY_S, 300), (3 * HOUR_S, 60))
+
+
+def least_period(age_s: float) -> int:
+    """The period that periods over data this old must be a multiple of (1: any)."""
+    return next((least for older_than, least in _PERIODS_BY_AGE if age_s > older_than), 1)
+
+
 def aligned_start(start_s: float, period: int, now_s: float) -> float | None:
     """StartTime rounded as CloudWatch rounds it by age; None when the age rules give no data.
 
     Data older than 3 h is only served with periods that are multiples of 60, older than 15 days
     with multiples of 300, older than 63 days with multiples of 3600 (an empty answer otherwise).
     """
-    age = now_s - start_s
-    if age > 63 * DAY_S:
-        if period % 3600:
-            return None
-        unit = 3600
-    elif age > 15 * DAY_S:
-        if period % 300:
-            return None
-        unit = 300
-    else:
-        if age > 3 * HOUR_S and period % 60:
-            return None
-        unit = period if period < 60 else 60
+    least = least_period(now_s - start_s)
+    if period % least:
+        return None
+    unit = least if least > 1 else min(period, 60)
     return math.floor(start_s / unit) * unit
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
+from ..cloudwatch.model import MetricKey, job_metric_key
 from ..cloudwatch.sketch import Rollups, concat
 from ..cloudwatch.statistics import Sample
 from ..retention import Retention
@@ -55,10 +55,6 @@ EXPIRE_BATCH = 200  # series expired per transaction (index seeks each; writers 
 
 def digest(key: MetricKey) -> bytes:
     return hashlib.sha256(f"{key.namespace}\0{key.name}\0{key.dimensions_json}".encode()).digest()
-
-
-def job_key(job: str, name: str) -> MetricKey:
-    return MetricKey(JOB_NAMESPACE, name, (("TrainingJobName", job),))
 
 
 _UPSERT = """
@@ -132,7 +128,7 @@ def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods:
     job = found[0][0]
     chunk_rows: list[tuple[Any, ...]] = []
     ids: dict[str, int] = {}
-    keys = {name: job_key(job, name) for name in summaries}
+    keys = {name: job_metric_key(job, name) for name in summaries}
     digests = {name: digest(key) for name, key in keys.items()}
     for name, summary in sorted(summaries.items(), key=lambda item: digests[item[0]]):  # one lock order
         key = keys[name]
