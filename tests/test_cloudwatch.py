@@ -246,6 +246,9 @@ def test_cli_metrics_statistics_go_through_the_cloudwatch_engine(home, script) -
     assert len(rows) == 1 and rows[0]["MetricName"] == "loss"
     assert rows[0]["Average"] == 4.0 and rows[0]["p50"] == 2.5 and rows[0]["SampleCount"] == 4.0
     bad = run_cli("metrics", "stats", "--statistic", "Median")
-    assert bad.returncode == 2 and "InvalidParameterValue" in bad.stderr
+    assert bad.returncode == 2 and "InvalidParameterValue" in bad.stderr and "parameter --statistic" in bad.stderr
+    backwards = run_cli("metrics", "stats", "--statistic", "Average", "--start", "2026-01-02T00:00:00Z",
+                        "--end", "2026-01-01T00:00:00Z")
+    assert backwards.returncode == 2 and "--start must be before --end" in backwards.stderr
     table = run_cli("metrics", "stats", "--statistic", "Maximum", check=True).stdout
     assert "Maximum" in table and "10" in table

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from . import jobs, profiler, render
 from .client import SageMakerClient, with_datetimes
 from .cloudwatch.model import JOB_NAMESPACE, MetricKey, epoch_seconds, job_metric_key
-from .cloudwatch.statistics import least_period
+from .cloudwatch.statistics import check_period, least_period
 from .definitions import definition_warnings, load_definitions, parse_short_form, validate_definitions
 from .errors import CloudWatchError, InvalidParameterValue, TrainmonError, ValidationException
 from .extract import DefinitionStats, Extractor, scan_file, scan_stream
@@ -311,8 +311,10 @@ def _timestamp(text: str | None, flag: str) -> float | None:
 
 def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> int:
     """CloudWatch's statistics per period (GetMetricStatistics) over the job's metrics."""
-    from .cloudwatch.client import CloudWatchClient
+    from .cloudwatch.client import CloudWatchClient, check_stat
 
+    for stat in args.statistic:
+        check_stat(stat, "--statistic")
     plain = [s for s in args.statistic if not s.startswith("p")]
     percentiles = [s for s in args.statistic if s.startswith("p")]
     if args.system:
@@ -320,22 +322,16 @@ def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> 
     else:
         keys = [job_metric_key(args.name, name) for name in args.metric or _defined(job)]
     start, end = _time_range(job, args)
-    period = _period(args, start, end, time.time())
+    if start >= end:
+        raise InvalidParameterValue("The parameter --start must be before --end.")
+    period = check_period(_period(args, start, end, time.time()))
     client = CloudWatchClient(store)
     rows: list[dict[str, Any]] = []
     for key in keys:
-        request: dict[str, Any] = {
-            "Namespace": key.namespace, "MetricName": key.name, "StartTime": start, "EndTime": end,
-            "Period": period, "Dimensions": [{"Name": n, "Value": v} for n, v in key.dimensions]}
-        merged: dict[datetime, dict[str, Any]] = {}
-        for field, wanted in (("Statistics", plain), ("ExtendedStatistics", percentiles)):
-            if wanted:
-                for point in client.get_metric_statistics(**{**request, field: wanted})["Datapoints"]:
-                    entry = merged.setdefault(point["Timestamp"], {})
-                    entry.update({k: v for k, v in point.items() if k in plain})
-                    entry.update(point.get("ExtendedStatistics", {}))
         label = f"{key.name} ({_host(key)})" if args.system else key.name
-        rows.extend({"MetricName": label, "Timestamp": stamp, **values} for stamp, values in sorted(merged.items()))
+        for point in client.statistics(key, start, end, period, plain, percentiles):
+            rows.append({"MetricName": label, "Timestamp": point["Timestamp"],
+                         **{s: point[s] for s in plain}, **point.get("ExtendedStatistics", {})})
     if args.json:
         _print_json(rows)
         return 0

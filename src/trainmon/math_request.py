@@ -20,10 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cloudwatch.model import MetricKey
+from .cloudwatch.model import QUERY_ID, MetricKey
 from .errors import CloudWatchError
 
-QUERY_ID = re.compile(r"[a-z][A-Za-z0-9_]{0,254}")  # CloudWatch's rule for an Id
 _CAMEL_BREAK = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NAMED = re.compile(r"\s*(\w+)\s*=(?!=)(.*)", re.DOTALL)  # NAME=EXPR, not NAME==EXPR
 _MEMBER = re.compile(r"MetricDataQueries\.member\.(\d+)((?:\.\w+)*)")

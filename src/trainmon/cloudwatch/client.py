@@ -24,6 +24,7 @@ from ..store import Store
 from .expressions import Evaluator, Expression, Node, Series, evaluation_order, parse, render_label, result_labels
 from .model import (
     FUTURE_LIMIT_S,
+    QUERY_ID,
     MetricKey,
     check_dimensions,
     check_metric_name,
@@ -48,7 +49,6 @@ MAX_QUERIES = 500
 DEFAULT_MAX_DATAPOINTS = 100_800
 MAX_EXPRESSION = 2048
 SCAN_BY = ("TimestampDescending", "TimestampAscending")
-_QUERY_ID = re.compile(r"[a-z][A-Za-z0-9_]{0,254}")
 _TIMEZONE = re.compile(r"[+-]\d{4}")
 _QUERY_FIELDS = ("Id", "MetricStat", "Expression", "Label", "ReturnData", "Period", "AccountId")
 _T = TypeVar("_T")
@@ -86,24 +86,28 @@ class CloudWatchClient:
         _refuse(unsupported)
         key = MetricKey(check_namespace(Namespace), check_metric_name(MetricName),
                         check_dimensions(Dimensions, "Dimensions"))  # type: ignore[arg-type]
-        for field, value in (("StartTime", StartTime), ("EndTime", EndTime), ("Period", Period)):
-            if value is None:
-                raise MissingParameter(f"The parameter {field} is required.")
-        start_s, end_s = epoch_seconds(StartTime, "StartTime"), epoch_seconds(EndTime, "EndTime")
+        start_s, end_s = _time_range(StartTime, EndTime)
+        if Period is None:
+            raise MissingParameter("The parameter Period is required.")
         period = check_period(Period)
         statistics, extended = _statistics(Statistics, ExtendedStatistics)
         unit = check_unit(Unit, "Unit") if Unit is not None else None
-        if end_s <= start_s:
-            raise InvalidParameterValue("The parameter StartTime must be before EndTime.")
+        return {"Label": key.name, "Datapoints": self.statistics(key, start_s, end_s, period, statistics, extended, unit)}
+
+    def statistics(self, key: MetricKey, start_s: float, end_s: float, period: int, statistics: list[str],
+                   percentiles: list[str], unit: str | None = None) -> list[dict[str, Any]]:
+        """GetMetricStatistics' datapoints for a valid range and period, statistics and percentiles in
+        one pass (the API takes one kind a call; ``trainmon metrics`` shows both in one table)."""
+        _check_statistics(statistics)
+        _check_percentiles(percentiles)
         start = aligned_start(start_s, period, time.time())
         if start is None:
-            return {"Label": key.name, "Datapoints": []}
+            return []
         check_datapoint_count(start, end_s, period)
-        start_ms, end_ms = int(start * 1000), int(end_s * 1000)
-        datapoints = self._datapoints(key, start_ms, end_ms, period, statistics, extended, unit)
+        datapoints = self._datapoints(key, int(start * 1000), int(end_s * 1000), period, statistics, percentiles, unit)
         for point in datapoints:
             point["Timestamp"] = _datetime(point["Timestamp"])
-        return {"Label": key.name, "Datapoints": datapoints}
+        return datapoints
 
     def get_metric_data(
         self,
@@ -228,16 +232,19 @@ def _statistics(statistics: list[str] | None, extended: list[str] | None) -> tup
         raise InvalidParameterCombination("Must specify either Statistics or ExtendedStatistics, but not both.")
     if not statistics and not extended:
         raise MissingParameter("Must specify either Statistics or ExtendedStatistics.")
-    if statistics:
-        if len(statistics) > 5 or any(s not in STATISTICS for s in statistics):
-            raise InvalidParameterValue(f"The parameter Statistics takes 1 to 5 of {', '.join(STATISTICS)}.")
-        return list(dict.fromkeys(statistics)), []
-    assert extended is not None
+    return list(dict.fromkeys(statistics or ())), list(dict.fromkeys(extended or ()))
+
+
+def _check_statistics(statistics: list[str]) -> None:
+    if len(statistics) > 5 or any(s not in STATISTICS for s in statistics):
+        raise InvalidParameterValue(f"The parameter Statistics takes 1 to 5 of {', '.join(STATISTICS)}.")
+
+
+def _check_percentiles(extended: list[str]) -> None:
     if len(extended) > 10:
         raise InvalidParameterValue("The parameter ExtendedStatistics takes 1 to 10 percentiles.")
     for stat in extended:
         percentile_of(stat)
-    return [], list(dict.fromkeys(extended))
 
 
 def _refuse(unsupported: dict[str, Any], allowed: tuple[str, ...] = ()) -> None:
@@ -324,7 +331,7 @@ def _structure(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, An
 def _query_id(value: Any, field: str) -> str:
     if value is None:
         raise MissingParameter(f"The parameter {field} is required.")
-    if not isinstance(value, str) or not _QUERY_ID.fullmatch(value):
+    if not isinstance(value, str) or not QUERY_ID.fullmatch(value):
         raise InvalidParameterValue(
             f"The value {value} for parameter {field} is not valid: an Id is 1 to 255 letters, digits and "
             "underscores, and starts with a lowercase letter."
@@ -351,10 +358,11 @@ def _metric_stat(value: Any, where: str) -> MetricStat:
     )
     period = _located(check_period, fields["Period"], "Period", f"{where}.Period")
     unit = check_unit(fields["Unit"], f"{where}.Unit") if fields.get("Unit") is not None else None
-    return MetricStat(key, period, _stat(fields["Stat"], f"{where}.Stat"), unit)
+    return MetricStat(key, period, check_stat(fields["Stat"], f"{where}.Stat"), unit)
 
 
-def _stat(value: Any, field: str) -> str:
+def check_stat(value: Any, field: str) -> str:
+    """A statistic or a percentile (MetricStat.Stat, ``trainmon metrics --statistic``)."""
     if isinstance(value, str) and value in STATISTICS:
         return value
     if isinstance(value, str) and value.startswith("p"):

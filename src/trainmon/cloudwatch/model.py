@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +29,7 @@ VALUE_LIMIT = 2.0**360
 PAST_LIMIT_S = 14 * 86_400
 FUTURE_LIMIT_S = 2 * 3600
 JOB_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+QUERY_ID = re.compile(r"[a-z][A-Za-z0-9_]{0,254}")  # CloudWatch's rule for a GetMetricData query Id
 
 
 @dataclass(frozen=True, slots=True)
