@@ -372,6 +372,29 @@ def test_profile_rows_may_differ_in_their_metrics(tmp_path: Path) -> None:
                     (1100, "algo-1", "gpu0_utilization_pct", 90.0), (1100, "algo-2", "cpu0_utilization_pct", 30.0)]
 
 
+def test_profile_summary_matches_numpy_and_leaves_nan_out(tmp_path: Path) -> None:
+    import numpy as np
+
+    from trainmon.profiler import ProfileWriter
+
+    rng = np.random.default_rng(7)
+    values = {"algo-1": rng.normal(50, 20, 997), "algo-2": rng.exponential(3.0, 301)}
+    writer = ProfileWriter(str(tmp_path / "profiles"), "sums")
+    for host, series in values.items():
+        for index, value in enumerate(series):
+            writer.add(host, 1000 + 100 * index, {"cpu": float(value), "gpu": float("nan") if index % 4 else 1.0})
+    writer.close()
+    rows = trainmon.profile("sums", str(tmp_path / "profiles")).summary()
+    assert [(r["host"], r["metric"]) for r in rows] == [("algo-1", "cpu"), ("algo-1", "gpu"), ("algo-2", "cpu"),
+                                                        ("algo-2", "gpu")]
+    for row in rows:
+        expected = values[row["host"]] if row["metric"] == "cpu" else np.ones(len(values[row["host"]][::4]))
+        assert row["samples"] == len(expected)
+        assert [row[k] for k in ("min", "p50", "p95", "p99", "max")] == pytest.approx(
+            [expected.min(), *np.percentile(expected, [50, 95, 99]), expected.max()], rel=1e-12)
+    assert trainmon.profile("nothing", str(tmp_path / "profiles")).summary() == []
+
+
 def test_profiler_writes_parquet_a_dataframe_and_a_summary(home: Path, script) -> None:
     burn = script(BURN.format(seconds=1.5))
     run_cli("run", "--name", "profiled", "--profiling-interval-ms", "100", "--", PY, str(burn), check=True)
@@ -392,7 +415,7 @@ def test_profiler_writes_parquet_a_dataframe_and_a_summary(home: Path, script) -
     assert "P99" in run_cli("profile", "profiled", check=True).stdout
 
 
-@pytest.mark.parametrize("interval", ["50", "300", "120000"])
+@pytest.mark.parametrize("interval", ["0", "50", "300", "120000"])
 def test_profiling_interval_outside_the_allowed_set(home: Path, interval: str) -> None:
     result = run_cli("run", "--name", "badinterval", "--profiling-interval-ms", interval, "--", "true")
     assert result.returncode == 2

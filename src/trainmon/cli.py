@@ -135,11 +135,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     if args.disable_profiler:
         request["ProfilerConfig"] = {"DisableProfiler": True}
-    elif args.profiling_interval_ms is not None or args.profile_output is not None:
-        request["ProfilerConfig"] = {
-            "ProfilingIntervalInMilliseconds": args.profiling_interval_ms or profiler.DEFAULT_INTERVAL_MS,
-            "S3OutputPath": args.profile_output or profiler.default_location(),
-        }
+    else:  # the flags given; jobs.build_job_doc fills in SageMaker's defaults
+        given = {"ProfilingIntervalInMilliseconds": args.profiling_interval_ms, "S3OutputPath": args.profile_output}
+        if any(value is not None for value in given.values()):
+            request["ProfilerConfig"] = {key: value for key, value in given.items() if value is not None}
     if args.output_path:
         request["OutputDataConfig"] = {"S3OutputPath": str(Path(args.output_path).expanduser().resolve())}
     for warning in definition_warnings(definitions, escapes_control=Mode(args.mode).escapes):
@@ -547,8 +546,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     store = _store(args)
     job = jobs.get_job(store, args.name)
-    settings = job.doc.get("ProfilerConfig", {})
-    if settings.get("DisableProfiler", True):
+    settings = jobs.profiler_settings(job.doc)
+    if settings is None:
         raise ValidationException(f"job {args.name} ran without the profiler; run with --profiling-interval-ms to get one.")
     try:
         rows = profiler.Profile(args.name, settings["S3OutputPath"]).summary()

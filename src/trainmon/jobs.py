@@ -213,6 +213,12 @@ def build_job_doc(request: dict[str, Any], now: float) -> dict[str, Any]:
     return doc
 
 
+def profiler_settings(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The job's ProfilerConfig when it profiles (interval and location filled in), else None."""
+    settings = doc.get("ProfilerConfig", {})
+    return None if settings.get("DisableProfiler", True) else settings
+
+
 def _profiler_config(given: Any) -> dict[str, Any]:
     """ProfilerConfig with SageMaker's default (500 ms); the location is checked for writing now.
 
@@ -331,7 +337,7 @@ def describe(store: Store, job: JobRow) -> dict[str, Any]:
         {"MetricName": name, "Value": value, "Timestamp": ts / 1000.0}
         for name, value, ts in store.final_metrics(job.id)
     ]
-    doc["ProfilingStatus"] = "Disabled" if doc.get("ProfilerConfig", {}).get("DisableProfiler", True) else "Enabled"
+    doc["ProfilingStatus"] = "Enabled" if profiler_settings(doc) else "Disabled"
     return doc
 
 

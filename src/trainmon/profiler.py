@@ -10,7 +10,6 @@ metric names dictionary-encoded, values plain, all zstd-compressed.
 from __future__ import annotations
 
 import io
-import math
 import os
 import time
 from collections.abc import Iterable
@@ -201,24 +200,17 @@ class Profile:
         return frame.sort_values(["timestamp", "host", "metric"], kind="stable").reset_index(drop=True)
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per host and metric: samples, min, p50, p95, p99, max."""
-        frame = self.dataframe()
-        rows = []
-        for (host, metric), group in frame.groupby(["host", "metric"], sort=True):
-            values = sorted(v for v in group["value"] if not math.isnan(v))
-            if not values:
-                continue
-            rows.append({"host": host, "metric": metric, "samples": len(values), "min": values[0],
-                         "p50": _quantile(values, 50), "p95": _quantile(values, 95), "p99": _quantile(values, 99),
-                         "max": values[-1]})
-        return rows
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    position = q / 100 * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+        """Per host and metric: samples, min, p50, p95, p99, max (NaN left out; percentiles
+        interpolated linearly between the closest ranks, as numpy's)."""
+        frame = self.dataframe().dropna(subset=["value"])
+        if frame.empty:
+            return []
+        values = frame.groupby(["host", "metric"], sort=True)["value"]
+        table = values.agg(["size", "min", "max"])
+        table[["p50", "p95", "p99"]] = values.quantile([0.5, 0.95, 0.99]).unstack().to_numpy()
+        return [{"host": host, "metric": metric, "samples": int(row["size"]),
+                 **{column: float(row[column]) for column in ("min", "p50", "p95", "p99", "max")}}
+                for (host, metric), row in table.iterrows()]
 
 
 def profile(job: str, location: str | None = None) -> Profile:

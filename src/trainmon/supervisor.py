@@ -188,15 +188,13 @@ class Supervisor:
     def _start_monitor(self, doc: dict[str, Any], job_dir: Path) -> SystemMonitor | None:
         if not self.hosts:
             return None
-        profiler_config = doc.get("ProfilerConfig", {})
-        profiler = None
-        if not profiler_config.get("DisableProfiler", True):
-            profiler = ProfileWriter(profiler_config["S3OutputPath"], self.name)
+        settings = jobs.profiler_settings(doc)
+        profiler = ProfileWriter(settings["S3OutputPath"], self.name) if settings else None
         env = {**os.environ, **doc.get("Environment", {})}
         monitor = SystemMonitor(
             self.store, self.name, {h.name: h.pgid for h in self.hosts}, job_dir,
             system_interval_s=doc["TrainmonConfig"].get("SystemMetricsIntervalSeconds", 60),
-            profile_interval_ms=profiler_config.get("ProfilingIntervalInMilliseconds"),
+            profile_interval_ms=settings["ProfilingIntervalInMilliseconds"] if settings else None,
             profiler=profiler, gpu=default_gpu_source(env),
         )
         monitor.start()
