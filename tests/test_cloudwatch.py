@@ -250,5 +250,7 @@ def test_cli_metrics_statistics_go_through_the_cloudwatch_engine(home, script) -
     backwards = run_cli("metrics", "stats", "--statistic", "Average", "--start", "2026-01-02T00:00:00Z",
                         "--end", "2026-01-01T00:00:00Z")
     assert backwards.returncode == 2 and "--start must be before --end" in backwards.stderr
+    odd = run_cli("metrics", "stats", "--statistic", "Average", "--period", "7")
+    assert odd.returncode == 2 and "The parameter --period must be 1, 5, 10, 20, 30" in odd.stderr
     table = run_cli("metrics", "stats", "--statistic", "Maximum", check=True).stdout
     assert "Maximum" in table and "10" in table

@@ -323,7 +323,7 @@ def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> 
     start, end = _time_range(job, args)
     if start >= end:
         raise InvalidParameterValue("The parameter --start must be before --end.")
-    period = check_period(_period(args, start, end, time.time()))
+    period = check_period(_period(args, start, end, time.time()), "--period")
     client = CloudWatchClient(store)
     rows: list[dict[str, Any]] = []
     for key in keys:

@@ -52,15 +52,15 @@ def percentile_of(stat: str) -> float:
     return float(match.group(1))
 
 
-def check_period(period: Any) -> int:
+def check_period(period: Any, field: str = "Period") -> int:
     if not isinstance(period, int) or isinstance(period, bool) or period < 1:
-        raise InvalidParameterValue("The parameter Period must be a positive integer number of seconds.")
+        raise InvalidParameterValue(f"The parameter {field} must be a positive integer number of seconds.")
     if period < 60 and period not in SUB_MINUTE_PERIODS:
         raise InvalidParameterValue(
-            "The parameter Period must be 1, 5, 10, 20, 30 (high-resolution metrics only), 60 or a multiple of 60."
+            f"The parameter {field} must be 1, 5, 10, 20, 30 (high-resolution metrics only), 60 or a multiple of 60."
         )
     if period >= 60 and period % 60:
-        raise InvalidParameterValue("The parameter Period must be a multiple of 60.")
+        raise InvalidParameterValue(f"The parameter {field} must be a multiple of 60.")
     return period
 
 
