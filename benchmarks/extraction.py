@@ -7,7 +7,7 @@ info logs, tqdm progress bars that redraw themselves with ``\\r``, and Python tr
 
 Timed over the same file, with 10 metric definitions:
 
-- fast: ``trainmon.extract.scan_stream`` with an ``Extractor`` in terminal mode (what ``trainmon
+- fast: ``trainmon.parsing.extract.scan_stream`` with an ``Extractor`` in terminal mode (what ``trainmon
   parse`` runs);
 - naive: for each record (split as terminal mode splits, control characters escaped as ``#ooo``),
   for each compiled regex: ``search``, then ``float(group(1))``;
@@ -223,9 +223,9 @@ def ceiling(path: Path) -> int:
 
 
 def fast(path: Path, definitions: list[dict[str, str]]) -> list[tuple[int, str, float]]:
-    from trainmon.definitions import validate_definitions
-    from trainmon.extract import Extractor, scan_stream
-    from trainmon.records import Mode
+    from trainmon.parsing.definitions import validate_definitions
+    from trainmon.parsing.extract import Extractor, scan_stream
+    from trainmon.parsing.framing import Mode
 
     extractor = Extractor(validate_definitions(definitions), Mode.TERMINAL)
     with path.open("rb") as stream:
@@ -234,9 +234,9 @@ def fast(path: Path, definitions: list[dict[str, str]]) -> list[tuple[int, str, 
 
 def fast_all_cores(path: Path, definitions: list[dict[str, str]]) -> list[tuple[int, str, float]]:
     """What ``trainmon parse`` runs on a file: ``scan_file``, ranges scanned in parallel on every core."""
-    from trainmon.definitions import validate_definitions
-    from trainmon.extract import Extractor, scan_file
-    from trainmon.records import Mode
+    from trainmon.parsing.definitions import validate_definitions
+    from trainmon.parsing.extract import Extractor, scan_file
+    from trainmon.parsing.framing import Mode
 
     extractor = Extractor(validate_definitions(definitions), Mode.TERMINAL)
     return [(p.line, p.name, p.value) for p in scan_file(str(path), extractor)]

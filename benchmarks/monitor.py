@@ -118,9 +118,9 @@ def child_monitor(pgid: int, seconds: float, work: Path) -> dict[str, Any]:
     import pyarrow.parquet  # noqa: F401
 
     import trainmon
-    from trainmon.monitor import SystemMonitor
-    from trainmon.profiler import ProfileWriter
+    from trainmon.runtime.monitor import SystemMonitor
     from trainmon.store import open_store
+    from trainmon.store.profiles import ProfileWriter
 
     store = open_store(work / "home")
     location = str(work / "profiles")
@@ -275,7 +275,7 @@ def synthetic_rows(ticks: int, seed: int = 20240601) -> Iterator[tuple[int, dict
     """
     import numpy as np
 
-    from trainmon.sampler import CLOCK_TICKS, PAGE_BYTES, cpu_pct, rate
+    from trainmon.runtime.sampler import CLOCK_TICKS, PAGE_BYTES, cpu_pct, rate
 
     rng = np.random.default_rng(seed)
     n = ticks + 1  # counters at n moments make ticks intervals
@@ -432,7 +432,7 @@ def measure_storage(report: Report, ticks: int, work: Path, live_metrics: list[s
     import pandas as pd
 
     import trainmon
-    from trainmon.profiler import ProfileWriter, stored_bytes
+    from trainmon.store.profiles import ProfileWriter, stored_bytes
 
     minutes = ticks * INTERVAL_MS / 60_000
     heading(f"Profile storage: {ticks:,} ticks of {INTERVAL_MS} ms ({minutes:g} min), {CORES} cores, {GPUS} GPUs")

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from trainmon.capture import FLUSH_POINTS
+from trainmon.runtime.capture import FLUSH_POINTS
 
 from .common import Report, best_of, heading, ms, rate, ratio_text, scratch_dir, table
 
@@ -253,7 +253,7 @@ def _plain_p99(db: sqlite3.Connection, start_ms: int, end_ms: int, period_ms: in
 
 
 def get_metric_statistics(report: Report, scale: float) -> None:
-    from trainmon.cloudwatch.client import CloudWatchClient
+    from trainmon.api.cloudwatch import CloudWatchClient
     from trainmon.cloudwatch.model import MetricKey
     from trainmon.cloudwatch.statistics import STATISTICS, Sample
     from trainmon.store import open_store
@@ -316,7 +316,7 @@ def get_metric_statistics(report: Report, scale: float) -> None:
 
 
 def get_metric_data(report: Report, scale: float) -> None:
-    from trainmon.cloudwatch.client import CloudWatchClient
+    from trainmon.api.cloudwatch import CloudWatchClient
     from trainmon.store import Batch, open_store
 
     jobs = max(20, int(GMD_JOBS * scale))

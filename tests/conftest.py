@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.retention import Retention
+from trainmon.cloudwatch.retention import Retention
 from trainmon.store import Store, open_store
 
 POSTGRES_BIN = Path(os.environ.get("TRAINMON_TEST_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import trainmon
+from trainmon.cli.metric_math import Metric, automatic_id, plan, split_math
 from trainmon.cloudwatch.model import JOB_NAMESPACE, MetricKey
-from trainmon.math_request import Metric, automatic_id, plan, split_math
 
 from .conftest import PY, run_cli
 
@@ -157,8 +157,8 @@ def test_system_metrics_of_several_hosts_have_ids_naming_the_host(home, cw) -> N
 
 
 def test_every_page_of_a_long_answer_is_read(store, cw) -> None:
+    from trainmon.api.cloudwatch import CloudWatchClient
     from trainmon.cli import _metric_data
-    from trainmon.cloudwatch.client import CloudWatchClient
 
     start = minute_start(90)
     put(cw, "loss", ("Run", "r"), start, {m: [float(m)] for m in range(40)})

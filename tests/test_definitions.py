@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from trainmon.definitions import (
+from trainmon.errors import ValidationException
+from trainmon.parsing.definitions import (
     MetricDefinition,
     definition_warnings,
     load_definitions,
     parse_short_form,
     validate_definitions,
 )
-from trainmon.errors import ValidationException
 
 
 def test_sagemaker_shape_is_accepted() -> None:

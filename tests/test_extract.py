@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from trainmon.definitions import validate_definitions
-from trainmon.extract import Extractor, required_literal, scan_stream
-from trainmon.records import Mode
+from trainmon.parsing.definitions import validate_definitions
+from trainmon.parsing.extract import Extractor, required_literal, scan_stream
+from trainmon.parsing.framing import Mode
 
 XGB = r".*\[[0-9]+\].*#011validation-rmse:([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?).*"
 
@@ -223,7 +223,7 @@ def test_regex_that_no_engine_can_bound_is_refused() -> None:
 
 
 def test_record_cutter_keeps_a_leading_cr_from_joining_two_lines() -> None:
-    from trainmon.capture import RecordCutter
+    from trainmon.runtime.capture import RecordCutter
 
     cutter = RecordCutter(Mode.TERMINAL)
     blocks = [cutter.feed(b"\repoch 1 [####] 100%"), cutter.feed(b"\nTrain_error=0.5;\n"), cutter.finish()]
@@ -234,7 +234,7 @@ def test_record_cutter_keeps_a_leading_cr_from_joining_two_lines() -> None:
 
 
 def test_large_files_scanned_on_every_core_give_the_same_points(tmp_path, monkeypatch) -> None:
-    import trainmon.extract as extract
+    import trainmon.parsing.extract as extract
 
     monkeypatch.setattr(extract, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(extract, "PARALLEL_CHUNK_BYTES", 4096)

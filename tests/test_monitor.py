@@ -14,8 +14,8 @@ import pytest
 
 import trainmon
 from trainmon.cloudwatch.model import JOB_NAMESPACE, MetricKey
-from trainmon.monitor import SystemMonitor
-from trainmon.sampler import (
+from trainmon.runtime.monitor import SystemMonitor
+from trainmon.runtime.sampler import (
     CLOCK_TICKS,
     IDLE_READ_S,
     PAGE_BYTES,
@@ -89,7 +89,7 @@ class FakeNvml:
 def test_gpu_metrics_sum_over_the_jobs_gpus_with_a_fake_nvml(store, tmp_path: Path) -> None:
     process = subprocess.Popen([PY, "-c", "import time; time.sleep(30)"], start_new_session=True)
     try:
-        from trainmon.profiler import ProfileWriter
+        from trainmon.store.profiles import ProfileWriter
 
         writer = ProfileWriter(str(tmp_path / "profiles"), "gpu-job")
         monitor = SystemMonitor(store, "gpu-job", {"algo-1": process.pid}, tmp_path, system_interval_s=1,
@@ -359,7 +359,7 @@ def test_a_process_started_while_the_monitor_runs_is_counted(store, tmp_path: Pa
 
 
 def test_profile_rows_may_differ_in_their_metrics(tmp_path: Path) -> None:
-    from trainmon.profiler import ProfileWriter
+    from trainmon.store.profiles import ProfileWriter
 
     writer = ProfileWriter(str(tmp_path / "profiles"), "rows")
     writer.add("algo-1", 1000, {"cpu0_utilization_pct": 10.0})
@@ -375,7 +375,7 @@ def test_profile_rows_may_differ_in_their_metrics(tmp_path: Path) -> None:
 def test_profile_summary_matches_numpy_and_leaves_nan_out(tmp_path: Path) -> None:
     import numpy as np
 
-    from trainmon.profiler import ProfileWriter
+    from trainmon.store.profiles import ProfileWriter
 
     rng = np.random.default_rng(7)
     values = {"algo-1": rng.normal(50, 20, 997), "algo-2": rng.exponential(3.0, 301)}
@@ -465,7 +465,7 @@ def test_profile_location_filling_up_warns_and_the_job_completes(home: Path, scr
 def test_sampler_keeps_its_schedule_and_skips_rather_than_bunches(store, tmp_path: Path) -> None:
     process = subprocess.Popen([PY, "-c", "import time; time.sleep(30)"], start_new_session=True)
     try:
-        from trainmon.profiler import ProfileWriter
+        from trainmon.store.profiles import ProfileWriter
 
         monitor = SystemMonitor(store, "ticks", {"algo-1": process.pid}, tmp_path, system_interval_s=60,
                                 profile_interval_ms=100, profiler=ProfileWriter(str(tmp_path / "p"), "ticks"))

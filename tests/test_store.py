@@ -22,7 +22,7 @@ from trainmon.cloudwatch.model import JOB_NAMESPACE, MetricKey
 from trainmon.cloudwatch.statistics import Sample
 from trainmon.errors import ResourceInUse, StoreError, ValidationException
 from trainmon.store import Batch, EventRow, SqliteStore, Store, open_store
-from trainmon.store.records import JobRow
+from trainmon.store.rows import JobRow
 
 from .conftest import PY, PostgresServer, StoreTarget, free_port, run_cli
 
@@ -685,7 +685,7 @@ class NoPsycopg:
             raise ImportError("No module named 'psycopg'")
 sys.meta_path.insert(0, NoPsycopg())
 from pathlib import Path
-import trainmon, trainmon.cli, trainmon.client, trainmon.store
+import trainmon, trainmon.cli, trainmon.sdk.clients, trainmon.store
 from trainmon.errors import StoreError
 trainmon.store.open_store(Path(sys.argv[1])).close()
 try:

@@ -7,12 +7,12 @@
 
 from __future__ import annotations
 
-from .analytics import TrainingJobAnalytics
-from .analytics import TrainingJobAnalytics as analytics
-from .client import client
 from .errors import ClientError, ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
-from .estimator import Estimator, Session, UnexpectedStatusException
-from .profiler import profile
+from .sdk.analytics import TrainingJobAnalytics
+from .sdk.analytics import TrainingJobAnalytics as analytics
+from .sdk.clients import client
+from .sdk.estimator import Estimator, Session, UnexpectedStatusException
+from .store.profiles import profile
 
 __version__ = "0.1.0"
 

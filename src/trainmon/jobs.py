@@ -15,11 +15,11 @@ from typing import Any
 
 import psutil
 
-from . import config, profiler
-from .definitions import validate_definitions
+from . import config
 from .errors import ResourceNotFound, StoreError, ValidationException
-from .records import Mode
-from .store import JobRow, Store
+from .parsing.definitions import validate_definitions
+from .parsing.framing import Mode
+from .store import JobRow, Store, profiles
 
 ACCOUNT = "000000000000"
 REGION = "local"
@@ -229,13 +229,13 @@ def _profiler_config(given: Any) -> dict[str, Any]:
     settings = dict(given or {})
     if settings.get("DisableProfiler"):
         return {**settings, "DisableProfiler": True}
-    settings["ProfilingIntervalInMilliseconds"] = profiler.check_interval(
-        settings.get("ProfilingIntervalInMilliseconds", profiler.DEFAULT_INTERVAL_MS))
-    settings.setdefault("S3OutputPath", profiler.default_location())
+    settings["ProfilingIntervalInMilliseconds"] = profiles.check_interval(
+        settings.get("ProfilingIntervalInMilliseconds", profiles.DEFAULT_INTERVAL_MS))
+    settings.setdefault("S3OutputPath", profiles.default_location())
     settings["DisableProfiler"] = False
-    if given is None and not profiler.available():
+    if given is None and not profiles.available():
         return {"DisableProfiler": True}
-    profiler.check_location(settings["S3OutputPath"])
+    profiles.check_location(settings["S3OutputPath"])
     return settings
 
 

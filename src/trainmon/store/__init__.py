@@ -3,7 +3,7 @@
 :class:`Store` (``store/base.py``) is the contract. ``open_store()`` returns the PostgreSQL store
 when a ``postgresql://`` URL is given (``database_url``, else ``TRAINMON_DATABASE_URL``), and
 otherwise the embedded SQLite store, ``trainmon.db`` in the data directory. The records that
-cross this boundary are plain values (:mod:`trainmon.store.records`), and both backends pass
+cross this boundary are plain values (:mod:`trainmon.store.rows`), and both backends pass
 the same tests (``tests/test_store.py``). The PostgreSQL driver is an optional extra
 (``trainmon[postgres]``), imported only when a URL asks for it.
 """
@@ -13,13 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import config
+from ..cloudwatch.retention import Retention
 from ..errors import StoreError
-from ..retention import Retention
 from .base import Store
-from .records import Batch, EventRow, JobRow, PointRow, StreamRow
+from .rows import Batch, EventRow, JobRow, Maintenance, PointRow, StreamRow
 from .sqlite import SqliteStore
 
-__all__ = ["Batch", "EventRow", "JobRow", "PointRow", "StreamRow", "SqliteStore", "Store", "open_store"]
+__all__ = ["Batch", "EventRow", "JobRow", "Maintenance", "PointRow", "StreamRow", "SqliteStore", "Store", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 

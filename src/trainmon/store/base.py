@@ -17,20 +17,18 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..cloudwatch.model import MetricKey
+from ..cloudwatch.retention import Retention
 from ..cloudwatch.statistics import Sample
-from ..errors import DuplicateKey, ResourceInUse, ResourceNotFound, StoreError
-from ..retention import Retention
-from .records import Batch, ChunkTuple, EventRow, JobRow, PointRow, StreamRow
+from ..errors import ResourceInUse, ResourceNotFound
+from .rows import Batch, ChunkTuple, EventRow, JobRow, Maintenance, PointRow, StreamRow
+from .sql import Sql, T
 
 if TYPE_CHECKING:
     from ..cloudwatch.sketch import Rollups
-
-T = TypeVar("T")
 
 SEQ_END = 2**62  # above every record number
 
@@ -40,39 +38,13 @@ STREAM_COLUMNS = (
 )
 
 
-class Sql(Protocol):
-    """One transaction of a backend; SQL with ``?`` placeholders."""
-
-    greatest: str  # the two-argument maximum: SQLite's max, PostgreSQL's GREATEST
-
-    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
-
-    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
-
-
-Transaction = Callable[[], AbstractContextManager[Sql]]
-
-
-@dataclass
-class Maintenance:
-    """What one maintenance pass did."""
-
-    ran: bool = True
-    sealed_chunks: int = 0
-    sealed_points: int = 0
-    rolled_series: int = 0  # series that had data to roll up
-    rollup_rows: int = 0
-    expired_chunks: int = 0
-    expired_rollups: int = 0
-
-
 class Store(Protocol):
     """Jobs, log streams and metric points. Every method is one transaction (or one read)."""
 
     home: Path  # the local data directory: job directories and outputs live there, whatever the backend
     location: str  # where the data is, for messages: a file path, or a database URL without its password
     database_url: str | None  # the URL open_store() takes to open this store again (None: the SQLite file in home)
-    retention: Retention  # how long metric data is kept (trainmon.retention)
+    retention: Retention  # how long metric data is kept (trainmon.cloudwatch.retention)
 
     def close(self) -> None: ...
 
@@ -505,27 +477,6 @@ def chunk_events(
         for offset in offsets:
             if after_seq < first + offset < before_seq:
                 yield EventRow(stream_id, first + offset, stamp, messages[offset])
-
-
-# -- errors --------------------------------------------------------------------------------
-
-Problem = Literal["full", "locked", "unreachable", "duplicate", "other"]
-
-
-def store_error(problem: Problem, location: str, detail: str) -> StoreError:
-    """The error a driver failure becomes, in the same words for every backend."""
-    if problem == "full":
-        return StoreError(f"the disk holding {location} is full: free some space; what was stored so far stays readable")
-    if problem == "locked":
-        return StoreError(f"the store at {location} stayed locked for 30 s by another process: {detail}")
-    if problem == "unreachable":
-        return StoreError(
-            f"cannot reach the store at {location}: {detail}. Check that the server runs and accepts this "
-            "user, or set TRAINMON_DATABASE_URL to another database"
-        )
-    if problem == "duplicate":
-        return DuplicateKey(f"store error at {location}: {detail}")
-    return StoreError(f"store error at {location}: {detail}")
 
 
 def job_name_in_use(doc: dict[str, Any]) -> ResourceInUse:

@@ -39,11 +39,12 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pg_errors
 
+from ..cloudwatch.retention import Retention
+from ..cloudwatch.retention import current as current_retention
 from ..errors import StoreError
-from ..retention import Retention
-from ..retention import current as current_retention
-from .base import Problem, Sql, SqlStore, T, store_error
-from .records import ChunkTuple
+from .base import SqlStore
+from .rows import ChunkTuple
+from .sql import Problem, Sql, T, store_error
 
 _MIGRATIONS: list[str | Callable[[psycopg.Connection[Any]], None]] = [
     """

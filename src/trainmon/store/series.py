@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 
 from ..cloudwatch.model import MetricKey, job_metric_key
+from ..cloudwatch.retention import Retention
 from ..cloudwatch.sketch import Rollups, concat
 from ..cloudwatch.statistics import Sample
-from ..retention import Retention
 from . import codec
-from .base import Maintenance, Sql, Transaction
-from .records import PointRow, PointTuple
+from .rows import Maintenance, PointRow, PointTuple
+from .sql import Sql, Transaction
 
 POINTS, SAMPLES = 0, 1  # chunk kinds: a job's log points; PutMetricData's datapoints
 SEAL_POINTS = 8192

@@ -23,11 +23,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..cloudwatch.retention import Retention
+from ..cloudwatch.retention import current as current_retention
 from ..errors import StoreError
-from ..retention import Retention
-from ..retention import current as current_retention
-from .base import Problem, Sql, SqlStore, store_error
-from .records import ChunkTuple
+from .base import SqlStore
+from .rows import ChunkTuple
+from .sql import Problem, Sql, store_error
 
 _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """

@@ -1,6 +1,6 @@
 """One process owns one job: it starts the hosts, wires capture to the store, and ends the job.
 
-Run in the foreground by ``trainmon run``, or detached (``python -m trainmon.supervisor NAME``)
+Run in the foreground by ``trainmon run``, or detached (``python -m trainmon.runtime.supervisor NAME``)
 by ``create_training_job``. Stop requests arrive through the store (``trainmon stop`` from any
 terminal), as SIGINT (Ctrl-C) or SIGTERM; each host's whole process group gets SIGTERM, then
 SIGKILL after the grace period.
@@ -21,17 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import config, contract, jobs
+from .. import config, jobs
+from ..errors import StoreError, TrainmonError
+from ..parsing.definitions import validate_definitions
+from ..parsing.extract import Extractor
+from ..parsing.framing import Mode
+from ..store import JobRow, Store, open_store
+from ..store.profiles import ProfileWriter
+from . import contract
 from .capture import Echo, HostStream, Ingestor, Pipe, PipeReader, RecordCutter
-from .definitions import validate_definitions
-from .errors import StoreError, TrainmonError
-from .extract import Extractor
 from .maintenance import Maintainer
 from .monitor import SystemMonitor
-from .profiler import ProfileWriter
-from .records import Mode
 from .sampler import default_gpu_source
-from .store import JobRow, Store, open_store
 
 POLL_S = 0.05
 STOP_POLL_S = 0.25
@@ -400,7 +401,7 @@ def _tar(source: Path, target: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Detached supervisor, started by ``create_training_job``."""
-    parser = argparse.ArgumentParser(prog="python -m trainmon.supervisor")
+    parser = argparse.ArgumentParser(prog="python -m trainmon.runtime.supervisor")
     parser.add_argument("name")
     parser.add_argument("--home", type=Path)
     args = parser.parse_args(argv)

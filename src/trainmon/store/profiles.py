@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from . import config
-from .errors import ValidationException
+from .. import config
+from ..errors import ValidationException
 
 ROTATE_S = 60.0
 ALLOWED_INTERVALS_MS = (100, 200, 500, 1000, 5000, 60000)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import jobs
-from .query import period_table
-from .store import Store, open_store
+from .. import jobs
+from ..cloudwatch.statistics import period_table
+from ..store import Store, open_store
 
 STATISTICS = ("Average", "Sum", "Minimum", "Maximum", "SampleCount")
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import threading
 
-from .errors import TrainmonError
-from .store import Store, open_store
-from .store.base import Maintenance
+from ..errors import TrainmonError
+from ..store import Store, open_store
+from ..store.rows import Maintenance
 
 EVERY_S = 60.0
 FIRST_AFTER_S = 5.0

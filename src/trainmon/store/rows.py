@@ -70,3 +70,16 @@ class Batch:
 
     def __bool__(self) -> bool:
         return bool(self.chunks or self.points or self.diagnostics is not None)
+
+
+@dataclass
+class Maintenance:
+    """What one maintenance pass did."""
+
+    ran: bool = True
+    sealed_chunks: int = 0
+    sealed_points: int = 0
+    rolled_series: int = 0  # series that had data to roll up
+    rollup_rows: int = 0
+    expired_chunks: int = 0
+    expired_rollups: int = 0

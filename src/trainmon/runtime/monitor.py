@@ -16,7 +16,7 @@ dimension ``Host=<job>/algo-N``:
 
 and every profiling tick it makes the profiler a row of finer readings (per core, I/O wait,
 disk and network throughput, per GPU, the job's tree). What the sampler reads at which tick is
-described in :mod:`trainmon.sampler`.
+described in :mod:`trainmon.runtime.sampler`.
 
 A tick only takes readings: the host-wide files' contents, the job's busy processes (parsed at
 once, they are few), the GPUs. Turning host readings into numbers, adding up the interval and
@@ -37,10 +37,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from .cloudwatch.model import JOB_NAMESPACE, MetricKey
-from .cloudwatch.statistics import single
-from .errors import StoreError
-from .profiler import ProfileWriter
+from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
+from ..cloudwatch.statistics import single
+from ..errors import StoreError
+from ..store import Store
+from ..store.profiles import ProfileWriter
 from .sampler import (
     RELIST_S,
     GpuReading,
@@ -54,7 +55,6 @@ from .sampler import (
     disk_used_pct,
     rate,
 )
-from .store import Store
 
 MAX_TICK_S = 1.0
 

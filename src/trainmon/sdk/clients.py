@@ -18,10 +18,10 @@ from typing import Any
 
 import psutil
 
-from . import config, jobs
-from .errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException, WaiterError
-from .records import escape
-from .store import JobRow, Store, open_store
+from .. import config, jobs
+from ..errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException, WaiterError
+from ..parsing.framing import escape
+from ..store import JobRow, Store, open_store
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 _TIME_FIELDS = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
@@ -81,7 +81,7 @@ class SageMakerClient(_Client):
         log.mkdir(parents=True, exist_ok=True)
         with open(log / "supervisor.log", "ab") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "trainmon.supervisor", name, "--home", str(self.home)],
+                [sys.executable, "-m", "trainmon.runtime.supervisor", name, "--home", str(self.home)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -303,7 +303,7 @@ def client(service: str, *, home: str | Path | None = None, store: Store | None 
     if service == "logs":
         return LogsClient(store, root)
     if service == "cloudwatch":
-        from .cloudwatch.client import CloudWatchClient
+        from ..api.cloudwatch import CloudWatchClient
 
         return CloudWatchClient(store or open_store(root))  # type: ignore[return-value]
     raise ValueError(f"Unknown service: {service!r}. Valid service names are: sagemaker, logs, cloudwatch")

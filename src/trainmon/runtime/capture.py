@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import StoreError
-from .extract import Extractor
-from .records import Mode, decode, last_break_end, split_text
-from .store import Batch, Store
+from ..errors import StoreError
+from ..parsing.extract import Extractor
+from ..parsing.framing import Mode, decode, last_break_end, split_text
+from ..store import Batch, Store
 
 READ_BYTES = 1 << 20
 MAX_RECORD_BYTES = 16 << 20

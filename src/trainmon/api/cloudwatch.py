@@ -19,10 +19,17 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
-from ..store import Store
-from .expressions import Evaluator, Expression, Node, Series, evaluation_order, parse, render_label, result_labels
-from .model import (
+from ..cloudwatch.expressions import (
+    Evaluator,
+    Expression,
+    Node,
+    Series,
+    evaluation_order,
+    parse,
+    render_label,
+    result_labels,
+)
+from ..cloudwatch.model import (
     FUTURE_LIMIT_S,
     QUERY_ID,
     MetricKey,
@@ -33,7 +40,7 @@ from .model import (
     epoch_seconds,
     parse_put,
 )
-from .statistics import (
+from ..cloudwatch.statistics import (
     STATISTICS,
     aggregate,
     aggregate_rollups,
@@ -42,6 +49,8 @@ from .statistics import (
     check_period,
     percentile_of,
 )
+from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
+from ..store import Store
 
 LIST_PAGE = 500
 RECENT_S = 3 * 3600
@@ -174,7 +183,7 @@ class CloudWatchClient:
         rollups = self.store.metric_rollups(key, start_ms, end_ms, period, sketches=bool(percentiles))
         if rollups is not None:
             if any_unit:
-                from .sketch import concat
+                from ..cloudwatch.sketch import concat
 
                 rollups = {"None": concat(list(rollups.values()))}
             return aggregate_rollups(rollups, **arguments)

@@ -6,7 +6,7 @@ block of records is searched for those literals with ``bytes.find`` and only the
 hold one are decoded, escaped and matched. Definitions with no usable literal run on every
 record. The result is identical to the naive loop; the tests compare the two.
 
-Matching is bounded in time whatever the record: :mod:`trainmon.engines` picks Python's ``re``
+Matching is bounded in time whatever the record: :mod:`trainmon.parsing.engines` picks Python's ``re``
 or RE2 per definition and record length.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from .definitions import MetricDefinition
 from .engines import BACKTRACKING_LIMIT_CHARS, SHORT_RECORD_CHARS, Matcher
-from .records import ESCAPE_TABLE, Mode
+from .framing import ESCAPE_TABLE, Mode
 
 EXAMPLES_KEPT = 3
 DENSE_SAMPLE_BYTES = 64 << 10

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cloudwatch.model import QUERY_ID, MetricKey
-from .errors import CloudWatchError
+from ..cloudwatch.model import QUERY_ID, MetricKey
+from ..errors import CloudWatchError
 
 _CAMEL_BREAK = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NAMED = re.compile(r"\s*(\w+)\s*=(?!=)(.*)", re.DOTALL)  # NAME=EXPR, not NAME==EXPR

@@ -23,11 +23,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import config, jobs
+from .. import config, jobs
+from ..errors import TrainmonError
+from ..store import open_store
 from .analytics import TrainingJobAnalytics
-from .client import LOG_GROUP, LogsClient, SageMakerClient
-from .errors import TrainmonError
-from .store import open_store
+from .clients import LOG_GROUP, LogsClient, SageMakerClient
 
 # Accepted for compatibility, meaningless off AWS: each gives a warning naming it.
 AWS_ONLY_ARGUMENTS = frozenset({

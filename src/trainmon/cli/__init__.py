@@ -20,20 +20,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import jobs, profiler, render
-from .client import SageMakerClient, with_datetimes
-from .cloudwatch.model import JOB_NAMESPACE, MetricKey, epoch_seconds, job_metric_key
-from .cloudwatch.statistics import check_period, least_period
-from .definitions import definition_warnings, load_definitions, parse_short_form, validate_definitions
-from .errors import CloudWatchError, InvalidParameterValue, TrainmonError, ValidationException
-from .extract import DefinitionStats, Extractor, scan_file, scan_stream
-from .query import auto_period_s, period_table
-from .records import Mode
-from .store import JobRow, PointRow, Store, open_store
+from .. import jobs
+from ..cloudwatch.model import JOB_NAMESPACE, MetricKey, epoch_seconds, job_metric_key
+from ..cloudwatch.statistics import auto_period_s, check_period, least_period, period_table
+from ..errors import CloudWatchError, InvalidParameterValue, TrainmonError, ValidationException
+from ..parsing.definitions import definition_warnings, load_definitions, parse_short_form, validate_definitions
+from ..parsing.extract import DefinitionStats, Extractor, scan_file, scan_stream
+from ..parsing.framing import Mode
+from ..sdk.clients import SageMakerClient, with_datetimes
+from ..store import JobRow, PointRow, Store, open_store, profiles
+from . import render
 
 if TYPE_CHECKING:
-    from . import math_request
-    from .cloudwatch.client import CloudWatchClient
+    from ..api.cloudwatch import CloudWatchClient
+    from . import metric_math
 
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 3
 
@@ -154,7 +154,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     live = sys.stdout.isatty() if args.live_metrics is None else args.live_metrics
     print(f"trainmon: job {name} started ({args.instance_count} host{'s' if args.instance_count > 1 else ''}); "
           f"stop it with Ctrl-C or `trainmon stop {name}`", file=sys.stderr)
-    from .supervisor import Supervisor  # the monitor, sampler and capture: only a command that runs a job loads them
+    from ..runtime.supervisor import (
+        Supervisor,  # the monitor, sampler and capture: only a command that runs a job loads them
+    )
 
     job = Supervisor(store, name, echo=True, live_metrics=live).run()
     print()
@@ -310,7 +312,7 @@ def _timestamp(text: str | None, flag: str) -> float | None:
 
 def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> int:
     """CloudWatch's statistics per period (GetMetricStatistics) over the job's metrics."""
-    from .cloudwatch.client import CloudWatchClient, check_stat
+    from ..api.cloudwatch import CloudWatchClient, check_stat
 
     for stat in args.statistic:
         check_stat(stat, "--statistic")
@@ -343,7 +345,7 @@ def _metrics_statistics(store: Store, job: JobRow, args: argparse.Namespace) -> 
 
 def _metrics_math(store: Store, job: JobRow, args: argparse.Namespace) -> int:
     """Metric math over the job's metrics per period: one GetMetricData request, a result per --math."""
-    from .cloudwatch.client import CloudWatchClient
+    from ..api.cloudwatch import CloudWatchClient
 
     if args.statistic and len(args.statistic) > 1:
         raise ValidationException("--math takes one --statistic: the statistic of every metric the expressions "
@@ -351,13 +353,13 @@ def _metrics_math(store: Store, job: JobRow, args: argparse.Namespace) -> int:
     if args.host and not args.system:
         raise ValidationException("--host chooses a host's --system metrics; a job's own metrics are per job, "
                                   "not per host: drop --host, or add --system.")
-    from . import math_request
+    from . import metric_math
 
     system = _system_keys(store, args.name, args.host, None) if args.system else []
     offered = _system_metrics(system, args.metric) if args.system else [
-        math_request.Metric(job_metric_key(args.name, name), name, name) for name in args.metric or _defined(job)]
+        metric_math.Metric(job_metric_key(args.name, name), name, name) for name in args.metric or _defined(job)]
     explicit = [_explicit_binding(store, job, args, system, text) for text in args.id or []]
-    plan = math_request.plan(offered, explicit, args.math)
+    plan = metric_math.plan(offered, explicit, args.math)
     start, end = _time_range(job, args)
     period = _period(args, start, end, time.time())
     stat = args.statistic[0] if args.statistic else "Average"
@@ -383,21 +385,21 @@ def _metrics_math(store: Store, job: JobRow, args: argparse.Namespace) -> int:
     return 0
 
 
-def _system_metrics(system: list[MetricKey], names: Sequence[str] | None) -> list[math_request.Metric]:
+def _system_metrics(system: list[MetricKey], names: Sequence[str] | None) -> list[metric_math.Metric]:
     """The hosts' system metrics for --math: with several hosts, the automatic Ids name the host."""
-    from . import math_request
+    from . import metric_math
 
     keys = [key for key in system if not names or key.name in names]
     several = len({_host(key) for key in keys}) > 1
-    return [math_request.Metric(key, f"{key.name} ({_host(key)})", f"{key.name} {_host(key)}" if several else key.name)
+    return [metric_math.Metric(key, f"{key.name} ({_host(key)})", f"{key.name} {_host(key)}" if several else key.name)
             for key in keys]
 
 
 def _explicit_binding(store: Store, job: JobRow, args: argparse.Namespace, system: list[MetricKey],
-                      text: str) -> tuple[str, math_request.Metric, str]:
+                      text: str) -> tuple[str, metric_math.Metric, str]:
     """One --id ID=METRIC: the Id, the job's (or with --system, one of ``system``) metric of that name,
     the text."""
-    from . import math_request
+    from . import metric_math
 
     query_id, sep, name = text.partition("=")
     if not sep or not query_id or not name:
@@ -407,7 +409,7 @@ def _explicit_binding(store: Store, job: JobRow, args: argparse.Namespace, syste
         if name not in _defined(job) and key not in [k for k, _ in store.metric_keys(JOB_NAMESPACE, name)]:
             known = ", ".join(_defined(job)) or "none: it has no metric definitions"
             raise ValidationException(f"--id {text}: job {args.name} has no metric {name!r}; its metrics: {known}.")
-        return query_id, math_request.Metric(key, name, name), text
+        return query_id, metric_math.Metric(key, name, name), text
     keys = [key for key in system if key.name == name]
     if not keys:
         known = ", ".join(sorted({k.name for k in system})) or "none yet"
@@ -417,7 +419,7 @@ def _explicit_binding(store: Store, job: JobRow, args: argparse.Namespace, syste
     if len(keys) > 1:
         raise ValidationException(f"--id {text}: {name} is measured on {len(keys)} hosts "
                                   f"({', '.join(_host(k) for k in keys)}): add --host HOST to choose one.")
-    return query_id, math_request.Metric(keys[0], f"{name} ({_host(keys[0])})", name), text
+    return query_id, metric_math.Metric(keys[0], f"{name} ({_host(keys[0])})", name), text
 
 
 def _metric_data(client: CloudWatchClient, request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -550,7 +552,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if settings is None:
         raise ValidationException(f"job {args.name} ran without the profiler; run with --profiling-interval-ms to get one.")
     try:
-        rows = profiler.Profile(args.name, settings["S3OutputPath"]).summary()
+        rows = profiles.Profile(args.name, settings["S3OutputPath"]).summary()
     except ImportError:
         raise ValidationException("reading profiles needs pyarrow and pandas: pip install 'trainmon[profiler]'") from None
     if args.metric:
@@ -569,7 +571,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def cmd_put_metric_data(args: argparse.Namespace) -> int:
     """PutMetricData as the AWS CLI takes it: one datapoint from options, or --metric-data JSON."""
-    from .cloudwatch.client import CloudWatchClient
+    from ..api.cloudwatch import CloudWatchClient
 
     if args.metric_data is not None:
         if args.metric_name is not None or args.value is not None or args.statistic_values is not None:
@@ -633,7 +635,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from ..demo import run_demo
 
     return run_demo(args, cmd_run)
 

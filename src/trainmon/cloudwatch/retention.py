@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .errors import ValidationException
+from ..errors import ValidationException
 
 VARIABLE = "TRAINMON_RETENTION"
 CLOUDWATCH = "raw=3h,60s=15d,300s=63d,3600s=455d"

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .extract import DefinitionStats
-from .query import PeriodRow
-from .store import JobRow
+from ..cloudwatch.statistics import PeriodRow
+from ..parsing.extract import DefinitionStats
+from ..store import JobRow
 
 
 def clock(epoch_s: float | None, *, date: bool = False) -> str:

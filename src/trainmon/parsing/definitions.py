@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import ValidationException
 from .engines import unsafe_reason
-from .errors import ValidationException
 
 MAX_DEFINITIONS = 40
 MAX_NAME_CHARS = 255
