@@ -253,9 +253,9 @@ def _plain_p99(db: sqlite3.Connection, start_ms: int, end_ms: int, period_ms: in
 
 
 def get_metric_statistics(report: Report, scale: float) -> None:
-    from trainmon.api.cloudwatch import CloudWatchClient
     from trainmon.cloudwatch.model import MetricKey
     from trainmon.cloudwatch.statistics import STATISTICS, Sample
+    from trainmon.sdk.clients import CloudWatchClient
     from trainmon.store import open_store
 
     seconds = max(86_400, int(WEEK_S * scale))
@@ -316,7 +316,7 @@ def get_metric_statistics(report: Report, scale: float) -> None:
 
 
 def get_metric_data(report: Report, scale: float) -> None:
-    from trainmon.api.cloudwatch import CloudWatchClient
+    from trainmon.sdk.clients import CloudWatchClient
     from trainmon.store import Batch, open_store
 
     jobs = max(20, int(GMD_JOBS * scale))

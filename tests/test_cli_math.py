@@ -157,8 +157,8 @@ def test_system_metrics_of_several_hosts_have_ids_naming_the_host(home, cw) -> N
 
 
 def test_every_page_of_a_long_answer_is_read(store, cw) -> None:
-    from trainmon.api.cloudwatch import CloudWatchClient
-    from trainmon.cli import _metric_data
+    from trainmon.api.cloudwatch import all_metric_data
+    from trainmon.sdk.clients import CloudWatchClient
 
     start = minute_start(90)
     put(cw, "loss", ("Run", "r"), start, {m: [float(m)] for m in range(40)})
@@ -168,7 +168,7 @@ def test_every_page_of_a_long_answer_is_read(store, cw) -> None:
                "StartTime": start, "EndTime": start + 2400, "ScanBy": "TimestampAscending"}
     client = CloudWatchClient(store)
     whole = client.get_metric_data(**request)["MetricDataResults"]
-    paged = _metric_data(client, {**request, "MaxDatapoints": 7})
+    paged = all_metric_data(store, **request, MaxDatapoints=7)
     assert [r["Values"] for r in paged] == [r["Values"] for r in whole] == [[float(m) for m in range(40)],
                                                                              [2.0 * m for m in range(40)]]
     assert [r["Timestamps"] for r in paged] == [r["Timestamps"] for r in whole]

@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from trainmon.api.cloudwatch import CloudWatchClient
+from trainmon.sdk.clients import CloudWatchClient
 from trainmon.store import open_store
 
 from .conftest import run_cli

@@ -54,7 +54,8 @@ def test_stdin_is_read_with_dash() -> None:
 def test_tab_in_definition_warns_with_hash_011(tmp_path: Path) -> None:
     result = run_cli("parse", "--metric", "r=\\tvalidation-rmse:(\\S+)", "-", input=b"[0]\tvalidation-rmse:1\n")
     assert "write '#011' instead" in result.stderr
-    assert "regex '\\\\tvalidation-rmse:(\\\\S+)' did not match records holding '\\tvalidation-rmse:'" in result.stderr
+    # the regex as the user wrote it (no doubled backslashes), the record as the regex sees it (#011, not a tab)
+    assert "regex '\\tvalidation-rmse:(\\S+)' did not match records holding '#011validation-rmse:'" in result.stderr
 
 
 def test_invalid_definitions_exit_2_with_a_readable_message() -> None:

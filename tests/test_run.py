@@ -507,10 +507,10 @@ def test_a_deleted_jobs_files_do_not_leak_into_a_new_job_of_the_same_name(home: 
 
 
 def test_a_stop_request_is_never_undone_by_a_later_status(store) -> None:
-    from trainmon import jobs
+    from trainmon.api import sagemaker
+    from trainmon.runtime.jobstate import set_status
 
-    doc = jobs.build_job_doc({"TrainingJobName": "early", "AlgorithmSpecification": {"ContainerEntrypoint": ["true"]}}, 1.0)
-    store.create_job("early", doc, 1.0)
-    jobs.request_stop(store, "early")
-    jobs.set_status(store, "early", "Downloading")
+    sagemaker.register_job(store, {"TrainingJobName": "early", "AlgorithmSpecification": {"ContainerEntrypoint": ["true"]}})
+    sagemaker.stop_training_job(store, TrainingJobName="early")
+    set_status(store, "early", "Downloading")
     assert store.get_job("early").status == "Stopping"

@@ -8,10 +8,13 @@
     ├── StoreError                      InternalFailure          500
     │   └── DuplicateKey                InternalFailure          500
     ├── WaiterError                     WaiterError
-    └── CloudWatchError                 (CloudWatch query codes) 400
-        ├── InvalidParameterValue       InvalidParameterValue
-        ├── MissingParameter            MissingParameter
-        └── InvalidParameterCombination InvalidParameterCombination
+    ├── CloudWatchError                 (CloudWatch query codes) 400
+    │   ├── InvalidParameterValue       InvalidParameterValue
+    │   ├── MissingParameter            MissingParameter
+    │   └── InvalidParameterCombination InvalidParameterCombination
+    └── LogsError                       (CloudWatch Logs codes)  400
+        ├── LogResourceNotFound         ResourceNotFoundException
+        └── InvalidParameterException   InvalidParameterException
 
 * SageMaker answers a missing training job with ``ValidationException`` "Requested resource
   not found." and boto3's waiter relies on it; :meth:`ResourceNotFound.for_job` builds that form.
@@ -103,6 +106,20 @@ class MissingParameter(CloudWatchError):
 
 class InvalidParameterCombination(CloudWatchError):
     code = "InvalidParameterCombination"
+
+
+class LogsError(TrainmonError):
+    """CloudWatch Logs' errors, with its own codes."""
+
+    http_status = 400
+
+
+class LogResourceNotFound(LogsError):
+    code = "ResourceNotFoundException"
+
+
+class InvalidParameterException(LogsError):
+    code = "InvalidParameterException"
 
 
 # boto3 code catches ``botocore.exceptions.ClientError``; ours is the same base under that name.

@@ -1,0 +1,24 @@
+"""The operations layer: one function per operation, the request's members as keyword arguments in
+boto3's shape, the response as a dict in boto3's shape. Validation, paging and errors (with AWS's
+codes) live here, once; the Python clients, the CLI, the Estimator and the server are doors onto it.
+
+``SERVICES`` maps each service to its operations by their API names (``CreateTrainingJob``): the
+SageMaker training-job operations, CloudWatch's metric operations, CloudWatch Logs' log-stream
+operations, and the operations only trainmon has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import cloudwatch, logs, sagemaker, trainmon
+
+Operation = Callable[..., dict[str, Any]]
+
+SERVICES: dict[str, dict[str, Operation]] = {
+    "sagemaker": sagemaker.OPERATIONS,
+    "cloudwatch": cloudwatch.OPERATIONS,
+    "logs": logs.OPERATIONS,
+    "trainmon": trainmon.OPERATIONS,
+}

@@ -1,4 +1,4 @@
-"""``trainmon.client("cloudwatch")``: PutMetricData, GetMetricStatistics, GetMetricData, ListMetrics with boto3's shapes.
+"""CloudWatch's metric operations: PutMetricData, GetMetricStatistics, GetMetricData, ListMetrics, with boto3's shapes.
 
 Jobs' metrics appear as CloudWatch shows SageMaker's: namespace ``/aws/sagemaker/TrainingJobs``,
 dimension ``TrainingJobName``, high resolution. Unlike CloudWatch, a new metric is listed at
@@ -67,173 +67,189 @@ def _datetime(epoch_s: float) -> datetime:
     return datetime.fromtimestamp(epoch_s, tz=UTC)
 
 
-class CloudWatchClient:
-    def __init__(self, store: Store) -> None:
-        self.store = store
+def put_metric_data(store: Store, *, Namespace: str | None = None, MetricData: list[dict[str, Any]] | None = None,
+                    **unsupported: Any) -> dict[str, Any]:
+    _refuse(unsupported, allowed=("EntityMetricData", "StrictEntityValidation"))
+    items = parse_put(Namespace, MetricData, time.time())
+    store.put_samples(items)
+    return {}
 
-    def put_metric_data(self, *, Namespace: str | None = None, MetricData: list[dict[str, Any]] | None = None,
-                        **unsupported: Any) -> dict[str, Any]:
-        _refuse(unsupported, allowed=("EntityMetricData", "StrictEntityValidation"))
-        items = parse_put(Namespace, MetricData, time.time())
-        self.store.put_samples(items)
-        return {}
 
-    def get_metric_statistics(
-        self,
-        *,
-        Namespace: str | None = None,
-        MetricName: str | None = None,
-        Dimensions: list[dict[str, str]] | None = None,
-        StartTime: Any = None,
-        EndTime: Any = None,
-        Period: int | None = None,
-        Statistics: list[str] | None = None,
-        ExtendedStatistics: list[str] | None = None,
-        Unit: str | None = None,
-        **unsupported: Any,
-    ) -> dict[str, Any]:
-        _refuse(unsupported)
-        key = MetricKey(check_namespace(Namespace), check_metric_name(MetricName),
-                        check_dimensions(Dimensions, "Dimensions"))  # type: ignore[arg-type]
-        start_s, end_s = _time_range(StartTime, EndTime)
-        if Period is None:
-            raise MissingParameter("The parameter Period is required.")
-        period = check_period(Period)
-        statistics, extended = _statistics(Statistics, ExtendedStatistics)
-        unit = check_unit(Unit, "Unit") if Unit is not None else None
-        return {"Label": key.name, "Datapoints": self.statistics(key, start_s, end_s, period, statistics, extended, unit)}
+def get_metric_statistics(
+    store: Store,
+    *,
+    Namespace: str | None = None,
+    MetricName: str | None = None,
+    Dimensions: list[dict[str, str]] | None = None,
+    StartTime: Any = None,
+    EndTime: Any = None,
+    Period: int | None = None,
+    Statistics: list[str] | None = None,
+    ExtendedStatistics: list[str] | None = None,
+    Unit: str | None = None,
+    **unsupported: Any,
+) -> dict[str, Any]:
+    _refuse(unsupported)
+    key = MetricKey(check_namespace(Namespace), check_metric_name(MetricName),
+                    check_dimensions(Dimensions, "Dimensions"))  # type: ignore[arg-type]
+    start_s, end_s = _time_range(StartTime, EndTime)
+    if Period is None:
+        raise MissingParameter("The parameter Period is required.")
+    period = check_period(Period)
+    statistics, extended = _statistics(Statistics, ExtendedStatistics)
+    unit = check_unit(Unit, "Unit") if Unit is not None else None
+    return {"Label": key.name, "Datapoints": metric_statistics(store, key, start_s, end_s, period, statistics, extended, unit)}
 
-    def statistics(self, key: MetricKey, start_s: float, end_s: float, period: int, statistics: list[str],
-                   percentiles: list[str], unit: str | None = None) -> list[dict[str, Any]]:
-        """GetMetricStatistics' datapoints for a valid range and period, statistics and percentiles in
-        one pass (the API takes one kind a call; ``trainmon metrics`` shows both in one table)."""
-        _check_statistics(statistics)
-        _check_percentiles(percentiles)
-        start = aligned_start(start_s, period, time.time())
-        if start is None:
-            return []
-        check_datapoint_count(start, end_s, period)
-        datapoints = self._datapoints(key, int(start * 1000), int(end_s * 1000), period, statistics, percentiles, unit)
-        for point in datapoints:
-            point["Timestamp"] = _datetime(point["Timestamp"])
-        return datapoints
 
-    def get_metric_data(
-        self,
-        *,
-        MetricDataQueries: list[dict[str, Any]] | None = None,
-        StartTime: Any = None,
-        EndTime: Any = None,
-        NextToken: str | None = None,
-        ScanBy: str | None = None,
-        MaxDatapoints: int | None = None,
-        LabelOptions: dict[str, Any] | None = None,
-        **unsupported: Any,
-    ) -> dict[str, Any]:
-        """Metrics and metric math over them, paginated by datapoints (docs/metrics.md)."""
-        _refuse(unsupported)
-        queries, order = _data_queries(MetricDataQueries)
-        start_s, end_s = _time_range(StartTime, EndTime)
-        descending = _scan_descending(ScanBy)
-        limit = _max_datapoints(MaxDatapoints)
-        _check_label_options(LabelOptions)
-        fingerprint = _fingerprint(MetricDataQueries, start_s, end_s, descending)
-        after = _cursor(NextToken, fingerprint) if NextToken is not None else None
-        results = self._results(queries, order, start_s, end_s, time.time())
-        return _page(results, descending=descending, limit=limit, after=after, fingerprint=fingerprint)
+def metric_statistics(store: Store, key: MetricKey, start_s: float, end_s: float, period: int, statistics: list[str],
+               percentiles: list[str], unit: str | None = None) -> list[dict[str, Any]]:
+    """GetMetricStatistics' datapoints for a valid range and period, statistics and percentiles in
+    one pass (the API takes one kind a call; ``trainmon metrics`` shows both in one table)."""
+    _check_statistics(statistics)
+    _check_percentiles(percentiles)
+    start = aligned_start(start_s, period, time.time())
+    if start is None:
+        return []
+    check_datapoint_count(start, end_s, period)
+    datapoints = _datapoints(store, key, int(start * 1000), int(end_s * 1000), period, statistics, percentiles, unit)
+    for point in datapoints:
+        point["Timestamp"] = _datetime(point["Timestamp"])
+    return datapoints
 
-    def _results(self, queries: list[DataQuery], order: list[str], start_s: float, end_s: float,
-                 now_s: float) -> list[tuple[str, str, Series]]:
-        """(Id, Label, series) of every returned result, in the order of the queries."""
-        metrics = {q.id: self._series(q, q.metric, start_s, end_s, now_s) for q in queries if q.metric is not None}
-        expressions = {q.id: q.expression for q in queries if q.expression is not None}
-        evaluator = Evaluator(metrics, expressions, order, partial(_slots, start_s, end_s, now_s))
-        results: list[tuple[str, str, Series]] = []
-        for query in queries:
-            if not query.return_data:
-                continue
-            if query.id in metrics:
-                results.append((query.id, metrics[query.id].label, metrics[query.id]))
-                continue
-            value = evaluator.value(query.id)
-            if isinstance(value, float):
-                raise InvalidParameterValue(
-                    f"Error in expression {query.id}: its result is a number, and a returned result must be a time "
-                    "series or an array of time series (e.g. m1 - AVG(m1)); or set ReturnData to false."
-                )
-            results.extend((query.id, label, series) for label, series in result_labels(query.id, query.label, value))
-        return results
 
-    def _series(self, query: DataQuery, stat: MetricStat, start_s: float, end_s: float, now_s: float) -> Series:
-        """One MetricStat's series, computed as GetMetricStatistics computes its datapoints."""
-        start = aligned_start(start_s, stat.period, now_s)
-        points = {} if start is None else self._stat_points(stat, int(start * 1000), int(end_s * 1000))
-        series = Series(stat.key.name, points, stat.period, _props(stat))
-        if query.label is None:
-            return series
-        return replace(series, label=render_label(query.label, stat.key.name, series))
+def get_metric_data(
+    store: Store,
+    *,
+    MetricDataQueries: list[dict[str, Any]] | None = None,
+    StartTime: Any = None,
+    EndTime: Any = None,
+    NextToken: str | None = None,
+    ScanBy: str | None = None,
+    MaxDatapoints: int | None = None,
+    LabelOptions: dict[str, Any] | None = None,
+    **unsupported: Any,
+) -> dict[str, Any]:
+    """Metrics and metric math over them, paginated by datapoints (docs/metrics.md)."""
+    _refuse(unsupported)
+    queries, order = _data_queries(MetricDataQueries)
+    start_s, end_s = _time_range(StartTime, EndTime)
+    descending = _scan_descending(ScanBy)
+    limit = _max_datapoints(MaxDatapoints)
+    _check_label_options(LabelOptions)
+    fingerprint = _fingerprint(MetricDataQueries, start_s, end_s, descending)
+    after = _cursor(NextToken, fingerprint) if NextToken is not None else None
+    results = _results(store, queries, order, start_s, end_s, time.time())
+    return _page(results, descending=descending, limit=limit, after=after, fingerprint=fingerprint)
 
-    def _datapoints(self, key: MetricKey, start_ms: int, end_ms: int, period: int, statistics: list[str],
-                    percentiles: list[str], unit: str | None, *, any_unit: bool = False) -> list[dict[str, Any]]:
-        """CloudWatch's datapoints per period: from the roll-ups where a tier serves the period,
-        else from the datapoints as written. ``any_unit``: one datapoint per period, whatever
-        units the data was put with (reported as None)."""
-        arguments: dict[str, Any] = dict(start_ms=start_ms, end_ms=end_ms, period_s=period, statistics=statistics,
-                                         percentiles=percentiles, unit=unit)
-        rollups = self.store.metric_rollups(key, start_ms, end_ms, period, sketches=bool(percentiles))
-        if rollups is not None:
-            if any_unit:
-                from ..cloudwatch.sketch import concat
 
-                rollups = {"None": concat(list(rollups.values()))}
-            return aggregate_rollups(rollups, **arguments)
-        samples = self.store.metric_samples(key, start_ms, end_ms)
+def all_metric_data(store: Store, **request: Any) -> list[dict[str, Any]]:
+    """Every page of a GetMetricData answer (MaxDatapoints a page), joined into one list of results."""
+    response = get_metric_data(store, **request)
+    results: list[dict[str, Any]] = response["MetricDataResults"]
+    while "NextToken" in response:
+        response = get_metric_data(store, **request, NextToken=response["NextToken"])
+        for whole, page in zip(results, response["MetricDataResults"], strict=True):
+            whole["Timestamps"] += page["Timestamps"]
+            whole["Values"] += page["Values"]
+    return results
+
+
+def _results(store: Store, queries: list[DataQuery], order: list[str], start_s: float, end_s: float,
+             now_s: float) -> list[tuple[str, str, Series]]:
+    """(Id, Label, series) of every returned result, in the order of the queries."""
+    metrics = {q.id: _series(store, q, q.metric, start_s, end_s, now_s) for q in queries if q.metric is not None}
+    expressions = {q.id: q.expression for q in queries if q.expression is not None}
+    evaluator = Evaluator(metrics, expressions, order, partial(_slots, start_s, end_s, now_s))
+    results: list[tuple[str, str, Series]] = []
+    for query in queries:
+        if not query.return_data:
+            continue
+        if query.id in metrics:
+            results.append((query.id, metrics[query.id].label, metrics[query.id]))
+            continue
+        value = evaluator.value(query.id)
+        if isinstance(value, float):
+            raise InvalidParameterValue(
+                f"Error in expression {query.id}: its result is a number, and a returned result must be a time "
+                "series or an array of time series (e.g. m1 - AVG(m1)); or set ReturnData to false."
+            )
+        results.extend((query.id, label, series) for label, series in result_labels(query.id, query.label, value))
+    return results
+
+
+def _series(store: Store, query: DataQuery, stat: MetricStat, start_s: float, end_s: float, now_s: float) -> Series:
+    """One MetricStat's series, computed as GetMetricStatistics computes its datapoints."""
+    start = aligned_start(start_s, stat.period, now_s)
+    points = {} if start is None else _stat_points(store, stat, int(start * 1000), int(end_s * 1000))
+    series = Series(stat.key.name, points, stat.period, _props(stat))
+    if query.label is None:
+        return series
+    return replace(series, label=render_label(query.label, stat.key.name, series))
+
+
+def _datapoints(store: Store, key: MetricKey, start_ms: int, end_ms: int, period: int, statistics: list[str],
+                percentiles: list[str], unit: str | None, *, any_unit: bool = False) -> list[dict[str, Any]]:
+    """CloudWatch's datapoints per period: from the roll-ups where a tier serves the period,
+    else from the datapoints as written. ``any_unit``: one datapoint per period, whatever
+    units the data was put with (reported as None)."""
+    arguments: dict[str, Any] = dict(start_ms=start_ms, end_ms=end_ms, period_s=period, statistics=statistics,
+                                     percentiles=percentiles, unit=unit)
+    rollups = store.metric_rollups(key, start_ms, end_ms, period, sketches=bool(percentiles))
+    if rollups is not None:
         if any_unit:
-            samples = [replace(sample, unit="None") for sample in samples]
-        return aggregate(samples, **arguments)
+            from ..cloudwatch.sketch import concat
 
-    def _stat_points(self, stat: MetricStat, start_ms: int, end_ms: int) -> dict[int, float]:
-        percentile = stat.stat not in STATISTICS
-        rows = self._datapoints(stat.key, start_ms, end_ms, stat.period, [] if percentile else [stat.stat],
-                                [stat.stat] if percentile else [], stat.unit, any_unit=stat.unit is None)
-        points: dict[int, float] = {}
-        for row in rows:
-            value = row.get("ExtendedStatistics", {}).get(stat.stat) if percentile else row[stat.stat]
-            if value is not None:  # a percentile is unavailable for some periods
-                points[round(row["Timestamp"] * 1000)] = float(value)
-        return points
+            rollups = {"None": concat(list(rollups.values()))}
+        return aggregate_rollups(rollups, **arguments)
+    samples = store.metric_samples(key, start_ms, end_ms)
+    if any_unit:
+        samples = [replace(sample, unit="None") for sample in samples]
+    return aggregate(samples, **arguments)
 
-    def list_metrics(
-        self,
-        *,
-        Namespace: str | None = None,
-        MetricName: str | None = None,
-        Dimensions: list[dict[str, str]] | None = None,
-        NextToken: str | None = None,
-        RecentlyActive: str | None = None,
-        **unsupported: Any,
-    ) -> dict[str, Any]:
-        _refuse(unsupported, allowed=("IncludeLinkedAccounts", "OwningAccount"))
-        if Namespace is not None:
-            check_namespace(Namespace)
-        if MetricName is not None:
-            check_metric_name(MetricName)
-        wanted = check_dimensions(Dimensions, "Dimensions", values_required=False, limit=10)
-        if RecentlyActive not in (None, "PT3H"):
-            raise InvalidParameterValue("The parameter RecentlyActive must be PT3H.")
-        since_ms = (time.time() - RECENT_S) * 1000 if RecentlyActive else None
-        metrics = []
-        for key, last_ms in self.store.metric_keys(Namespace, MetricName):
-            if since_ms is not None and last_ms < since_ms:
-                continue
-            present = dict(key.dimensions)
-            if all(name in present and (value is None or present[name] == value) for name, value in wanted):
-                metrics.append(key.to_api())
-        start = int(NextToken) if NextToken and NextToken.isdigit() else 0
-        result: dict[str, Any] = {"Metrics": metrics[start:start + LIST_PAGE]}
-        if start + LIST_PAGE < len(metrics):
-            result["NextToken"] = str(start + LIST_PAGE)
-        return result
+
+def _stat_points(store: Store, stat: MetricStat, start_ms: int, end_ms: int) -> dict[int, float]:
+    percentile = stat.stat not in STATISTICS
+    rows = _datapoints(store, stat.key, start_ms, end_ms, stat.period, [] if percentile else [stat.stat],
+                       [stat.stat] if percentile else [], stat.unit, any_unit=stat.unit is None)
+    points: dict[int, float] = {}
+    for row in rows:
+        value = row.get("ExtendedStatistics", {}).get(stat.stat) if percentile else row[stat.stat]
+        if value is not None:  # a percentile is unavailable for some periods
+            points[round(row["Timestamp"] * 1000)] = float(value)
+    return points
+
+
+def list_metrics(
+    store: Store,
+    *,
+    Namespace: str | None = None,
+    MetricName: str | None = None,
+    Dimensions: list[dict[str, str]] | None = None,
+    NextToken: str | None = None,
+    RecentlyActive: str | None = None,
+    **unsupported: Any,
+) -> dict[str, Any]:
+    _refuse(unsupported, allowed=("IncludeLinkedAccounts", "OwningAccount"))
+    if Namespace is not None:
+        check_namespace(Namespace)
+    if MetricName is not None:
+        check_metric_name(MetricName)
+    wanted = check_dimensions(Dimensions, "Dimensions", values_required=False, limit=10)
+    if RecentlyActive not in (None, "PT3H"):
+        raise InvalidParameterValue("The parameter RecentlyActive must be PT3H.")
+    since_ms = (time.time() - RECENT_S) * 1000 if RecentlyActive else None
+    metrics = []
+    for key, last_ms in store.metric_keys(Namespace, MetricName):
+        if since_ms is not None and last_ms < since_ms:
+            continue
+        present = dict(key.dimensions)
+        if all(name in present and (value is None or present[name] == value) for name, value in wanted):
+            metrics.append(key.to_api())
+    start = int(NextToken) if NextToken and NextToken.isdigit() else 0
+    result: dict[str, Any] = {"Metrics": metrics[start:start + LIST_PAGE]}
+    if start + LIST_PAGE < len(metrics):
+        result["NextToken"] = str(start + LIST_PAGE)
+    return result
 
 
 def _statistics(statistics: list[str] | None, extended: list[str] | None) -> tuple[list[str], list[str]]:
@@ -506,3 +522,11 @@ def _cursor(token: Any, fingerprint: str) -> tuple[int, int]:
     except (AttributeError, ValueError, TypeError, KeyError):
         pass
     raise CloudWatchError("The next token specified is invalid.", code="InvalidNextToken")
+
+
+OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "PutMetricData": put_metric_data,
+    "GetMetricStatistics": get_metric_statistics,
+    "GetMetricData": get_metric_data,
+    "ListMetrics": list_metrics,
+}

@@ -1,23 +1,51 @@
-"""Human-readable views for the CLI (plain text; JSON output lives in the CLI itself)."""
+"""Human-readable views for the CLI (plain text; JSON output is the operations' responses as they are).
+
+Text that comes from a job (its output, its failure reason, what a definition saw) goes through
+:func:`terminal_safe` before it reaches a terminal, so that it cannot move the cursor or change
+the terminal; the store keeps it exact.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ..cloudwatch.statistics import PeriodRow
-from ..parsing.extract import DefinitionStats
-from ..store import JobRow
+from ..jobs.status import TERMINAL
+from ..parsing.framing import escape
+
+# Control characters but tab, DEL, the C1 controls and the bidirectional overrides (which reorder
+# what the terminal shows).
+_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\r": "\\r", "\n": "\\n", "\b": "\\b"}
 
 
-def clock(epoch_s: float | None, *, date: bool = False) -> str:
+def terminal_safe(text: str) -> str:
+    """``text`` with every character that could drive a terminal shown as an escape (``\\x1b``)."""
+    if text.isprintable():
+        return text
+    return _UNSAFE.sub(_shown, text)
+
+
+def _shown(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def quoted(text: str) -> str:
+    """Text in quotes as it is (a regex's backslashes stay single), made safe for a terminal."""
+    return f"'{terminal_safe(text)}'"
+
+
+def clock(epoch_s: float | datetime | None, *, date: bool = False) -> str:
     if epoch_s is None:
         return "-"
-    moment = datetime.fromtimestamp(epoch_s, tz=UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC" if date else "%H:%M:%S.%f")[: None if date else -3]
+    moment = epoch_s if isinstance(epoch_s, datetime) else datetime.fromtimestamp(epoch_s, tz=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC" if date else "%H:%M:%S.%f")[: None if date else -3]
 
 
 def number(value: float | None) -> str:
@@ -30,6 +58,35 @@ def number(value: float | None) -> str:
     return f"{value:.6g}"
 
 
+_BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def quantity(value: float | None, unit: str | None) -> str:
+    """A value with its CloudWatch unit: ``42.5%``, ``1.50 GiB``, ``3.20 MiB/s``; plain without one."""
+    if value is None or not math.isfinite(value) or unit in (None, "None", "Count"):
+        return number(value)
+    if unit == "Percent":
+        return f"{value:.4g}%"
+    if unit in ("Bytes", "Bytes/Second"):
+        suffix = "/s" if unit == "Bytes/Second" else ""
+        for name, size in _BINARY:
+            if abs(value) >= size:
+                return f"{value / size:.3g} {name}{suffix}"
+        return f"{value:.4g} B{suffix}"
+    return f"{number(value)} {unit}"
+
+
+def profile_unit(metric: str) -> str | None:
+    """The unit of a profiler metric, from its name (``job_resident_bytes``, ``cpu0_utilization_pct``)."""
+    if metric.endswith("_bytes_per_s"):
+        return "Bytes/Second"
+    if metric.endswith("_bytes"):
+        return "Bytes"
+    if metric.endswith("_pct"):
+        return "Percent"
+    return None
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "  ") -> str:
     cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
@@ -37,102 +94,142 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "
     return "\n".join(lines)
 
 
-def describe(doc: dict[str, Any], summaries: dict[str, tuple[int, float | None, float | None]],
-             stats: list[DefinitionStats], command: list[str] | None) -> str:
-    lines = [f"Training job {doc['TrainingJobName']}: {doc['TrainingJobStatus']} ({doc['SecondaryStatus']})"]
-    lines.append(f"  ARN            {doc['TrainingJobArn']}")
-    lines.append(f"  Created        {clock(doc['CreationTime'], date=True)}")
-    if doc.get("TrainingTimeInSeconds"):
-        lines.append(f"  Training time  {doc['TrainingTimeInSeconds']} s (billable {doc['BillableTimeInSeconds']} s)")
-    if command:
-        lines.append(f"  Command        {shlex.join(command)}")
-    resources = doc["ResourceConfig"]
-    lines.append(f"  Hosts          {resources['InstanceCount']} x {resources['InstanceType']}")
-    if doc.get("HyperParameters"):
-        lines.append("  Hyperparameters " + ", ".join(f"{k}={v}" for k, v in doc["HyperParameters"].items()))
-    for channel in doc.get("InputDataConfig", []):
-        lines.append(f"  Channel        {channel['ChannelName']}: {channel['DataSource']['S3DataSource']['S3Uri']}")
-    if doc["TrainingJobStatus"] in ("Completed", "Stopped"):
-        lines.append(f"  Model          {doc['ModelArtifacts']['S3ModelArtifacts']}")
+def fields(pairs: Sequence[tuple[str, str]], indent: str = "  ") -> list[str]:
+    """Labelled lines with the values aligned, whatever the longest label."""
+    width = max((len(label) for label, _ in pairs), default=0)
+    return [f"{indent}{label.ljust(width)}  {value}" for label, value in pairs]
+
+
+def status_text(doc: Mapping[str, Any]) -> str:
+    """``Completed``; the secondary status in brackets only when it says more (``Stopped (MaxRuntimeExceeded)``)."""
+    primary, secondary = doc["TrainingJobStatus"], doc.get("SecondaryStatus")
+    return primary if not secondary or secondary == primary else f"{primary} ({secondary})"
+
+
+def command_of(algorithm: Mapping[str, Any]) -> list[str]:
+    """What the job's hosts run, as the request gave it."""
+    arguments = list(algorithm.get("ContainerArguments", []))
+    if algorithm.get("ContainerEntrypoint"):
+        return [*algorithm["ContainerEntrypoint"], *arguments]
+    image = algorithm.get("TrainingImage")
+    return [image, *arguments] if image else arguments
+
+
+def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
+    """A DescribeTrainingJob answer with the job's DescribeJobMetrics: metric summaries and definition
+    diagnostics."""
+    lines = [f"Training job {doc['TrainingJobName']}: {status_text(doc)}"]
+    lines.extend(fields(_facts(doc)))
     if doc.get("FailureReason"):
-        lines.append("")
-        lines.append("Failure reason")
-        lines.extend("  " + line for line in doc["FailureReason"].splitlines())
-
-    lines.append("")
-    lines.append("Status transitions")
-    lines.append(table(
+        lines += ["", "Failure reason"]
+        lines.extend("  " + terminal_safe(line) for line in doc["FailureReason"].splitlines())
+    unstored = metrics.get("UnstoredOutput")
+    if unstored:
+        lines += ["", "Not stored",
+                  f"  {unstored['Records']} log records ({unstored['Bytes']} bytes) and {unstored['Points']} metric "
+                  f"points could not be stored: {terminal_safe(unstored['Reason'])}"]
+    lines += ["", "Status transitions", table(
         ["STATUS", "START", "SECONDS", "MESSAGE"],
-        [
-            [t["Status"], clock(t["StartTime"]),
-             f"{t['EndTime'] - t['StartTime']:.1f}" if t.get("EndTime") is not None else "...",
-             t.get("StatusMessage", "")]
-            for t in doc.get("SecondaryStatusTransitions", [])
-        ],
-    ))
-
-    finals = {m["MetricName"]: m for m in doc.get("FinalMetricDataList", [])}
-    lines.append("")
-    lines.append("Final metrics")
-    if summaries:
-        rows = []
-        for name in sorted(summaries):
-            count, low, high = summaries[name]
-            final = finals.get(name)
-            rows.append([name, number(final["Value"]) if final else "-", clock(final["Timestamp"]) if final else "-",
-                         count, number(low), number(high)])
-        lines.append(table(["METRIC", "FINAL", "AT", "POINTS", "MIN", "MAX"], rows))
+        [[t["Status"], clock(t["StartTime"]),
+          f"{(t['EndTime'] - t['StartTime']).total_seconds():.1f}" if t.get("EndTime") is not None else "...",
+          t.get("StatusMessage", "")] for t in doc.get("SecondaryStatusTransitions", [])])]
+    lines += ["", _final_heading(doc, unstored)]
+    if metrics["Metrics"]:
+        lines.append(table(["METRIC", "FINAL", "AT", "POINTS", "MIN", "MAX"], [
+            [m["MetricName"], number(m.get("FinalValue")), clock(m.get("FinalTimestamp")), m["Points"],
+             number(m["Minimum"]), number(m["Maximum"])] for m in metrics["Metrics"]]))
     else:
-        lines.append("  (none yet)")
-    if stats:
-        lines.append("")
-        lines.append("Metric definitions")
-        lines.extend(definition_report(stats, doc["AlgorithmSpecification"].get("MetricDefinitions", [])))
+        lines.append(f"  {_no_metrics(doc)}")
+    if metrics["Definitions"]:
+        lines += ["", "Metric definitions"]
+        lines.extend(definition_report(metrics["Definitions"], doc["AlgorithmSpecification"].get("MetricDefinitions", []),
+                                       escapes=metrics["RecordMode"] != "raw"))
     return "\n".join(lines)
 
 
-def definition_report(stats: list[DefinitionStats], definitions: list[dict[str, str]]) -> list[str]:
-    """Per definition: matches, rejected captures and why, and near misses when nothing matched."""
+def _facts(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    facts = [("ARN", doc["TrainingJobArn"]), ("Created", clock(doc["CreationTime"], date=True))]
+    if doc.get("TrainingTimeInSeconds"):
+        facts.append(("Training time", f"{doc['TrainingTimeInSeconds']} s (billable {doc['BillableTimeInSeconds']} s)"))
+    command = command_of(doc["AlgorithmSpecification"])
+    if command:
+        facts.append(("Command", terminal_safe(shlex.join(command))))
+    resources = doc["ResourceConfig"]
+    facts.append(("Hosts", f"{resources['InstanceCount']} x {resources['InstanceType']}"))
+    if doc.get("HyperParameters"):
+        facts.append(("Hyperparameters", terminal_safe(", ".join(f"{k}={v}" for k, v in doc["HyperParameters"].items()))))
+    for channel in doc.get("InputDataConfig", []):
+        facts.append(("Channel", f"{channel['ChannelName']}: {channel['DataSource']['S3DataSource']['S3Uri']}"))
+    if doc["TrainingJobStatus"] in ("Completed", "Stopped"):
+        facts.append(("Model", doc["ModelArtifacts"]["S3ModelArtifacts"]))
+    return facts
+
+
+def _final_heading(doc: Mapping[str, Any], unstored: Mapping[str, Any] | None) -> str:
+    if unstored and unstored["Points"]:
+        return f"Final metrics (from the points stored; {unstored['Points']} points were not stored)"
+    return "Final metrics"
+
+
+def _no_metrics(doc: Mapping[str, Any]) -> str:
+    defined = doc["AlgorithmSpecification"].get("MetricDefinitions", [])
+    ended = doc["TrainingJobStatus"] in TERMINAL
+    if not defined:
+        return "(none: the job has no metric definitions)"
+    return "(none: no definition matched; see below)" if ended else "(none yet)"
+
+
+def definition_report(stats: list[dict[str, Any]], definitions: list[dict[str, str]], *,
+                      escapes: bool = True) -> list[str]:
+    """Per definition (its diagnostics, as stored): matches, rejected captures and why, and near misses
+    when nothing matched. The literal a regex needs is shown as the regex sees records: with ``#011``
+    for a tab in the escaping modes."""
     regexes = {d["Name"]: d["Regex"] for d in definitions}
     lines = []
     for s in stats:
-        parts = [f"{s.matches} point{'s' if s.matches != 1 else ''}"]
-        if s.nonfinite:
-            parts.append(f"{s.nonfinite} NaN/infinite (kept, left out of statistics)")
-        if s.rejected_total:
-            why = "; ".join(f"{count} {reason}" for reason, count in sorted(s.rejected.items()))
-            parts.append(f"{s.rejected_total} rejected ({why})")
-        lines.append(f"  {s.name}: " + ", ".join(parts))
-        if s.rejected_examples:
-            lines.append("      rejected, e.g.: " + " | ".join(repr(e) for e in s.rejected_examples))
-        if s.matches == 0:
-            regex = regexes.get(s.name, "")
-            if s.unmatched_examples:
-                lines.append(f"      regex {regex!r} did not match records holding {s.literal!r}, e.g.:")
-                lines.extend(f"        {e!r}" for e in s.unmatched_examples)
-            elif s.literal:
-                lines.append(f"      no record contains {s.literal!r}: check the spelling in regex {regex!r}")
+        matches, rejected = s.get("Matches", 0), dict(s.get("Rejected", {}))
+        parts = [f"{matches} point{'s' if matches != 1 else ''}"]
+        if s.get("NonFinite"):
+            parts.append(f"{s['NonFinite']} NaN/infinite (kept, left out of statistics)")
+        if rejected:
+            why = "; ".join(f"{count} {reason}" for reason, count in sorted(rejected.items()))
+            parts.append(f"{sum(rejected.values())} rejected ({why})")
+        lines.append(f"  {s['Name']}: " + ", ".join(parts))
+        if s.get("RejectedExamples"):
+            lines.append("      rejected, e.g.: " + " | ".join(quoted(e) for e in s["RejectedExamples"]))
+        if matches == 0:
+            regex = quoted(regexes.get(s["Name"], ""))
+            literal = s.get("Prefilter")
+            shown = quoted(escape(literal) if escapes else literal) if literal else None
+            if s.get("UnmatchedExamples"):
+                lines.append(f"      regex {regex} did not match records holding {shown}, e.g.:")
+                lines.extend(f"        {quoted(e)}" for e in s["UnmatchedExamples"])
+            elif literal:
+                lines.append(f"      no record contains {shown}: check the spelling in regex {regex}")
             else:
-                lines.append(f"      no record matched regex {regex!r}")
+                lines.append(f"      no record matched regex {regex}")
     return lines
 
 
-def periods(rows: list[PeriodRow]) -> str:
+def periods(rows: list[PeriodRow], units: Mapping[str, str | None] | None = None) -> str:
+    units = units or {}
     return table(
         ["METRIC", "PERIOD START", "COUNT", "AVERAGE", "MIN", "MAX", "LAST"],
-        [[r.name, clock(r.start_ms / 1000), r.count, number(r.average), number(r.minimum), number(r.maximum),
-          number(r.last)] for r in rows],
+        [[r.name, clock(r.start_ms / 1000), r.count,
+          *(quantity(v, units.get(r.name)) for v in (r.average, r.minimum, r.maximum, r.last))] for r in rows],
     )
 
 
-def job_list(rows: list[JobRow]) -> str:
-    def duration(row: JobRow) -> str:
-        start = row.doc.get("TrainingStartTime")
-        end = row.doc.get("TrainingEndTime") or row.last_modified_time
-        return f"{end - start:.0f} s" if start else "-"
+def job_list(summaries: list[dict[str, Any]], now_s: float) -> str:
+    """ListTrainingJobs' summaries; a job's duration is from its creation to its end, or to now."""
+
+    def duration(summary: dict[str, Any]) -> str:
+        end = summary.get("TrainingEndTime")
+        seconds = (end.timestamp() if end is not None else now_s) - summary["CreationTime"].timestamp()
+        return f"{max(0.0, seconds):.0f} s"
 
     return table(
         ["NAME", "STATUS", "SECONDARY", "CREATED", "DURATION"],
-        [[r.name, r.status, r.doc.get("SecondaryStatus", ""), clock(r.creation_time, date=True), duration(r)]
-         for r in rows],
+        [[s["TrainingJobName"], s["TrainingJobStatus"], s.get("SecondaryStatus", ""),
+          clock(s["CreationTime"], date=True), duration(s)] for s in summaries],
     )

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-
-from .. import config
 
 HERE = Path(__file__).parent
 
@@ -30,26 +26,16 @@ def make_dataset(directory: Path, rows: int, seed: int) -> Path:
     return directory
 
 
-def run_demo(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
-    try:
-        import numpy  # noqa: F401
-    except ImportError:
-        print("trainmon: the demo job needs numpy: pip install 'trainmon[demo]'", file=sys.stderr)
-        return 1
-    from ..cli import build_parser
-
-    data = config.home() / "demo-data"
+def demo_arguments(home: Path, name: str | None, epochs: int) -> list[str]:
+    """The ``trainmon run`` options of the demo job (its data sets made under ``home``)."""
+    data = home / "demo-data"
     train = make_dataset(data / "train", 4000, seed=1)
     validation = make_dataset(data / "validation", 1000, seed=2)
-    name = args.name or datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S")
-    argv = [
-        "run", "--name", name,
+    return [
+        "--name", name or datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S"),
         "--metric-definitions", str(HERE / "definitions.json"),
-        "-H", f"epochs={args.epochs}", "-H", "learning_rate=0.5", "-H", "batch_size=64",
+        "-H", f"epochs={epochs}", "-H", "learning_rate=0.5", "-H", "batch_size=64",
         "--channel", f"train={train}", "--channel", f"validation={validation}",
         "--max-runtime-seconds", "3600", "--stop-grace-seconds", "10", "--live-metrics",
         "--", sys.executable, str(HERE / "train.py"),
     ]
-    run_args = build_parser().parse_args(argv)  # the very options a user would type
-    run_args.home, run_args.debug = args.home, args.debug
-    return run(run_args)

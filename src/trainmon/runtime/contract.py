@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..jobs.document import JobDocument
+
 
 @dataclass(frozen=True)
 class HostLayout:
@@ -81,7 +83,7 @@ def _hp_value(text: str) -> Any:
         return text
 
 
-def prepare_host(job_dir: Path, doc: dict[str, Any], host: str) -> tuple[HostLayout, dict[str, str]]:
+def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout, dict[str, str]]:
     """Create one host's directories and config files; return them and the SM_* environment."""
     layout = HostLayout(host, job_dir / host)
     for directory in (layout.config_dir, layout.data_dir, layout.model_dir, layout.output_data_dir):

@@ -21,15 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import config, jobs
+from .. import config
 from ..errors import StoreError, TrainmonError
+from ..jobs.document import JobDocument, SupervisorIdentity
+from ..jobs.status import profiler_settings, transition
 from ..parsing.definitions import validate_definitions
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
 from ..store import JobRow, Store, open_store
 from ..store.profiles import ProfileWriter
-from . import contract
+from . import contract, orphans
 from .capture import Echo, HostStream, Ingestor, Pipe, PipeReader, RecordCutter
+from .jobstate import set_status
 from .maintenance import Maintainer
 from .monitor import SystemMonitor
 from .sampler import default_gpu_source
@@ -80,7 +83,7 @@ class Supervisor:
         job = self.store.get_job(self.name)
         if job is None:
             raise TrainmonError(f"no job named {self.name!r} to supervise")
-        identity = jobs.supervisor_identity()
+        identity = orphans.identity()
 
         def claim(row: JobRow) -> None:
             row.supervisor = identity
@@ -92,7 +95,7 @@ class Supervisor:
         finally:
             self._restore_signals(previous)
 
-    def _run(self, job: JobRow, identity: dict[str, Any]) -> JobRow:
+    def _run(self, job: JobRow, identity: SupervisorIdentity) -> JobRow:
         doc = job.doc
         settings = doc["TrainmonConfig"]
         mode = Mode(settings["RecordMode"])
@@ -101,7 +104,7 @@ class Supervisor:
         job_dir = config.jobs_dir(self.store.home) / self.name
         count = doc["ResourceConfig"]["InstanceCount"]
 
-        jobs.set_status(self.store, self.name, "Downloading")
+        set_status(self.store, self.name, "Downloading")
         for stale in job_dir.glob("algo-*"):  # left by an earlier job of the same name
             shutil.rmtree(stale, ignore_errors=True)
         prepared = [contract.prepare_host(job_dir, doc, host) for host in contract.host_names(count)]
@@ -116,7 +119,7 @@ class Supervisor:
         identity["pgids"] = [host.pgid for host in self.hosts]
         self.store.update_job(self.name, lambda row: setattr(row, "supervisor", identity))
         if start_failure is None:
-            jobs.set_status(self.store, self.name, "Training")
+            set_status(self.store, self.name, "Training")
 
         echo = Echo(prefix_hosts=count > 1, live_metrics=self.live_metrics) if self.echo_enabled else None
         ingestor = Ingestor(self.store, job.id, [h.stream for h in self.hosts], extractor, self._wake, echo)
@@ -186,10 +189,10 @@ class Supervisor:
             self.hosts.append(Host(layout.host, layout, process, host_stream))
         return None
 
-    def _start_monitor(self, doc: dict[str, Any], job_dir: Path) -> SystemMonitor | None:
+    def _start_monitor(self, doc: JobDocument, job_dir: Path) -> SystemMonitor | None:
         if not self.hosts:
             return None
-        settings = jobs.profiler_settings(doc)
+        settings = profiler_settings(doc)
         profiler = ProfileWriter(settings["S3OutputPath"], self.name) if settings else None
         env = {**os.environ, **doc.get("Environment", {})}
         monitor = SystemMonitor(
@@ -242,7 +245,7 @@ class Supervisor:
 
         def mutate(row: JobRow) -> None:
             if row.doc["TrainingJobStatus"] == "InProgress":
-                jobs.transition(row.doc, "Stopping", time.time(), message)
+                transition(row.doc, "Stopping", time.time(), message)
             row.stop_requested = reason
 
         self.store.update_job(self.name, mutate)
@@ -310,7 +313,7 @@ class Supervisor:
                         key=lambda h: h.name != self.first_failure)  # the host that failed first, not one we ended
         if failed:
             return self._finish("Failed", FailureReason=self._failure_reason(failed[0], exit_codes[failed[0].name]))
-        jobs.set_status(self.store, self.name, "Uploading")
+        set_status(self.store, self.name, "Uploading")
         try:
             self._pack(job)
         except OSError as exc:
@@ -320,7 +323,7 @@ class Supervisor:
     def _finish(self, status: str, **fields: Any) -> JobRow:
         for attempt in range(20):
             try:
-                return jobs.set_status(self.store, self.name, status, **fields)
+                return set_status(self.store, self.name, status, **fields)
             except StoreError:
                 if attempt == 19:
                     raise

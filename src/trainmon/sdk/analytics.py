@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import jobs
+from ..api import sagemaker
 from ..cloudwatch.statistics import period_table
 from ..store import Store, open_store
 
@@ -52,7 +52,7 @@ class TrainingJobAnalytics:
             import pandas as pd
         except ImportError:
             raise ImportError("analytics needs pandas: pip install 'trainmon[sdk]'") from None
-        job = jobs.get_job(self._store, self.name)
+        job = sagemaker.job(self._store, self.name)
         names = self.metric_names or [d["Name"] for d in job.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
         points = self._store.points(job.id, names=names or None)
         rows: list[tuple[float, str, float]] = []

@@ -23,11 +23,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from .. import config, jobs
+from .. import config
+from ..api import logs as cloudwatch_logs
+from ..api import sagemaker
+from ..api.logs import LOG_GROUP
+from ..api.training_request import DEFAULT_MAX_RUNTIME_S
 from ..errors import TrainmonError
+from ..jobs.document import ACCOUNT
 from ..store import open_store
 from .analytics import TrainingJobAnalytics
-from .clients import LOG_GROUP, LogsClient, SageMakerClient
+from .clients import LogsClient, SageMakerClient
 
 # Accepted for compatibility, meaningless off AWS: each gives a warning naming it.
 AWS_ONLY_ARGUMENTS = frozenset({
@@ -61,7 +66,7 @@ class Session:
         self.logs_client = LogsClient(self.store, self.home)
 
     def describe_training_job(self, job_name: str) -> dict[str, Any]:
-        return self.sagemaker_client.describe_training_job(TrainingJobName=job_name)
+        return sagemaker.describe_training_job(self.store, TrainingJobName=job_name)
 
     def wait_for_job(self, job_name: str, poll: float = 0.5) -> dict[str, Any]:
         while True:
@@ -110,8 +115,8 @@ class LogPrinter:
         self.out.flush()
 
     def _events(self, prefix_hosts: bool) -> None:
-        logs = self.session.logs_client
-        streams = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=f"{self.job_name}/")
+        store = self.session.store
+        streams = cloudwatch_logs.describe_log_streams(store, logGroupName=LOG_GROUP, logStreamNamePrefix=f"{self.job_name}/")
         for stream in streams["logStreams"]:
             name = stream["logStreamName"]
             host = name.split("/", 1)[1].rsplit("-", 1)[0]
@@ -119,7 +124,7 @@ class LogPrinter:
                 arguments: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamName": name, "startFromHead": True}
                 if name in self.tokens:
                     arguments["nextToken"] = self.tokens[name]
-                page = logs.get_log_events(**arguments)
+                page = cloudwatch_logs.get_log_events(store, **arguments)
                 self.tokens[name] = page["nextForwardToken"]
                 if not page["events"]:
                     break
@@ -140,7 +145,7 @@ class TrainingJob:
         return self.sagemaker_session.describe_training_job(self.job_name)
 
     def stop(self) -> None:
-        self.sagemaker_session.sagemaker_client.stop_training_job(TrainingJobName=self.job_name)
+        sagemaker.stop_training_job(self.sagemaker_session.store, TrainingJobName=self.job_name)
 
     def wait(self, logs: str | bool = "All", poll: float = 0.5) -> dict[str, Any]:
         """Wait for the end (printing logs unless ``logs`` is "None"/False); raise unless it Completed."""
@@ -205,7 +210,7 @@ class Estimator:
         hyperparameters: dict[str, Any] | None = None,
         metric_definitions: list[dict[str, str]] | None = None,
         environment: dict[str, str] | None = None,
-        max_run: int = jobs.DEFAULT_MAX_RUNTIME_S,
+        max_run: int = DEFAULT_MAX_RUNTIME_S,
         output_path: str | None = None,
         base_job_name: str | None = None,
         tags: list[dict[str, str]] | None = None,
@@ -226,7 +231,7 @@ class Estimator:
             if not script.is_file():
                 raise ValueError(f"entry_point {entry_point!r} not found in {Path(source_dir or '.').resolve()}.")
         self.image_uri = image_uri
-        self.role = role or f"arn:aws:iam::{jobs.ACCOUNT}:role/trainmon-local"
+        self.role = role or f"arn:aws:iam::{ACCOUNT}:role/trainmon-local"
         self.instance_count = instance_count
         self.instance_type = instance_type
         self.entry_point = entry_point
@@ -258,7 +263,7 @@ class Estimator:
     def fit(self, inputs: str | dict[str, str] | None = None, wait: bool = True, logs: str | bool = "All",
             job_name: str | None = None) -> None:
         name = job_name or self._job_name()
-        self.sagemaker_session.sagemaker_client.create_training_job(**self._request(name, inputs))
+        sagemaker.create_training_job(self.sagemaker_session.store, **self._request(name, inputs))
         self._current_job_name = name
         self.latest_training_job = TrainingJob(self.sagemaker_session, name)
         if wait:
@@ -340,13 +345,14 @@ class Estimator:
                                "VolumeSizeInGB": 0},
             "StoppingCondition": {"MaxRuntimeInSeconds": self.max_run},
             "Environment": environment,
-            "InputDataConfig": [
+        }
+        if channels:
+            request["InputDataConfig"] = [
                 {"ChannelName": channel, "DataSource": {"S3DataSource": {
                     "S3DataType": "S3Prefix", "S3DataDistributionType": "FullyReplicated",
                     "S3Uri": str(Path(str(path).removeprefix("file://")).expanduser().resolve())}}}
                 for channel, path in channels.items()
-            ],
-        }
+            ]
         if self.output_path:
             request["OutputDataConfig"] = {"S3OutputPath": self.output_path}
         if self.tags:

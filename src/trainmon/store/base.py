@@ -24,6 +24,7 @@ from ..cloudwatch.model import MetricKey
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.statistics import Sample
 from ..errors import ResourceInUse, ResourceNotFound
+from ..jobs.document import JobDocument, SupervisorIdentity
 from .rows import Batch, ChunkTuple, EventRow, JobRow, Maintenance, PointRow, StreamRow
 from .sql import Sql, T
 
@@ -50,7 +51,7 @@ class Store(Protocol):
 
     # -- jobs
     def create_job(
-        self, name: str, doc: dict[str, Any], creation_time: float, supervisor: dict[str, Any] | None = None
+        self, name: str, doc: JobDocument, creation_time: float, supervisor: SupervisorIdentity | None = None
     ) -> JobRow:
         """Store a new job; ResourceInUse when a job of that name exists."""
         ...
@@ -186,7 +187,7 @@ class SqlStore:
     # -- jobs
 
     def create_job(
-        self, name: str, doc: dict[str, Any], creation_time: float, supervisor: dict[str, Any] | None = None
+        self, name: str, doc: JobDocument, creation_time: float, supervisor: SupervisorIdentity | None = None
     ) -> JobRow:
         with self._transaction() as sql:
             rows = sql.rows(
@@ -479,7 +480,7 @@ def chunk_events(
                 yield EventRow(stream_id, first + offset, stamp, messages[offset])
 
 
-def job_name_in_use(doc: dict[str, Any]) -> ResourceInUse:
+def job_name_in_use(doc: JobDocument) -> ResourceInUse:
     return ResourceInUse(
         "Training job names must be unique within an AWS account and region, and a training job "
         f"with this name already exists ({doc['TrainingJobArn']})"

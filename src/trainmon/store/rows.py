@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..jobs.document import JobDocument, SupervisorIdentity
+
 
 @dataclass
 class JobRow:
@@ -13,8 +15,8 @@ class JobRow:
     status: str
     creation_time: float
     last_modified_time: float
-    doc: dict[str, Any]
-    supervisor: dict[str, Any] | None
+    doc: JobDocument
+    supervisor: SupervisorIdentity | None
     stop_requested: str | None
     diagnostics: list[dict[str, Any]]
 

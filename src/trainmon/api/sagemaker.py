@@ -1,0 +1,165 @@
+"""SageMaker's training-job operations: CreateTrainingJob, DescribeTrainingJob, ListTrainingJobs,
+StopTrainingJob, DeleteTrainingJob.
+
+Each takes the store and the request's members as keyword arguments, named and shaped as in
+boto3, and returns the response as boto3 would (times as timezone-aware datetimes). Errors carry
+SageMaker's codes. Every operation that reads jobs first reaps the jobs of this machine whose
+supervising process died (:func:`trainmon.runtime.orphans.reap_orphans`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .. import config
+from ..errors import ResourceInUse, ResourceNotFound, ValidationException
+from ..jobs.document import Description, SupervisorIdentity
+from ..jobs.status import TERMINAL, description, transition
+from ..runtime import orphans
+from ..store import JobRow, Store
+from .shapes import String, validate_members
+from .times import as_datetimes, epoch_s
+from .training_request import JOB_NAME_PATTERN, job_document
+
+_JOB_NAME = String(1, 63, JOB_NAME_PATTERN, hint="1 to 63 letters, digits and hyphens, starting with a letter or digit")
+_STATUSES = ("InProgress", "Completed", "Failed", "Stopping", "Stopped")
+
+
+def create_training_job(store: Store, **request: Any) -> dict[str, Any]:
+    """Validate and record the job, and start its supervisor as a process of its own (it runs the
+    hosts); returns at once, as SageMaker does."""
+    from ..runtime import detached  # starting processes: only this operation needs it
+
+    job = register_job(store, request)
+    detached.start(store, job.name)
+    return {"TrainingJobArn": job.doc["TrainingJobArn"]}
+
+
+def register_job(store: Store, request: Mapping[str, Any], supervisor: SupervisorIdentity | None = None) -> JobRow:
+    """Validate a CreateTrainingJob request and store the job (Starting), starting nothing: the
+    caller runs its supervisor (``supervisor`` is that process, when it is the caller itself)."""
+    now = time.time()
+    doc = job_document(request, now)
+    return store.create_job(doc["TrainingJobName"], doc, now, supervisor=supervisor)
+
+
+def describe_training_job(store: Store, *, TrainingJobName: Any = None, **unsupported: Any) -> dict[str, Any]:
+    _refuse(unsupported)
+    return as_datetimes(describe(store, job(store, TrainingJobName)))
+
+
+def describe(store: Store, row: JobRow) -> Description:
+    """DescribeTrainingJob's answer for a job (times as epoch seconds)."""
+    finals = [{"MetricName": name, "Value": value, "Timestamp": ts / 1000.0}
+              for name, value, ts in store.final_metrics(row.id)]
+    return description(row.doc, finals)  # type: ignore[arg-type]
+
+
+def list_training_jobs(
+    store: Store,
+    *,
+    NextToken: Any = None,
+    MaxResults: Any = 10,
+    CreationTimeAfter: Any = None,
+    CreationTimeBefore: Any = None,
+    NameContains: Any = None,
+    StatusEquals: Any = None,
+    SortBy: Any = "CreationTime",
+    SortOrder: Any = "Ascending",
+    **unsupported: Any,
+) -> dict[str, Any]:
+    _refuse(unsupported)
+    if not isinstance(MaxResults, int) or isinstance(MaxResults, bool) or not 1 <= MaxResults <= 100:
+        raise ValidationException("MaxResults must be from 1 to 100.")
+    if SortBy not in ("Name", "CreationTime", "Status") or SortOrder not in ("Ascending", "Descending"):
+        raise ValidationException("SortBy must be Name, CreationTime or Status; SortOrder Ascending or Descending.")
+    if StatusEquals is not None and StatusEquals not in _STATUSES:
+        raise ValidationException(f"StatusEquals must be one of {', '.join(_STATUSES)}.")
+    if NameContains is not None and not isinstance(NameContains, str):
+        raise ValidationException("NameContains must be a string.")
+    orphans.reap_orphans(store)
+    rows = store.list_jobs(
+        status=StatusEquals,
+        name_contains=NameContains,
+        created_after=epoch_s(CreationTimeAfter, "CreationTimeAfter") if CreationTimeAfter is not None else None,
+        created_before=epoch_s(CreationTimeBefore, "CreationTimeBefore") if CreationTimeBefore is not None else None,
+        sort_by=SortBy,
+        descending=SortOrder == "Descending",
+    )
+    start = int(NextToken) if isinstance(NextToken, str) and NextToken.isdigit() else 0
+    page = rows[start:start + MaxResults]
+    result: dict[str, Any] = {"TrainingJobSummaries": [summary(row) for row in page]}
+    if start + MaxResults < len(rows):
+        result["NextToken"] = str(start + MaxResults)
+    return result
+
+
+def summary(row: JobRow) -> dict[str, Any]:
+    """A job as ListTrainingJobs summarises it."""
+    doc = row.doc
+    fields: dict[str, Any] = {
+        "TrainingJobName": row.name,
+        "TrainingJobArn": doc["TrainingJobArn"],
+        "CreationTime": row.creation_time,
+        "TrainingJobStatus": row.status,
+        "SecondaryStatus": doc["SecondaryStatus"],
+        "LastModifiedTime": row.last_modified_time,
+    }
+    if "TrainingEndTime" in doc:
+        fields["TrainingEndTime"] = doc["TrainingEndTime"]
+    return as_datetimes(fields)
+
+
+def stop_training_job(store: Store, *, TrainingJobName: Any = None, **unsupported: Any) -> dict[str, Any]:
+    """InProgress -> Stopping; the job's supervisor sees the request and stops the hosts."""
+    _refuse(unsupported)
+    job(store, TrainingJobName)
+
+    def mutate(row: JobRow) -> None:
+        status = row.doc["TrainingJobStatus"]
+        if status != "InProgress":
+            raise ValidationException(f"The request was rejected because the training job is in status {status}.")
+        now = time.time()
+        transition(row.doc, "Stopping", now)
+        row.stop_requested = "Stopped"
+        row.last_modified_time = now
+
+    store.update_job(TrainingJobName, mutate)
+    return {}
+
+
+def delete_training_job(store: Store, *, TrainingJobName: Any = None, **unsupported: Any) -> dict[str, Any]:
+    _refuse(unsupported)
+    row = job(store, TrainingJobName)
+    if row.status not in TERMINAL:
+        raise ResourceInUse(f"Training job {TrainingJobName} is {row.status}; stop it before deleting it.")
+    store.delete_job(TrainingJobName)
+    shutil.rmtree(config.jobs_dir(store.home) / TrainingJobName, ignore_errors=True)  # frees the name fully
+    return {}
+
+
+def job(store: Store, name: Any) -> JobRow:
+    """The job of that name (after reaping orphans); SageMaker's answer when there is none."""
+    validate_members({"TrainingJobName": _JOB_NAME}, {"TrainingJobName": name})
+    orphans.reap_orphans(store)
+    row = store.get_job(name)
+    if row is None:
+        raise ResourceNotFound.for_job(name)
+    return row
+
+
+def _refuse(unsupported: Mapping[str, Any]) -> None:
+    if unsupported:
+        raise ValidationException(f"Unknown parameter(s) in input: {', '.join(sorted(unsupported))}.")
+
+
+OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "CreateTrainingJob": create_training_job,
+    "DescribeTrainingJob": describe_training_job,
+    "ListTrainingJobs": list_training_jobs,
+    "StopTrainingJob": stop_training_job,
+    "DeleteTrainingJob": delete_training_job,
+}

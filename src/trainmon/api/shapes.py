@@ -1,0 +1,245 @@
+"""Request shapes, checked as AWS's servers check them, with AWS's message form.
+
+A shape says what a request field may hold (a structure's members, a list's items, a string's
+length and pattern, a number's range). :meth:`Shape.check` walks a value and collects every
+problem, each worded as AWS words it::
+
+    2 validation errors detected: Value 0 at 'stoppingCondition.maxRuntimeInSeconds' failed to
+    satisfy constraint: Member must have value greater than or equal to 1; Value null at
+    'trainingJobName' failed to satisfy constraint: Member must not be null
+
+botocore checks only types, required members and minimums on the client; maximums, patterns and
+enums are the server's. Here every one is checked, and types too, since a request can come from
+Python directly. A shape may carry a ``hint``: what to do about it, added after AWS's words.
+Strings that reach a process (arguments, environment) refuse NUL, which no process can receive.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ValidationException
+
+
+@dataclass
+class Problems:
+    """The problems found so far, in AWS's words."""
+
+    found: list[str] = field(default_factory=list)
+
+    def add(self, value: Any, path: str, constraint: str, hint: str | None = None) -> None:
+        shown = "null" if value is None else _shown(value)
+        text = f"Value {shown} at '{path}' failed to satisfy constraint: {constraint}"
+        self.found.append(f"{text} ({hint})" if hint else text)
+
+    def raise_if_any(self) -> None:
+        if self.found:
+            count = len(self.found)
+            raise ValidationException(
+                f"{count} validation error{'s' if count > 1 else ''} detected: " + "; ".join(self.found))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value) if isinstance(value, (int, float)) else (
+        type(value).__name__ if not isinstance(value, (dict, list)) else repr(value))
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def member_path(parent: str, name: str) -> str:
+    """AWS's path of a member: names in lowerCamelCase, joined by dots."""
+    own = name[:1].lower() + name[1:]
+    return f"{parent}.{own}" if parent else own
+
+
+class Shape:
+    hint: str | None = None
+
+    def check(self, value: Any, path: str, problems: Problems) -> Any:
+        """The value as stored (unchanged unless a shape says otherwise); problems are collected."""
+        raise NotImplementedError
+
+
+@dataclass
+class String(Shape):
+    min: int = 0
+    max: int | None = None
+    pattern: str | None = None
+    enum: tuple[str, ...] | None = None
+    to_process: bool = False  # reaches a process: no NUL
+    hint: str | None = None
+
+    def check(self, value: Any, path: str, problems: Problems) -> Any:
+        if not isinstance(value, str):
+            problems.add(value, path, "Member must be a string", self.hint)
+            return value
+        if self.enum is not None and value not in self.enum:
+            problems.add(value, path, f"Member must satisfy enum value set: [{', '.join(self.enum)}]", self.hint)
+        if len(value) < self.min:
+            problems.add(value, path, f"Member must have length greater than or equal to {self.min}", self.hint)
+        if self.max is not None and len(value) > self.max:
+            problems.add(value, path, f"Member must have length less than or equal to {self.max}", self.hint)
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            problems.add(value, path, f"Member must satisfy regular expression pattern: {self.pattern}", self.hint)
+        if self.to_process and "\0" in value:
+            problems.add(value, path, "Member must not contain the NUL character (a process cannot receive it)",
+                         self.hint)
+        return value
+
+
+@dataclass
+class Integer(Shape):
+    min: int | None = None
+    max: int | None = None
+    allowed: tuple[int, ...] | None = None
+    hint: str | None = None
+
+    def check(self, value: Any, path: str, problems: Problems) -> Any:
+        if not isinstance(value, int) or isinstance(value, bool):
+            problems.add(value, path, "Member must be an integer", self.hint)
+            return value
+        _range(value, path, problems, self.min, self.max, self.hint)
+        if self.allowed is not None and value not in self.allowed:
+            problems.add(value, path, f"Member must be one of {', '.join(map(str, self.allowed))}", self.hint)
+        return value
+
+
+@dataclass
+class Number(Shape):
+    min: float | None = None
+    max: float | None = None
+    hint: str | None = None
+
+    def check(self, value: Any, path: str, problems: Problems) -> Any:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            problems.add(value, path, "Member must be a finite number", self.hint)
+            return value
+        _range(value, path, problems, self.min, self.max, self.hint)
+        return value
+
+
+def _range(value: float, path: str, problems: Problems, low: float | None, high: float | None,
+           hint: str | None) -> None:
+    if low is not None and value < low:
+        problems.add(value, path, f"Member must have value greater than or equal to {low}", hint)
+    if high is not None and value > high:
+        problems.add(value, path, f"Member must have value less than or equal to {high}", hint)
+
+
+@dataclass
+class Boolean(Shape):
+    hint: str | None = None
+
+    def check(self, value: Any, path: str, problems: Problems) -> Any:
+        if not isinstance(value, bool):
+            problems.add(value, path, "Member must be a boolean", self.hint)
+        return value
+
+
+@dataclass
+class ListOf(Shape):
+    item: Shape
+    min: int = 0
+    max: int | None = None
+    hint: str | None = None
+
+    def check(self, value: Any, path: str, problems: Problems) -> Any:
+        if not isinstance(value, (list, tuple)):
+            problems.add(value, path, "Member must be a list", self.hint)
+            return value
+        if len(value) < self.min:
+            problems.add(value, path, f"Member must have length greater than or equal to {self.min}", self.hint)
+        if self.max is not None and len(value) > self.max:
+            problems.add(value, path, f"Member must have length less than or equal to {self.max}", self.hint)
+        return [self.item.check(item, f"{path}.{index}.member", problems) for index, item in enumerate(value, 1)]
+
+
+@dataclass
+class MapOf(Shape):
+    key: String
+    value: Shape
+    max: int | None = None
+    hint: str | None = None
+
+    def check(self, value: Any, path: str, problems: Problems) -> Any:
+        if not isinstance(value, Mapping):
+            problems.add(value, path, "Member must be a map", self.hint)
+            return value
+        if self.max is not None and len(value) > self.max:
+            problems.add(f"{len(value)} entries", path, f"Map must have at most {self.max} entries", self.hint)
+        checked = {}
+        for key, item in value.items():
+            self.key.check(key, f"{path}.key", problems)
+            checked[key] = self.value.check(item, f"{path}.{key}" if isinstance(key, str) else path, problems)
+        return checked
+
+
+@dataclass
+class Json(Shape):
+    """A value trainmon keeps without reading it: any JSON value (strings, numbers, booleans, lists
+    and objects with string keys), so that it can be stored and given back."""
+
+    hint: str | None = None
+
+    def check(self, value: Any, path: str, problems: Problems) -> Any:
+        if not _is_json(value):
+            problems.add(value, path, "Member must be JSON data (strings, numbers, booleans, lists, maps)", self.hint)
+        return value
+
+
+def _is_json(value: Any) -> bool:
+    if value is None or isinstance(value, (str, bool, int)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_is_json(item) for item in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(key, str) and _is_json(item) for key, item in value.items())
+    return False
+
+
+@dataclass
+class Structure(Shape):
+    members: dict[str, Shape]
+    required: tuple[str, ...] = ()
+    hint: str | None = None
+
+    def check(self, value: Any, path: str, problems: Problems) -> Any:
+        if not isinstance(value, Mapping):
+            problems.add(value, path or "request", "Member must be a structure", self.hint)
+            return value
+        for name in self.required:
+            if value.get(name) is None:
+                problems.add(None, member_path(path, name), "Member must not be null", self.hint)
+        unknown = sorted(str(name) for name in value if name not in self.members)
+        if unknown:
+            where = f" at '{path}'" if path else ""
+            problems.found.append(f"Unknown parameter(s){where}: {', '.join(unknown)}; must be among: "
+                                  f"{', '.join(self.members)}")
+        return {name: self.members[name].check(item, member_path(path, name), problems)
+                for name, item in value.items() if name in self.members and item is not None}
+
+
+def validate(shape: Structure, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The request checked against its shape: ValidationException listing every problem."""
+    problems = Problems()
+    checked = shape.check(request, "", problems)
+    problems.raise_if_any()
+    assert isinstance(checked, dict)
+    return checked
+
+
+def validate_members(members: dict[str, Shape], values: Mapping[str, Any]) -> None:
+    """Some members of a request, each checked against its shape (None: missing)."""
+    problems = Problems()
+    for name, shape in members.items():
+        value = values.get(name)
+        if value is None:
+            problems.add(None, member_path("", name), "Member must not be null")
+        else:
+            shape.check(value, member_path("", name), problems)
+    problems.raise_if_any()

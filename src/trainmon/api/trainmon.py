@@ -1,0 +1,194 @@
+"""The operations only trainmon has, in the same form as AWS's (keyword members, a response dict):
+
+- ``DescribeJobMetrics``: per metric of a job, how many points, their range and the final value,
+  what each metric definition did (matches, rejected captures and why, near misses), and what
+  of the job's output could not be stored, if anything;
+- ``GetJobMetricPoints``: every raw point of a job's metrics with the log record it came from,
+  or the raw datapoints of the job's system metrics;
+- ``ListJobSystemMetrics``: the CPU, memory, disk and GPU metrics recorded for a job's hosts;
+- ``GetJobLogRecords``: a job's log records as the job printed them, from where the caller left off;
+- ``TestMetricDefinitions``: definitions applied to a sample of log text, before a job runs;
+- ``GetProfileSummary``: a job's profiler data per host and metric (min, percentiles, max);
+- ``MaintainStore``: one maintenance pass (seal, roll up, expire) now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
+from ..errors import ValidationException
+from ..jobs.status import profiler_settings
+from ..parsing.definitions import validate_definitions
+from ..parsing.extract import Extractor
+from ..parsing.framing import Mode
+from ..store import Store
+from .sagemaker import job
+from .times import as_datetime
+
+LOG_PAGE_RECORDS = 10_000
+MAX_TEST_BYTES = 16 << 20
+
+
+def describe_job_metrics(store: Store, *, TrainingJobName: Any = None) -> dict[str, Any]:
+    row = job(store, TrainingJobName)
+    finals = {name: (value, ts) for name, value, ts in store.final_metrics(row.id)}
+    metrics = []
+    for name, (points, low, high) in sorted(store.metric_summaries(row.id).items()):
+        entry: dict[str, Any] = {"MetricName": name, "Points": points, "Minimum": low, "Maximum": high}
+        if name in finals:
+            entry["FinalValue"], entry["FinalTimestamp"] = finals[name][0], as_datetime(finals[name][1] / 1000)
+        metrics.append(entry)
+    answer: dict[str, Any] = {"Metrics": metrics, "Definitions": row.diagnostics, "RecordMode": row.doc["TrainmonConfig"]["RecordMode"]}
+    if "UnstoredOutput" in row.doc:
+        answer["UnstoredOutput"] = row.doc["UnstoredOutput"]
+    return answer
+
+
+def get_job_metric_points(store: Store, *, TrainingJobName: Any = None, MetricNames: Any = None, Host: Any = None,
+                          System: Any = False) -> dict[str, Any]:
+    """``Points``: MetricName, Timestamp (epoch ms), Value, Host; for a job's own metrics also
+    LogStreamName and Record (1-based); with ``System``, the hosts' system metrics instead."""
+    row = job(store, TrainingJobName)
+    names = _names(MetricNames)
+    if System:
+        points: list[dict[str, Any]] = []
+        for key in system_metric_keys(store, row.name, Host, names):
+            host = _host(key)
+            points.extend({"MetricName": key.name, "Timestamp": sample.timestamp_ms,
+                           "Value": sample.sum / sample.count, "Host": host, "Unit": sample.unit}
+                          for sample in store.metric_samples(key, 0, 2**62))
+        points.sort(key=lambda p: p["Timestamp"])
+        return {"Points": points}
+    streams = {s.id: s.name for s in store.streams(row.id)}
+    return {"Points": [{"MetricName": p.name, "Timestamp": p.timestamp_ms, "Value": p.value, "Host": p.host,
+                        "LogStreamName": streams.get(p.stream_id, ""), "Record": p.seq + 1}
+                       for p in store.points(row.id, names=names, host=Host)]}
+
+
+def list_job_system_metrics(store: Store, *, TrainingJobName: Any = None, Host: Any = None,
+                            MetricNames: Any = None) -> dict[str, Any]:
+    """``Metrics``: each system metric of the job's hosts (CloudWatch's form, plus its Host), by
+    name and host."""
+    row = job(store, TrainingJobName)
+    return {"Metrics": [{**key.to_api(), "Host": _host(key)}
+                        for key in system_metric_keys(store, row.name, Host, _names(MetricNames))]}
+
+
+def system_metric_keys(store: Store, job_name: str, host: Any = None, names: list[str] | None = None) -> list[MetricKey]:
+    """The system metrics of a job's hosts (all, or only ``host``), by name and host."""
+    if host is not None and not isinstance(host, str):
+        raise ValidationException("Host must be a host name such as algo-1.")
+    keys = [key for key, _ in store.metric_keys(JOB_NAMESPACE)
+            if dict(key.dimensions).get("Host", "").startswith(f"{job_name}/")
+            and (not names or key.name in names)
+            and (not host or dict(key.dimensions)["Host"] == f"{job_name}/{host}")]
+    return sorted(keys, key=lambda key: (key.name, len(_host(key)), _host(key)))
+
+
+def _host(key: MetricKey) -> str:
+    """algo-N of a system metric (dimension Host=<job>/algo-N)."""
+    return dict(key.dimensions)["Host"].split("/", 1)[1]
+
+
+def _names(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ValidationException("MetricNames must be a list of metric names.")
+    return value or None
+
+
+def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any = None, After: Any = None,
+                        TailRecords: Any = None, Limit: Any = LOG_PAGE_RECORDS) -> dict[str, Any]:
+    """A job's log records as printed, every host's stream in turn.
+
+    ``After`` maps a stream's name to the last record number already read (-1: none); the
+    response's ``After`` says where to go on from, and ``Records`` holds up to ``Limit`` records
+    (Host, Record number, Timestamp in epoch ms, Message). ``TailRecords`` starts each stream
+    that ``After`` does not name at its last N records. ``TrainingJobStatus`` is the job's status
+    when the read began, so a follower that saw a terminal status and then an empty page has
+    read everything.
+    """
+    row = job(store, TrainingJobName)
+    if Host is not None and not isinstance(Host, str):
+        raise ValidationException("Host must be a host name such as algo-1.")
+    if not isinstance(Limit, int) or isinstance(Limit, bool) or not 1 <= Limit <= LOG_PAGE_RECORDS:
+        raise ValidationException(f"Limit must be from 1 to {LOG_PAGE_RECORDS}.")
+    if TailRecords is not None and (not isinstance(TailRecords, int) or TailRecords < 0):
+        raise ValidationException("TailRecords must be a non-negative number of records.")
+    positions: dict[str, int] = dict(After or {})
+    streams = [s for s in store.streams(row.id) if Host is None or s.host == Host]
+    count = row.doc["ResourceConfig"]["InstanceCount"]
+    if Host is not None and not streams and row.status in ("Completed", "Failed", "Stopped"):
+        raise ValidationException(f"job {row.name} has no host {Host!r}; its hosts are algo-1 to algo-{count}.")
+    records: list[dict[str, Any]] = []
+    for stream in streams:
+        after = positions.get(stream.name)
+        if after is None:
+            after = max(-1, stream.records - TailRecords - 1) if TailRecords is not None else -1
+        while len(records) < Limit:
+            events = store.events(stream.id, after_seq=after, limit=min(5000, Limit - len(records)))
+            if not events:
+                break
+            records.extend({"Host": stream.host, "Record": e.seq + 1, "Timestamp": e.timestamp_ms,
+                            "Message": e.message} for e in events)
+            after = events[-1].seq
+        positions[stream.name] = after
+    return {"Records": records, "After": positions, "TrainingJobStatus": row.status, "InstanceCount": count}
+
+
+def dry_run_definitions(store: Store | None = None, *, MetricDefinitions: Any = None, LogText: Any = None,
+                            RecordMode: Any = Mode.TERMINAL.value) -> dict[str, Any]:
+    """Definitions applied to log text, as a job would apply them: every point (Line, MetricName,
+    Value) and what each definition did. Invalid definitions are a ValidationException."""
+    if RecordMode not in {m.value for m in Mode}:
+        raise ValidationException(f"RecordMode must be one of {', '.join(m.value for m in Mode)}.")
+    definitions = validate_definitions(MetricDefinitions)
+    if not definitions:
+        raise ValidationException("MetricDefinitions: give at least one definition to test.")
+    if not isinstance(LogText, str) or len(LogText.encode()) > MAX_TEST_BYTES:
+        raise ValidationException(f"LogText must be text of at most {MAX_TEST_BYTES} bytes.")
+    extractor = Extractor(definitions, Mode(RecordMode))
+    names = [d.name for d in definitions]
+    points = [{"Line": hit.record + 1, "MetricName": names[hit.definition], "Value": hit.value}
+              for hit in extractor.scan(LogText.encode())]
+    return {"Points": points, "Definitions": [s.to_json() for s in extractor.stats]}
+
+
+def get_profile_summary(store: Store, *, TrainingJobName: Any = None, MetricNames: Any = None) -> dict[str, Any]:
+    """Per host and profiler metric: Samples, Minimum, p50, p95, p99, Maximum."""
+    from ..store import profiles
+
+    row = job(store, TrainingJobName)
+    settings = profiler_settings(row.doc)
+    if settings is None:
+        raise ValidationException(f"job {row.name} ran without the profiler; run with --profiling-interval-ms "
+                                  "(ProfilerConfig) to get one.")
+    try:
+        rows = profiles.Profile(row.name, settings["S3OutputPath"]).summary()
+    except ImportError:
+        raise ValidationException("reading profiles needs pyarrow and pandas: pip install 'trainmon[profiler]'") from None
+    names = _names(MetricNames)
+    return {"IntervalMilliseconds": settings.get("ProfilingIntervalInMilliseconds"),
+            "Metrics": [r for r in rows if not names or r["metric"] in names]}
+
+
+def maintain_store(store: Store) -> dict[str, Any]:
+    """Seal, roll up and expire now; ``Ran`` is false when another process was at it."""
+    done = store.maintain()
+    return {"Retention": store.retention.describe(),
+            **{"".join(part.title() for part in k.split("_")): v for k, v in dataclasses.asdict(done).items()}}
+
+
+OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "DescribeJobMetrics": describe_job_metrics,
+    "GetJobMetricPoints": get_job_metric_points,
+    "ListJobSystemMetrics": list_job_system_metrics,
+    "GetJobLogRecords": get_job_log_records,
+    "TestMetricDefinitions": dry_run_definitions,
+    "GetProfileSummary": get_profile_summary,
+    "MaintainStore": maintain_store,
+}

@@ -1,0 +1,232 @@
+"""``trainmon run``, ``describe``, ``list``, ``stop``, ``delete`` and ``demo``: training jobs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..api import sagemaker, trainmon
+from ..api.training_request import DEFAULT_MAX_RUNTIME_S, DEFAULT_STOP_GRACE_S
+from ..errors import ValidationException
+from ..jobs.status import TERMINAL
+from ..parsing.definitions import definition_warnings, validate_definitions
+from ..parsing.framing import Mode
+from ..runtime import orphans
+from ..store import Store
+from . import render
+from .common import Commands, exit_status, pairs, print_json, read_text, store, warn
+from .definitions import add_definition_options, definitions_given
+
+
+def register(commands: Commands) -> None:
+    add_run_options(commands.add("run", cmd_run, "Run a training job in the foreground, capturing its output and "
+                                 "metrics."))
+
+    describe = commands.add("describe", cmd_describe, "Show a job: status, transitions, final metrics, definition "
+                            "diagnostics.")
+    describe.add_argument("name")
+    describe.add_argument("--json", action="store_true", help="the DescribeTrainingJob document")
+
+    listing = commands.add("list", cmd_list, "List jobs, newest first.")
+    listing.add_argument("--status", choices=["InProgress", "Completed", "Failed", "Stopping", "Stopped"])
+    listing.add_argument("--name-contains", metavar="TEXT")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--json", action="store_true", help="ListTrainingJobs' summaries")
+
+    stop = commands.add("stop", cmd_stop, "Stop a running job (SIGTERM, then SIGKILL after the grace period).")
+    stop.add_argument("name")
+    stop.add_argument("--wait", action="store_true", help="return when the job has stopped")
+
+    delete = commands.add("delete", cmd_delete, "Delete a finished job with its logs and metrics; frees the name.")
+    delete.add_argument("name")
+
+    demo = commands.add("demo", cmd_demo, "Run the bundled demo training job with live metrics, then describe it.")
+    demo.add_argument("--name", help="job name (default: demo-<time>)")
+    demo.add_argument("--epochs", type=int, default=12)
+
+
+def add_run_options(run: argparse.ArgumentParser) -> None:
+    run.add_argument("--name", help="job name, 1-63 letters, digits and hyphens (default: job-<time>)")
+    add_definition_options(run)
+    run.add_argument("--hyperparameters", metavar="JSON", help="JSON object (or a file holding one)")
+    run.add_argument("-H", "--hyperparameter", action="append", metavar="KEY=VALUE", help="one hyperparameter (repeatable)")
+    run.add_argument("--channel", action="append", metavar="NAME=PATH", help="input channel (repeatable)")
+    run.add_argument("--instance-count", type=int, default=1, metavar="N", help="hosts algo-1..algo-N (default 1)")
+    run.add_argument("--max-runtime-seconds", type=int, default=DEFAULT_MAX_RUNTIME_S, metavar="S",
+                     help="stop the job after S seconds (MaxRuntimeExceeded; default one day)")
+    run.add_argument("--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
+    run.add_argument("--stop-grace-seconds", type=float, default=DEFAULT_STOP_GRACE_S, metavar="S",
+                     help="SIGKILL this long after SIGTERM when stopping (default 120, as SageMaker)")
+    run.add_argument("--output-path", metavar="PATH", help="where model.tar.gz goes (default: <home>/output)")
+    run.add_argument("--live-metrics", action=argparse.BooleanOptionalAction, default=None,
+                     help="print each metric point as it is extracted (default: when stdout is a terminal)")
+    run.add_argument("--detach", action="store_true", help="run in the background and return at once")
+    run.add_argument("--system-metrics-interval", type=int, default=60, metavar="S",
+                     help="seconds between the hosts' CPU/memory/disk/GPU metrics, 1 to 60 (default 60)")
+    run.add_argument("--profiling-interval-ms", type=int, metavar="MS",
+                     help="profiler interval: 100, 200, 500, 1000, 5000 or 60000 (default 500)")
+    run.add_argument("--profile-output", metavar="LOCATION",
+                     help="directory or URL (s3://...) for profiler data (default: <home>/profiles)")
+    run.add_argument("--disable-profiler", action="store_true", help="no profiler data for this job")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+
+
+# -- run -------------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    request = run_request(args)
+    definitions = validate_definitions(request["AlgorithmSpecification"]["MetricDefinitions"])
+    for warning in definition_warnings(definitions, escapes_control=Mode(args.mode).escapes):
+        warn(warning)
+    name = request["TrainingJobName"]
+    db = store(args)
+    if args.detach:
+        sagemaker.create_training_job(db, **request)
+        print(f"trainmon: job {name} started in the background; follow it with: trainmon logs {name} --follow")
+        return 0
+    sagemaker.register_job(db, request, supervisor=orphans.identity())
+    live = sys.stdout.isatty() if args.live_metrics is None else args.live_metrics
+    print(f"trainmon: job {name} started ({args.instance_count} host{'s' if args.instance_count > 1 else ''}); "
+          f"stop it with Ctrl-C or `trainmon stop {name}`", file=sys.stderr)
+    from ..runtime.supervisor import Supervisor  # capture, monitor, sampler: only a command that runs a job loads them
+
+    job = Supervisor(db, name, echo=True, live_metrics=live).run()
+    print()
+    print(describe_text(db, job.name))
+    return exit_status(job.status)
+
+
+def run_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The CreateTrainingJob request that ``trainmon run``'s options stand for."""
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ValidationException("no command to run: put it after '--', e.g. trainmon run --name my-job -- python train.py")
+    request: dict[str, Any] = {
+        "TrainingJobName": args.name if args.name is not None else datetime.now(UTC).strftime("job-%Y%m%d-%H%M%S"),
+        "AlgorithmSpecification": {
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": command,
+            "MetricDefinitions": [d.to_api() for d in validate_definitions(definitions_given(args))],
+        },
+        "HyperParameters": _hyperparameters(args),
+        "ResourceConfig": {"InstanceType": "local", "InstanceCount": args.instance_count, "VolumeSizeInGB": 0},
+        "StoppingCondition": {"MaxRuntimeInSeconds": args.max_runtime_seconds},
+        "Environment": pairs(args.environment, "--environment"),
+        "InputDataConfig": [
+            {"ChannelName": channel, "DataSource": {"S3DataSource": {
+                "S3DataType": "S3Prefix", "S3Uri": str(Path(path).expanduser().resolve()),
+                "S3DataDistributionType": "FullyReplicated"}}}
+            for channel, path in pairs(args.channel, "--channel").items()
+        ] or None,
+        "TrainmonConfig": {"RecordMode": args.mode, "StopGraceSeconds": args.stop_grace_seconds,
+                           "SystemMetricsIntervalSeconds": args.system_metrics_interval},
+    }
+    if args.disable_profiler:
+        request["ProfilerConfig"] = {"DisableProfiler": True}
+    else:  # the flags given; the operations layer fills in SageMaker's defaults
+        given = {"ProfilingIntervalInMilliseconds": args.profiling_interval_ms, "S3OutputPath": args.profile_output}
+        if any(value is not None for value in given.values()):
+            request["ProfilerConfig"] = {key: value for key, value in given.items() if value is not None}
+    if args.output_path:
+        request["OutputDataConfig"] = {"S3OutputPath": str(Path(args.output_path).expanduser().resolve())}
+    return {key: value for key, value in request.items() if value is not None}
+
+
+def _hyperparameters(args: argparse.Namespace) -> dict[str, str]:
+    result: dict[str, str] = {}
+    if args.hyperparameters:
+        text = args.hyperparameters
+        if not text.lstrip().startswith("{"):
+            text = read_text(text, "--hyperparameters")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValidationException(f"--hyperparameters is not valid JSON: {exc.msg} at column {exc.colno}.") from None
+        if not isinstance(data, dict):
+            raise ValidationException("--hyperparameters must be a JSON object of names to values.")
+        # SageMaker passes every value as a string; non-strings are written as JSON, as its SDK does.
+        result.update({str(k): v if isinstance(v, str) else json.dumps(v) for k, v in data.items()})
+    result.update(pairs(args.hyperparameter, "-H"))
+    return result
+
+
+# -- reading jobs ----------------------------------------------------------------------------
+
+
+def describe_text(db: Store, name: str) -> str:
+    description = sagemaker.describe_training_job(db, TrainingJobName=name)
+    return render.describe(description, trainmon.describe_job_metrics(db, TrainingJobName=name))
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    db = store(args)
+    if args.json:
+        print_json(sagemaker.describe_training_job(db, TrainingJobName=args.name))
+    else:
+        print(describe_text(db, args.name))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise ValidationException("--limit must be a positive number of jobs.")
+    summaries = _summaries(store(args), args.status, args.name_contains, args.limit)
+    if args.json:
+        print_json(summaries)
+    elif summaries:
+        print(render.job_list(summaries, time.time()))
+    else:
+        print("no training jobs" + (" match" if args.status or args.name_contains else " yet: try `trainmon demo`"))
+    return 0
+
+
+def _summaries(db: Store, status: str | None, name_contains: str | None, limit: int) -> list[dict[str, Any]]:
+    """ListTrainingJobs' summaries, newest first, every page up to ``limit``."""
+    request: dict[str, Any] = {"SortOrder": "Descending", "StatusEquals": status, "NameContains": name_contains}
+    request = {key: value for key, value in request.items() if value is not None}
+    found: list[dict[str, Any]] = []
+    while len(found) < limit:
+        page = sagemaker.list_training_jobs(db, **request, MaxResults=min(100, limit - len(found)))
+        found.extend(page["TrainingJobSummaries"])
+        if "NextToken" not in page:
+            break
+        request["NextToken"] = page["NextToken"]
+    return found
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    db = store(args)
+    sagemaker.stop_training_job(db, TrainingJobName=args.name)
+    if not args.wait:
+        print(f"job {args.name}: Stopping (its processes get SIGTERM, then SIGKILL after the grace period)")
+        return 0
+    while (status := sagemaker.describe_training_job(db, TrainingJobName=args.name)["TrainingJobStatus"]) \
+            not in TERMINAL:
+        time.sleep(0.2)
+    print(f"job {args.name}: {status}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    sagemaker.delete_training_job(store(args), TrainingJobName=args.name)
+    print(f"job {args.name} deleted with its logs and metrics")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .. import config
+    from ..demo import demo_arguments
+
+    parser = argparse.ArgumentParser(prog="trainmon run")
+    add_run_options(parser)
+    run_args = parser.parse_args(demo_arguments(config.home(), args.name, args.epochs))  # what a user would type
+    run_args.home, run_args.debug = args.home, args.debug
+    return cmd_run(run_args)

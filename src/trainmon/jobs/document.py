@@ -1,0 +1,195 @@
+"""The training job document: what CreateTrainingJob asks for and what DescribeTrainingJob answers.
+
+A job is stored as one JSON document (:class:`JobDocument`): SageMaker's describe fields, times as
+epoch seconds, plus ``TrainmonConfig`` (how trainmon runs it: the command, the record mode, the
+grace period) and ``UnstoredOutput`` (what could not be stored, when something could not). The
+types below are the fields trainmon reads and writes; SageMaker's other request fields (Tags,
+VpcConfig, ...) are kept as they were given. :class:`Description` is the DescribeTrainingJob
+answer built from a document (see :func:`trainmon.jobs.status.description`): SageMaker's fields only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+ACCOUNT = "000000000000"
+REGION = "local"
+
+
+def arn(name: str) -> str:
+    return f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{name.lower()}"
+
+
+class MetricDefinitionDoc(TypedDict):
+    Name: str
+    Regex: str
+
+
+class AlgorithmSpecification(TypedDict):
+    TrainingInputMode: str
+    MetricDefinitions: list[MetricDefinitionDoc]
+    TrainingImage: NotRequired[str]
+    ContainerEntrypoint: NotRequired[list[str]]
+    ContainerArguments: NotRequired[list[str]]
+    AlgorithmName: NotRequired[str]
+    EnableSageMakerMetricsTimeSeries: NotRequired[bool]
+
+
+class S3DataSource(TypedDict):
+    S3Uri: str
+    S3DataType: NotRequired[str]
+    S3DataDistributionType: NotRequired[str]
+
+
+class DataSource(TypedDict):
+    S3DataSource: S3DataSource
+
+
+class Channel(TypedDict):
+    ChannelName: str
+    DataSource: DataSource
+    ContentType: NotRequired[str]
+    CompressionType: NotRequired[str]
+    InputMode: NotRequired[str]
+
+
+class OutputDataConfig(TypedDict):
+    S3OutputPath: str
+    KmsKeyId: NotRequired[str]
+    CompressionType: NotRequired[str]
+
+
+class ResourceConfig(TypedDict):
+    InstanceType: str
+    InstanceCount: int
+    VolumeSizeInGB: int
+    KeepAlivePeriodInSeconds: NotRequired[int]
+
+
+class StoppingCondition(TypedDict):
+    MaxRuntimeInSeconds: int
+    MaxWaitTimeInSeconds: NotRequired[int]
+    MaxPendingTimeInSeconds: NotRequired[int]
+
+
+class ProfilerConfig(TypedDict):
+    DisableProfiler: bool
+    S3OutputPath: NotRequired[str]
+    ProfilingIntervalInMilliseconds: NotRequired[int]
+    ProfilingParameters: NotRequired[dict[str, str]]
+
+
+class TrainmonConfig(TypedDict):
+    """trainmon's own settings (``TrainmonConfig`` in the request; not part of SageMaker's API)."""
+
+    Command: list[str]  # what each host runs: ContainerEntrypoint + ContainerArguments, or the image's train
+    RecordMode: str  # terminal, sagemaker or raw (trainmon.parsing.framing.Mode)
+    StopGraceSeconds: float
+    WorkingDirectory: str
+    SystemMetricsIntervalSeconds: int
+
+
+class ModelArtifacts(TypedDict):
+    S3ModelArtifacts: str
+
+
+class Transition(TypedDict):
+    Status: str
+    StartTime: float
+    StatusMessage: str
+    EndTime: NotRequired[float]
+
+
+class UnstoredOutput(TypedDict):
+    """What the store never took (a full disk, an outage that outlasted the job): counted, never silent."""
+
+    Records: int
+    Points: int
+    Bytes: int
+    Reason: str
+
+
+class JobDocument(TypedDict):
+    TrainingJobName: str
+    TrainingJobArn: str
+    TrainingJobStatus: str
+    SecondaryStatus: str
+    AlgorithmSpecification: AlgorithmSpecification
+    RoleArn: str
+    HyperParameters: dict[str, str]
+    InputDataConfig: list[Channel]
+    OutputDataConfig: OutputDataConfig
+    ResourceConfig: ResourceConfig
+    StoppingCondition: StoppingCondition
+    Environment: dict[str, str]
+    ModelArtifacts: ModelArtifacts
+    CreationTime: float
+    LastModifiedTime: float
+    SecondaryStatusTransitions: list[Transition]
+    EnableNetworkIsolation: bool
+    EnableInterContainerTrafficEncryption: bool
+    EnableManagedSpotTraining: bool
+    ProfilerConfig: ProfilerConfig
+    TrainmonConfig: TrainmonConfig
+    TrainingStartTime: NotRequired[float]
+    TrainingEndTime: NotRequired[float]
+    TrainingTimeInSeconds: NotRequired[int]
+    BillableTimeInSeconds: NotRequired[int]
+    FailureReason: NotRequired[str]
+    UnstoredOutput: NotRequired[UnstoredOutput]
+    Tags: NotRequired[list[dict[str, str]]]
+    CheckpointConfig: NotRequired[dict[str, Any]]
+    DebugHookConfig: NotRequired[dict[str, Any]]
+    ExperimentConfig: NotRequired[dict[str, Any]]
+
+
+class SupervisorIdentity(TypedDict):
+    """The process that supervises a job, as recorded with it (against a reused process id: its start time)."""
+
+    pid: int
+    create_time: float
+    hostname: str
+    pgids: list[int]
+
+
+class FinalMetric(TypedDict):
+    MetricName: str
+    Value: float
+    Timestamp: float
+
+
+class Description(TypedDict):
+    """DescribeTrainingJob's answer, times in epoch seconds (the operations layer turns them into
+    datetimes, boto3's type): the document without trainmon's own fields, with the final metrics."""
+
+    TrainingJobName: str
+    TrainingJobArn: str
+    TrainingJobStatus: str
+    SecondaryStatus: str
+    AlgorithmSpecification: AlgorithmSpecification
+    RoleArn: str
+    HyperParameters: dict[str, str]
+    InputDataConfig: list[Channel]
+    OutputDataConfig: OutputDataConfig
+    ResourceConfig: ResourceConfig
+    StoppingCondition: StoppingCondition
+    Environment: dict[str, str]
+    ModelArtifacts: ModelArtifacts
+    CreationTime: float
+    LastModifiedTime: float
+    SecondaryStatusTransitions: list[Transition]
+    EnableNetworkIsolation: bool
+    EnableInterContainerTrafficEncryption: bool
+    EnableManagedSpotTraining: bool
+    ProfilerConfig: ProfilerConfig
+    ProfilingStatus: str
+    FinalMetricDataList: list[FinalMetric]
+    TrainingStartTime: NotRequired[float]
+    TrainingEndTime: NotRequired[float]
+    TrainingTimeInSeconds: NotRequired[int]
+    BillableTimeInSeconds: NotRequired[int]
+    FailureReason: NotRequired[str]
+    Tags: NotRequired[list[dict[str, str]]]
+    CheckpointConfig: NotRequired[dict[str, Any]]
+    DebugHookConfig: NotRequired[dict[str, Any]]
+    ExperimentConfig: NotRequired[dict[str, Any]]

@@ -1,0 +1,42 @@
+"""Starting a job's supervisor as a process of its own (``python -m trainmon.runtime.supervisor``),
+in its own session, writing to ``<home>/jobs/<job>/supervisor.log``: what CreateTrainingJob does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import psutil
+
+from .. import config
+from ..store import JobRow, Store
+from .orphans import identity
+
+
+def start(store: Store, name: str) -> None:
+    """Start the supervisor of job ``name`` and record it as the job's, until it claims the job itself."""
+    log = config.jobs_dir(store.home) / name
+    log.mkdir(parents=True, exist_ok=True)
+    with open(log / "supervisor.log", "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trainmon.runtime.supervisor", name, "--home", str(store.home)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "TRAINMON_HOME": str(store.home),  # the supervisor opens this same store
+                 config.DATABASE_URL_VARIABLE: store.database_url or ""},
+        )
+    threading.Thread(target=process.wait, name=f"trainmon-reap-{name}", daemon=True).start()  # no zombie
+    try:
+        started = identity(process.pid)
+    except psutil.Error:
+        return  # it ended already: it claimed the job (and finished), or the next reader reaps it
+
+    def adopt(row: JobRow) -> None:
+        if row.supervisor is None:
+            row.supervisor = started
+
+    store.update_job(name, adopt)
