@@ -103,7 +103,8 @@ class Integer(Shape):
             return value
         _range(value, path, problems, self.min, self.max, self.hint)
         if self.allowed is not None and value not in self.allowed:
-            problems.add(value, path, f"Member must be one of {', '.join(map(str, self.allowed))}", self.hint)
+            problems.add(value, path, f"Member must satisfy enum value set: [{', '.join(map(str, self.allowed))}]",
+                         self.hint)
         return value
 
 

@@ -117,8 +117,8 @@ SHAPE = Structure({
         "ExperimentName", "TrialName", "TrialComponentDisplayName", "RunName")}),
     "ProfilerConfig": Structure({
         "S3OutputPath": String(max=1024, to_process=True),
-        "ProfilingIntervalInMilliseconds": Integer(allowed=profiles.ALLOWED_INTERVALS_MS,
-                                                   hint=f"SageMaker's default is {profiles.DEFAULT_INTERVAL_MS}"),
+        "ProfilingIntervalInMilliseconds": Integer(allowed=profiles.ALLOWED_INTERVALS_MS, hint=(
+            f"use one of {', '.join(map(str, profiles.ALLOWED_INTERVALS_MS))} (default {profiles.DEFAULT_INTERVAL_MS})")),
         "ProfilingParameters": MapOf(String(1, 256), String(max=256), 20),
         "DisableProfiler": Boolean(),
     }),
