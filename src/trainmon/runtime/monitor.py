@@ -24,19 +24,25 @@ making the profile rows is done for the ticks of the last second together, once 
 before each store, where the code and data are warm in the CPU's caches: done every 100 ms on a
 machine that went idle in between, the same work costs about three times as much. Rows keep
 each tick's own timestamp; they reach the profile's files up to a second later.
+
+Time comes from the :class:`~trainmon.clock.Clock` the monitor is given (the system's by
+default): its monotonic seconds schedule the ticks, its wall seconds stamp the readings, and the
+monitor waits between ticks on the clock's stop signal. With a
+:class:`~trainmon.clock.ManualClock`, a fake /proc tree (:class:`ProcReader` ``proc_root``)
+and a fake :class:`GpuSource`, every figure it stores is exact.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
+from ..clock import REAL_CLOCK, Clock
 from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
 from ..cloudwatch.statistics import single
 from ..errors import StoreError
@@ -108,6 +114,7 @@ class SystemMonitor(threading.Thread):
         profiler: ProfileWriter | None = None,
         reader: ProcReader | None = None,
         gpu: GpuSource | None = None,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         super().__init__(name=f"trainmon-monitor-{job}", daemon=True)
         self.store = store
@@ -119,13 +126,12 @@ class SystemMonitor(threading.Thread):
         self.profiler = profiler
         self.reader = reader or ProcReader()
         self.gpu = gpu
+        self.clock = clock
         # at least one tick a second, so processes that live less than an interval are counted
         self.tick_s = min(float(system_interval_s), MAX_TICK_S, (self.profile_interval_ms or 10**9) / 1000)
         self.tick_times: deque[float] = deque(maxlen=100_000)  # recent ticks: the interval accuracy is measurable
         self.error: Exception | None = None
-        self._stop_requested = threading.Lock()  # held until stop(): the loop waits on it between ticks
-        self._stop_requested.acquire()
-        self._stopping = False
+        self._stop_requested = clock.stop_signal()  # set by stop(): the loop waits on it between ticks
         self._trees = {name: ProcessTree(self.reader) for name in hosts}
         self._pending: list[_Tick] = []
         self._parse_host = HostParser()
@@ -135,9 +141,7 @@ class SystemMonitor(threading.Thread):
         self._host: HostCounters | None = None
 
     def stop(self) -> None:
-        if not self._stopping:
-            self._stopping = True
-            self._stop_requested.release()
+        self._stop_requested.set()
         self.join()
 
     def run(self) -> None:
@@ -153,20 +157,20 @@ class SystemMonitor(threading.Thread):
                 self.gpu.close()
 
     def _loop(self) -> None:
-        start = last_full = time.monotonic()
-        self._wall, self._host = time.time(), self.reader.host()
+        clock = self.clock
+        start = last_full = clock.monotonic()
+        self._wall, self._host = clock.wall(), self.reader.host()
         self._relist()
         window = _Window(self._wall, self._host)
         next_system = start + self.system_interval_s
         profile_every = (self.profile_interval_ms or 0) / 1000
         next_profile = start + profile_every
         ticks = 1
-        wait = self._stop_requested.acquire
+        wait_until = self._stop_requested.wait_until
         while True:
-            deadline = start + ticks * self.tick_s
-            if wait(True, max(0.0, deadline - time.monotonic())):
+            if wait_until(start + ticks * self.tick_s):
                 break
-            now = time.monotonic()
+            now = clock.monotonic()
             # the next tick is at least half an interval away: a late tick skips the ones it missed and
             # never runs a few milliseconds before the next
             ticks = max(ticks + 1, math.ceil((now - start) / self.tick_s + 0.5))
@@ -186,7 +190,7 @@ class SystemMonitor(threading.Thread):
                 self._emit(window)
                 window = _Window(self._wall, self._host_now())
                 next_system += self.system_interval_s
-        self._take(time.monotonic(), full=True, profile=False)
+        self._take(clock.monotonic(), full=True, profile=False)
         self._account(window)
         if self._wall - window.wall_s >= 0.5:  # the part of an interval before the job ended
             self._emit(window)
@@ -195,7 +199,7 @@ class SystemMonitor(threading.Thread):
 
     def _take(self, now: float, *, full: bool, profile: bool) -> None:
         """This tick's readings, kept for :meth:`_account`."""
-        wall = time.time()
+        wall = self.clock.wall()
         host_files = self.reader.host_files()
         readings = {}
         for name, tree in self._trees.items():

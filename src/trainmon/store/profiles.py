@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import io
 import os
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..clock import REAL_CLOCK, Clock
 from ..errors import ValidationException
 
 ROTATE_S = 60.0
@@ -83,17 +83,18 @@ class ProfileWriter:
     ``add`` only keeps the row (one append); when a file is due, the rows are turned into
     columns sorted by metric and time, and written, on a background thread, so that the
     monitor is never held up by it. Failures (a full disk, a vanished bucket) are kept in
-    ``failed`` and never raised.
+    ``failed`` and never raised. Files rotate on ``clock``'s monotonic time.
     """
 
-    def __init__(self, location: str, job: str, rotate_s: float = ROTATE_S) -> None:
+    def __init__(self, location: str, job: str, rotate_s: float = ROTATE_S, *, clock: Clock = REAL_CLOCK) -> None:
         self.location = location
         self.job = job
         self.rotate_s = rotate_s
+        self.clock = clock
         self.failed: Exception | None = None
         self.samples_written = 0
         self._rows: dict[str, list[tuple[int, dict[str, float]]]] = {}
-        self._due = time.monotonic() + rotate_s
+        self._due = clock.monotonic() + rotate_s
         from concurrent.futures import ThreadPoolExecutor  # not at import: every command imports this module
 
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"trainmon-profile-{job}")
@@ -104,11 +105,11 @@ class ProfileWriter:
         if rows is None:
             rows = self._rows[host] = []
         rows.append((timestamp_ms, values))
-        if time.monotonic() >= self._due:
+        if self.clock.monotonic() >= self._due:
             self.flush()
 
     def flush(self) -> None:
-        rows, self._rows, self._due = self._rows, {}, time.monotonic() + self.rotate_s
+        rows, self._rows, self._due = self._rows, {}, self.clock.monotonic() + self.rotate_s
         if rows and self.failed is None:
             self._writer.submit(self._write_all, rows)
 
