@@ -75,3 +75,31 @@ def test_tab_in_regex_warns_with_the_escaped_form() -> None:
     (warning,) = definition_warnings(defs, escapes_control=True)
     assert "#011" in warning
     assert definition_warnings(defs, escapes_control=False) == []
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        r"(?<=v)((\d+)+)$",          # a repeat inside a repeat
+        r"(?<=v)((?:\d|\d\d)+)$",    # an alternation inside a repeat
+        r"(?<=v)((?:\d?\d?)+)$",     # optional parts inside a repeat: exponential as well
+        r"((\w+)+)\2",               # a back-reference keeps RE2 out too
+    ],
+)
+def test_nested_repetition_that_re2_cannot_run_is_refused(regex: str) -> None:
+    with pytest.raises(ValidationException, match="nested repetition") as info:
+        validate_definitions([{"Name": "n", "Regex": regex}])
+    assert "MetricDefinitions[1] ('n')" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        r"(?<=v)((?:\d{2}:)+)",      # a fixed count matches one way
+        r"(?<=v)((?:(?=\d+)\d)+)$",  # a lookahead is atomic: one way
+        r"(?<=v)(\d+)(?:ms|s)?$",    # an alternation repeated at most once
+        r"((\d+)+)$",                # nested, but RE2 runs it
+    ],
+)
+def test_repetition_with_one_way_to_match_or_on_re2_is_accepted(regex: str) -> None:
+    assert validate_definitions([{"Name": "n", "Regex": regex}]) == [MetricDefinition("n", regex)]

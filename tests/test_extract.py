@@ -6,10 +6,12 @@ import io
 import math
 import random
 import re
+import time
 
 import pytest
 
 from trainmon.parsing.definitions import validate_definitions
+from trainmon.parsing.engines import TIME_LIMIT_REASON
 from trainmon.parsing.extract import Extractor, required_literal, scan_stream
 from trainmon.parsing.framing import Mode
 
@@ -188,6 +190,7 @@ def test_fast_extractor_equals_the_naive_loop(seed: int, mode: Mode) -> None:
         ("loss", r"loss=(\S+)"),
         ("pct", r"^(\d+)%"),  # no literal: runs on every record
         ("epoch", r"epoch (\d)"),
+        ("overlap", r"loss=a*a*a*a*([0-9.]+)"),  # re on records up to 19 characters, RE2 on the others
     ]
     log = _random_log(rng, 400)
     found, _ = points(log, defs, mode, block=rng.choice([64, 1000, 1 << 20]))
@@ -202,17 +205,49 @@ def test_five_megabyte_line_with_a_quadratic_regex_is_matched_whole() -> None:
     assert extractor.stats[0].unmatched_examples[0].startswith("[1]xxx")
 
 
-def test_long_records_for_backtracking_only_regex_are_rejected_with_a_reason() -> None:
-    long_line = b"loss=" + b"1" * 5000 + b"x"
-    found, extractor = points(long_line + b"\nloss=3x\n", [("loss", r"(?<=loss=)(\d+)x")])
-    assert [(p[0], p[3]) for p in found] == [(2, 3.0)]
-    assert list(extractor.stats[0].rejected) == ["record longer than 4096 characters for a regex RE2 cannot run"]
+def test_overlapping_repeats_on_a_short_record_are_matched_quickly() -> None:
+    # Several repeats in a row, none nested: Python's re takes about 100 s on this 65-character line.
+    regex = r"loss=a*a*a*a*a*a*a*a*(\d)"
+    start = time.perf_counter()
+    found, extractor = points(b"loss=" + b"a" * 60 + b"\nloss=aa5\n", [("loss", regex)])
+    assert time.perf_counter() - start < 5
+    assert [(p[0], p[3]) for p in found] == [(2, 5.0)]
+    assert extractor.stats[0].unmatched_examples == ["loss=" + "a" * 60]
+
+
+def test_long_records_for_backtracking_only_regex_are_matched_under_a_time_limit() -> None:
+    lookbehind = r"(?<=loss=)(\d+)x"  # RE2 cannot run it; `regex` with its time limit does past re's bound
+    found, extractor = points(b"loss=12x" + b" " * 5000 + b"\nloss=3x\n", [("loss", lookbehind)])
+    assert [(p[0], p[3]) for p in found] == [(1, 12.0), (2, 3.0)]
+    assert extractor.stats[0].rejected == {}
+    runaway = r"(?<=v)a*a*a*a*(\d)"  # polynomial backtracking of a high power: stopped at the limit
+    start = time.perf_counter()
+    found, extractor = points(b"v" + b"a" * 3000 + b"\nva7\n", [("v", runaway)])
+    assert time.perf_counter() - start < 5
+    assert [(p[0], p[3]) for p in found] == [(2, 7.0)]
+    assert extractor.stats[0].rejected == {TIME_LIMIT_REASON: 1}
+    assert extractor.stats[0].rejected_examples == ["v" + "a" * 199]
 
 
 def test_nested_repetition_runs_on_the_linear_engine() -> None:
     line = b"1" * 40 + b"x\n"  # exponential for a backtracking engine; instant for RE2
     found, extractor = points(line + b"22\n", [("n", r"((\d+)+)$")])
     assert [(p[0], p[3]) for p in found] == [(2, 22.0)]
+    found, extractor = points(line + b"33\n", [("n", r"((?:\d?\d?)+)$")])  # optional parts repeated: nested too
+    assert [(p[0], p[3]) for p in found] == [(2, 33.0)]
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_records_on_either_side_of_a_definitions_python_limit_give_the_naive_loops_points(mode: Mode) -> None:
+    # XGBoost's definition goes to re up to about 170 characters and to RE2 beyond; same points either way.
+    rng = random.Random(11)
+    lines = [f"[{i}]" + "".join(rng.choice("ab [] #:-\t") for _ in range(rng.randint(100, 300)))
+             + f"\tvalidation-rmse:{rng.random():.5f}" + rng.choice(["", " [x]", "\tx"]) for i in range(300)]
+    log = ("\n".join(lines) + "\n").encode()
+    defs = [("rmse", XGB), ("overlap", r"rmse:a*a*a*a*([0-9.]+)")]  # re up to 19 characters
+    found, _ = points(log, defs, mode)
+    assert len(found) >= 300
+    assert same(found, naive(log, defs, mode))
 
 
 def test_regex_that_no_engine_can_bound_is_refused() -> None:

@@ -6,8 +6,9 @@ block of records is searched for those literals with ``bytes.find`` and only the
 hold one are decoded, escaped and matched. Definitions with no usable literal run on every
 record. The result is identical to the naive loop; the tests compare the two.
 
-Matching is bounded in time whatever the record: :mod:`trainmon.parsing.engines` picks Python's ``re``
-or RE2 per definition and record length.
+Matching is bounded in time whatever the record: :mod:`trainmon.parsing.engines` picks Python's ``re``,
+RE2 or ``regex`` with a time limit per definition and record length. The loops here call ``re``
+themselves on the records short enough for it (most of them), without going through the matcher.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .definitions import MetricDefinition
-from .engines import BACKTRACKING_LIMIT_CHARS, SHORT_RECORD_CHARS, Matcher
+from .engines import TIME_LIMIT_REASON, Matcher
 from .framing import ESCAPE_TABLE, Mode
 
 EXAMPLES_KEPT = 3
@@ -153,7 +154,8 @@ class Extractor:
         self.definitions = list(definitions)
         self.mode = mode
         self._matchers = [Matcher(d.regex) for d in self.definitions]
-        self._python = [m.short_search for m in self._matchers]
+        self._python = [m.python_search for m in self._matchers]
+        self._python_chars = [m.python_chars for m in self._matchers]
         self.index_of = {d.name: i for i, d in enumerate(self.definitions)}
         self._split_cr = mode.splits_on_cr
         self._escapes = mode.escapes
@@ -246,7 +248,7 @@ class Extractor:
         count = block.count
         record, counted_to = 0, 0
         escapes = self._escapes
-        python = self._python
+        python, python_chars, matchers = self._python, self._python_chars, self._matchers
         for start in sorted(wanted):
             entry = wanted[start]
             end = entry[0]
@@ -262,9 +264,9 @@ class Extractor:
             if escapes and not text.isprintable():
                 text = text.translate(ESCAPE_TABLE)
             indexes = entry[1:] if len(entry) == 2 else sorted(set(entry[1:]))
-            short = len(text) <= SHORT_RECORD_CHARS
+            size = len(text)
             for index in indexes:
-                found = python[index](text) if short else self._matchers[index].search(text)
+                found = python[index](text) if size <= python_chars[index] else matchers[index].search(text)
                 value = self._value(index, text, found)
                 if value is not None:
                     hits.append(Hit(record, start, index, value))
@@ -282,7 +284,8 @@ class Extractor:
     def _scan_dense(self, block: bytes) -> list[Hit]:
         text = block.decode("ascii")
         checks = [(literal.decode("ascii"), indexes) for literal, indexes in self._by_literal.items()]
-        escapes, python, hits = self._escapes, self._python, []
+        escapes, python, python_chars, matchers = self._escapes, self._python, self._python_chars, self._matchers
+        hits: list[Hit] = []
         offset = 0
         lines = text.split("\n")
         if lines[-1] == "":
@@ -294,9 +297,9 @@ class Extractor:
                 continue
             if escapes and not line.isprintable():
                 line = line.translate(ESCAPE_TABLE)
-            short = len(line) <= SHORT_RECORD_CHARS
+            size = len(line)
             for index in wanted if len(wanted) == 1 else sorted(set(wanted)):
-                found = python[index](line) if short else self._matchers[index].search(line)
+                found = python[index](line) if size <= python_chars[index] else matchers[index].search(line)
                 value = self._value(index, line, found)
                 if value is not None:
                     hits.append(Hit(record, start, index, value))
@@ -324,7 +327,7 @@ class Extractor:
         """Count why a candidate record gave no point."""
         stats = self.stats[index]
         if found is False:
-            stats.reject(f"record longer than {BACKTRACKING_LIMIT_CHARS} characters for a regex RE2 cannot run", text)
+            stats.reject(TIME_LIMIT_REASON, text)
         elif found is None:
             if stats.literal is not None and len(stats.unmatched_examples) < EXAMPLES_KEPT:
                 stats.unmatched_examples.append(text[:_EXAMPLE_CHARS])
