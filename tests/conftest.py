@@ -51,7 +51,19 @@ class PostgresServer:
     """A PostgreSQL cluster this test run started: trust authentication, 127.0.0.1 only."""
 
     port: int
+    control: Callable[[str], subprocess.CompletedProcess[str]] | None = None  # runs pg_ctl ACTION
     names = itertools.count()
+
+    def stop(self) -> None:
+        """Shut the server down (an outage: clients' connections drop, new ones are refused)."""
+        assert self.control is not None
+        result = self.control("stop")
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    def start(self) -> None:
+        assert self.control is not None
+        result = self.control("start")
+        assert result.returncode == 0, result.stdout + result.stderr
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
@@ -110,21 +122,26 @@ def postgres_cluster() -> Iterator[PostgresServer]:
     initdb = run(POSTGRES_BIN / "initdb", "-D", data, "-U", "postgres", "--auth=trust", "--encoding=UTF8",
                  "--locale=C", "--no-sync")
     assert initdb.returncode == 0, initdb.stdout + initdb.stderr
-    for _attempt in range(3):  # another process may take the free port before the server binds it
-        port = free_port()
+    def control(action: str, port: int) -> subprocess.CompletedProcess[str]:
+        if action == "stop":
+            return run(POSTGRES_BIN / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
         options = (f"-p {port} -c listen_addresses=127.0.0.1 -k {root} -c fsync=off -c synchronous_commit=off "
                    "-c full_page_writes=off -c max_connections=200")
-        started = run(POSTGRES_BIN / "pg_ctl", "-D", data, "-l", root / "server.log", "-o", options, "-w", "-t", "60",
-                      "start")
+        return run(POSTGRES_BIN / "pg_ctl", "-D", data, "-l", root / "server.log", "-o", options, "-w", "-t", "60",
+                   "start")
+
+    for _attempt in range(3):  # another process may take the free port before the server binds it
+        port = free_port()
+        started = control("start", port)
         if started.returncode == 0:
             break
     else:
         log = (root / "server.log").read_text(errors="replace") if (root / "server.log").exists() else ""
         raise AssertionError(f"PostgreSQL did not start:\n{started.stdout}{started.stderr}\n{log}")
     try:
-        yield PostgresServer(port)
+        yield PostgresServer(port, lambda action: control(action, port))
     finally:
-        run(POSTGRES_BIN / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+        control("stop", port)
         shutil.rmtree(root, ignore_errors=True)
 
 

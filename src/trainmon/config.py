@@ -29,6 +29,44 @@ def output_dir(root: Path | None = None) -> Path:
     return (root or home()) / "output"
 
 
+def make_private_dir(path: Path) -> None:
+    """Create a directory only its user can enter (0700), with the parents it needs; a directory that
+    exists keeps its mode (the user chose it). A StoreError says why it cannot be made."""
+    from .errors import StoreError
+
+    missing = []
+    for level in (path, *path.parents):
+        if level.exists():
+            break
+        missing.append(level)
+    try:
+        for level in reversed(missing):  # each one 0700 (mkdir's parents would get the umask's mode)
+            level.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the data directory {path}: {exc.strerror or exc}. Choose another with "
+                         "--home or TRAINMON_HOME") from None
+    if not path.is_dir():
+        raise StoreError(f"the data directory {path} is not a directory: choose another with --home or TRAINMON_HOME")
+
+
+def private_file(path: Path, *, create: bool = True) -> None:
+    """Make ``path`` readable by its user only (0600): created so when it is missing (and ``create``),
+    its mode changed when it exists and is ours. A file that exists is never opened: a process's
+    POSIX locks on a file (SQLite's) go when it closes any descriptor of it."""
+    try:
+        if create:
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                return
+            except FileExistsError:
+                pass
+        status = path.stat()
+        if status.st_uid == os.getuid() and status.st_mode & 0o077:
+            path.chmod(0o600)
+    except OSError:
+        pass  # missing, or not ours to change: the store reports a real problem when it opens the file
+
+
 DATABASE_URL_VARIABLE = "TRAINMON_DATABASE_URL"
 
 

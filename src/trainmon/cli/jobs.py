@@ -19,7 +19,7 @@ from ..parsing.framing import Mode
 from ..runtime import orphans
 from ..store import Store
 from . import render
-from .common import Commands, exit_status, pairs, print_json, read_text, store, warn
+from .common import EXIT_FAILED, Commands, exit_status, pairs, print_json, read_text, store, warn
 from .definitions import add_definition_options, definitions_given
 
 
@@ -99,6 +99,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     job = Supervisor(db, name, echo=True, live_metrics=live).run()
     print()
     print(describe_text(db, job.name))
+    unstored = job.doc.get("UnstoredOutput")
+    if unstored:
+        warn(f"{unstored['Records']} log records and {unstored['Points']} metric points of job {name} could not be "
+             f"stored: {unstored['Reason']}")
+        return EXIT_FAILED
     return exit_status(job.status)
 
 

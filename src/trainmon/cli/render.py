@@ -167,7 +167,8 @@ def _facts(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _final_heading(doc: Mapping[str, Any], unstored: Mapping[str, Any] | None) -> str:
     if unstored and unstored["Points"]:
-        return f"Final metrics (from the points stored; {unstored['Points']} points were not stored)"
+        lost = unstored["Points"]
+        return f"Final metrics (from the points stored; {lost} point{'s were' if lost != 1 else ' was'} not stored)"
     return "Final metrics"
 
 

@@ -149,7 +149,7 @@ class SupervisorIdentity(TypedDict):
     pid: int
     create_time: float
     hostname: str
-    pgids: list[int]
+    tag: str  # the job's process tag: what is left of the job when the supervisor is gone (runtime/launcher.py)
 
 
 class FinalMetric(TypedDict):

@@ -2,11 +2,19 @@
 
 Two kinds of threads, so that monitoring never holds the job back:
 
-- a :class:`PipeReader` per pipe only reads: each chunk the job wrote is appended to a spool
-  file and its arrival time noted. It never waits on the store, the terminal or the extractor,
-  so the job's writes never block on trainmon (a full disk moves the spool into memory).
+- a :class:`PipeReader` per pipe only reads: each chunk the job wrote is appended to the pipe's
+  spool file, framed with its read time, and noted for the ingestor. It never waits on the
+  store, the terminal or the extractor, so the job's writes never block on trainmon. When the
+  spool cannot be written (a full disk), chunks are kept in memory, up to ``MEMORY_CAP_BYTES``
+  for the whole job; past that they are counted (bytes, records, points) and dropped, so memory
+  stays bounded and the loss is recorded on the job, never silent.
 - one :class:`Ingestor` per job cuts the chunks into records, extracts points, echoes to the
-  terminal and writes batches to the store, as fast as the store takes them.
+  terminal and writes batches to the store, as fast as the store takes them. When the store
+  refuses (a server down, a lock, a full disk), the batch is kept and written again with
+  backoff, and the ingestor takes no new chunks meanwhile: the backlog waits in the spool, on
+  disk. Each batch records how far each spool was consumed (``Batch.spools``), in the same
+  transaction, so whoever ingests a spool left by a dead supervisor starts where it stopped
+  (:mod:`trainmon.runtime.recovery`).
 
 A record's timestamp is the wall-clock time (ms) of the read that completed it.
 """
@@ -14,14 +22,16 @@ A record's timestamp is the wall-clock time (ms) of the read that completed it.
 from __future__ import annotations
 
 import os
+import select
+import struct
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from ..errors import StoreError
 from ..parsing.extract import Extractor
@@ -33,7 +43,13 @@ MAX_RECORD_BYTES = 16 << 20
 STDERR_TAIL_RECORDS = 20
 FLUSH_BYTES = 8 << 20
 FLUSH_POINTS = 50_000
-FINAL_RETRIES = 5
+MEMORY_CAP_BYTES = 64 << 20  # output held in memory when the spool cannot be written, for the whole job
+RETRY_FIRST_S = 0.5
+RETRY_MOST_S = 5.0
+FULL_DISK_FINAL_TRIES = 5  # the job has ended and the disk stays full: give up after this many tries (~12 s)
+POLL_MS = 200
+SPOOL_RETRY_MS = 1000  # a spool that could not be written is tried again this often
+FRAME = struct.Struct("<qI")  # a spool frame's header: read time (ms), length; the bytes follow
 
 
 def now_ms() -> int:
@@ -42,70 +58,245 @@ def now_ms() -> int:
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    start: int
+    start: int  # offset of the chunk's bytes in the spool file (where they would be, when in memory)
     length: int
     timestamp_ms: int
     data: bytes | None  # kept in memory only when the spool could not be written
+    cut: bool = False  # no bytes: output was dropped here, so the record in progress ends here
+    after_cr: bool = False  # with ``cut``: the output taken up again right after a "\r"
+
+
+class MemoryBudget:
+    """Bytes of output held in memory for lack of a spool, across a job's readers."""
+
+    def __init__(self, cap_bytes: int = MEMORY_CAP_BYTES) -> None:
+        self.cap_bytes = cap_bytes
+        self._lock = threading.Lock()
+        self.held_bytes = 0
+
+    def take(self, size: int) -> bool:
+        with self._lock:
+            if self.held_bytes + size > self.cap_bytes:
+                return False
+            self.held_bytes += size
+            return True
+
+    def give_back(self, size: int) -> None:
+        with self._lock:
+            self.held_bytes -= size
+
+
+@dataclass
+class Loss:
+    """What never reached the store: counted as it is dropped."""
+
+    records: int = 0
+    points: int = 0
+    bytes: int = 0
+    reason: str = ""
+
+    def add(self, other: Loss) -> None:
+        self.records += other.records
+        self.points += other.points
+        self.bytes += other.bytes
+        self.reason = self.reason or other.reason
+
+
+class LossCounter:
+    """Counts the records and points of output that has to be dropped, in the reader's thread (its
+    own cutter and extractor: the ingestor's are not shared).
+
+    A record that the drop starts in the middle of is the ingestor's (it stores its first part), so
+    the counter does not count it again; a record the drop ends in the middle of is the ingestor's
+    too (it stores the rest). Every record is counted once, stored or not."""
+
+    def __init__(self, mode: Mode, extractor: Extractor) -> None:
+        self.mode = mode
+        self.cutter = RecordCutter(mode)
+        self.extractor = extractor
+        self.loss = Loss()
+        self._skip_first = False
+
+    def begin(self, *, mid_record: bool, after_cr: bool) -> None:
+        """Dropping starts, after kept output that ended mid-record (or just after a "\r")."""
+        self.cutter = RecordCutter(self.mode, after_cr=after_cr)
+        self._skip_first = mid_record
+
+    def drop(self, data: bytes, reason: str) -> None:
+        self._count(self.cutter.feed(data))
+        self.loss.bytes += len(data)
+        self.loss.reason = self.loss.reason or reason
+
+    def end(self) -> bool:
+        """Dropping ends (the output is kept again): the record in progress is the ingestor's. Whether
+        the dropped output ended just after a "\r"."""
+        after_cr = self.cutter.after_cr
+        self.cutter.finish()
+        self._skip_first = False
+        return after_cr
+
+    def finish(self) -> None:
+        self._count(self.cutter.finish())
+
+    def _count(self, block: bytes) -> None:
+        if not block:
+            return
+        hits = self.extractor.scan(block)
+        records = self.extractor.count_records(block)
+        if self._skip_first:
+            records -= 1
+            hits = [hit for hit in hits if hit.record > 0]
+            self._skip_first = False
+        self.loss.records += records
+        self.loss.points += len(hits)
 
 
 class PipeReader(threading.Thread):
-    """Drains one pipe into a spool file as fast as the job writes."""
+    """Drains one pipe into its spool file as fast as the job writes."""
 
-    def __init__(self, fd: int, spool_path: Path, wake: threading.Event, label: str) -> None:
+    def __init__(self, fd: int, spool_path: Path, wake: threading.Event, label: str, *, budget: MemoryBudget,
+                 losses: LossCounter) -> None:
         super().__init__(name=f"trainmon-read-{label}", daemon=True)
         self.fd = fd
         self.spool_path = spool_path
         self.wake = wake
+        self.label = label
+        self.budget = budget
+        self.losses: LossCounter | None = losses
         self.chunks: deque[Chunk] = deque()
         self.spool_error: OSError | None = None
         self.eof = threading.Event()
+        self._abandon = threading.Event()
+        self._spool_retry_ms = 0
+        self._dropping = False
+        self._last_kept = b"\n"
+
+    def abandon(self) -> None:
+        """Stop reading (what is still in the pipe is not read): for a pipe whose writers will not
+        close it, once the job is over."""
+        self._abandon.set()
 
     def run(self) -> None:
-        offset = 0
-        spool_fd = os.open(self.spool_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        os.set_blocking(self.fd, False)
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN | select.POLLHUP)
+        offset = FRAME.size
+        try:
+            spool_fd = os.open(self.spool_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        except OSError as exc:
+            spool_fd, self.spool_error = -1, exc
         try:
             while True:
                 try:
                     data = os.read(self.fd, READ_BYTES)
+                except BlockingIOError:
+                    if self._abandon.is_set():
+                        break
+                    poller.poll(POLL_MS)
+                    continue
                 except OSError:
                     data = b""
                 if not data:
                     break
-                stamp = now_ms()
-                kept: bytes | None = data
-                if self.spool_error is None:
-                    try:
-                        _write_all(spool_fd, data)
-                        kept = None
-                    except OSError as exc:
-                        self.spool_error = exc
-                self.chunks.append(Chunk(offset, len(data), stamp, kept))
-                if kept is None:
-                    offset += len(data)
-                self.wake.set()
+                offset = self._keep(spool_fd, data, offset)
         finally:
-            os.close(spool_fd)
+            if spool_fd >= 0:
+                os.close(spool_fd)
             os.close(self.fd)
+            if self.losses is not None:
+                self.losses.finish()
             self.eof.set()
             self.wake.set()
 
+    def _keep(self, spool_fd: int, data: bytes, offset: int) -> int:
+        """Spool one read (or hold it in memory, or count it lost); the spool offset after it."""
+        stamp = now_ms()
+        if spool_fd >= 0 and (self.spool_error is None or stamp >= self._spool_retry_ms):
+            try:
+                _write_all(spool_fd, FRAME.pack(stamp, len(data)), data)
+                self._kept(Chunk(offset, len(data), stamp, None), data)
+                self.spool_error = None
+                return offset + len(data) + FRAME.size
+            except OSError as exc:
+                self.spool_error = exc
+                self._spool_retry_ms = stamp + SPOOL_RETRY_MS
+                _truncate(spool_fd, offset - FRAME.size)  # no frame cut short: the next one follows the last whole one
+        if self.budget.take(len(data)):
+            self._kept(Chunk(offset, len(data), stamp, data), data)
+            return offset
+        losses = self.losses
+        assert losses is not None  # a reader always counts what it drops
+        if not self._dropping:
+            self._dropping = True
+            losses.begin(mid_record=not _ends_record(self._last_kept, losses.mode),
+                         after_cr=self._last_kept == b"\r" and losses.mode.splits_on_cr)
+            self.chunks.append(Chunk(offset, 0, stamp, b"", cut=True))
+        losses.drop(data, f"the job's spool could not be written ({self.spool_error}) and the "
+                    f"{self.budget.cap_bytes >> 20} MiB of output trainmon holds in memory meanwhile were full")
+        return offset
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    def _kept(self, chunk: Chunk, data: bytes) -> None:
+        if self._dropping and self.losses is not None:
+            self._dropping = False
+            self.chunks.append(Chunk(chunk.start, 0, chunk.timestamp_ms, b"", cut=True, after_cr=self.losses.end()))
+        self.chunks.append(chunk)
+        self._last_kept = data[-1:]
+        self.wake.set()
+
+
+def _ends_record(last: bytes, mode: Mode) -> bool:
+    return last == b"\n" or (last == b"\r" and mode.splits_on_cr)
+
+
+def _truncate(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, max(0, size))
+    except OSError:
+        pass
+
+
+def _write_all(fd: int, header: bytes, data: bytes) -> None:
+    """Both parts, whole: a frame is only ever followed by its bytes."""
+    written = os.writev(fd, [header, data])
+    if written < len(header) + len(data):
+        rest = memoryview(header + data)[written:]
+        while rest:
+            rest = rest[os.write(fd, rest):]
+
+
+def spool_frames(path: Path, from_offset: int) -> Iterator[tuple[int, int, int]]:
+    """(offset, read time in ms, length) of a spool file's chunks from ``from_offset`` on; a chunk
+    that ``from_offset`` falls inside comes without its first part. A frame cut short at the end
+    (the reader died writing it) ends the file."""
+    size = path.stat().st_size
+    with open(path, "rb") as spool:
+        position = 0
+        while position + FRAME.size <= size:
+            spool.seek(position)
+            stamp, length = FRAME.unpack(spool.read(FRAME.size))
+            start = position + FRAME.size
+            end = start + length
+            if end > size:
+                return
+            if end > from_offset:
+                yield max(start, from_offset), stamp, end - max(start, from_offset)
+            position = end
 
 
 class RecordCutter:
     """Cuts a byte stream into blocks of whole records, keeping the unfinished tail."""
 
-    def __init__(self, mode: Mode) -> None:
+    def __init__(self, mode: Mode, *, after_cr: bool = False) -> None:
         self.mode = mode
         self._pending: list[bytes] = []
-        self._pending_bytes = 0
-        self._skip_newline = False
+        self.pending_bytes = 0
+        self._skip_newline = after_cr
         self.forced_cuts = 0
+
+    @property
+    def after_cr(self) -> bool:
+        """The last block ended with a "\\r" whose "\\n" may come next (and is then no record break)."""
+        return self._skip_newline
 
     def feed(self, data: bytes) -> bytes:
         if self._skip_newline and data:
@@ -115,33 +306,53 @@ class RecordCutter:
         cut = last_break_end(data, self.mode)
         if cut == 0:
             self._pending.append(data)
-            self._pending_bytes += len(data)
-            if self._pending_bytes < MAX_RECORD_BYTES:
+            self.pending_bytes += len(data)
+            if self.pending_bytes < MAX_RECORD_BYTES:
                 return b""
             self.forced_cuts += 1
             return self.finish()
         block = b"".join([*self._pending, data[:cut]])
         rest = data[cut:]
         self._pending = [rest] if rest else []
-        self._pending_bytes = len(rest)
+        self.pending_bytes = len(rest)
         if self.mode.splits_on_cr and not rest and block[-1:] == b"\r":
             self._skip_newline = True  # the read ended on "\r": a "\n" may follow in the next one
         return block
 
     def finish(self) -> bytes:
         block = b"".join(self._pending)
-        self._pending, self._pending_bytes = [], 0
+        self._pending, self.pending_bytes = [], 0
         return block
+
+
+class ChunkSource(Protocol):
+    """Where the ingestor takes a pipe's chunks from: a :class:`PipeReader`, or a spool left behind."""
+
+    spool_path: Path
+    budget: MemoryBudget
+    losses: LossCounter | None
+    chunks: deque[Chunk]
+    eof: threading.Event
 
 
 @dataclass
 class Pipe:
-    reader: PipeReader
+    reader: ChunkSource
     cutter: RecordCutter
     is_stderr: bool
     spool: BinaryIO | None = None
     bytes_read: int = 0
     bytes_stored: int = 0
+    spooled_to: int = 0  # the spool offset past the last spooled chunk taken
+
+    @property
+    def name(self) -> str:
+        return "stderr" if self.is_stderr else "stdout"
+
+    def consumed(self) -> tuple[int, bool]:
+        """How far the spool is consumed into whole records: where recovery starts, and whether it
+        starts just after a "\\r"."""
+        return max(0, self.spooled_to - self.cutter.pending_bytes), self.cutter.after_cr
 
 
 @dataclass
@@ -155,12 +366,14 @@ class HostStream:
 
 class Echo:
     """Shows the job's output on the terminal (host-prefixed when several) and, optionally, each
-    point right after the line it came from (never in the middle of a progress bar)."""
+    point right after the line it came from (never in the middle of a progress bar). A terminal
+    that went away (a closed ssh session) ends the echo, not the capture."""
 
     def __init__(self, *, prefix_hosts: bool, live_metrics: bool) -> None:
         self.prefix_hosts = prefix_hosts
         self.live_metrics = live_metrics
         self.color = sys.stdout.isatty()
+        self.closed = False
         self._at_line_start = True
         self._pending_points: list[str] = []
 
@@ -183,16 +396,18 @@ class Echo:
                 self._at_line_start = False
 
     def _write(self, is_stderr: bool, data: bytes) -> None:
+        if self.closed:
+            return
         target = sys.stderr if is_stderr else sys.stdout
         try:
             target.flush()
             target.buffer.write(data)
             target.flush()
         except (OSError, ValueError):
-            pass  # a closed terminal must not stop the capture
+            self.closed = True  # a closed terminal must not stop the capture
 
     def point(self, name: str, value: float, host: str, seq: int) -> None:
-        if not self.live_metrics:
+        if not self.live_metrics or self.closed:
             return
         text = f"  » {name} = {value:g}   ({host}, record {seq + 1})"
         self._pending_points.append(f"\x1b[2m{text}\x1b[0m" if self.color else text)
@@ -204,7 +419,7 @@ class Echo:
 
 
 class Ingestor(threading.Thread):
-    """Turns the readers' chunks into stored records and points, in batches."""
+    """Turns the readers' chunks into stored records and points, in batches; outlasts any store outage."""
 
     def __init__(
         self,
@@ -229,36 +444,91 @@ class Ingestor(threading.Thread):
         self.store_error: StoreError | None = None  # set while the store refuses writes
         self.failure: BaseException | None = None
         self.points_written = 0
-        self.unsaved: tuple[int, int] | None = None  # (records, points) the store never took
+        self.loss = Loss()  # what the ingestor itself gave up (a disk that stayed full after the job)
         self._names = [d.name for d in extractor.definitions]
+        self._retry_s = RETRY_FIRST_S
 
-    def finish(self, timeout_s: float | None = None) -> None:
-        """Ask the thread to drain what is left (once every reader hit EOF) and wait for it."""
+    def finish(self) -> None:
+        """Drain what is left (once every reader ended) and wait for it: as long as the store takes to
+        come back, but a disk that stays full after the job is given up on (and counted)."""
         self._finishing.set()
         self.wake.set()
-        self.join(timeout_s)
+        self.join()
+
+    def finish_in_this_thread(self) -> None:
+        """:meth:`finish`, without a thread of its own: every source has ended already."""
+        self._finishing.set()
+        self.wake.set()
+        self.run()
+
+    def losses(self) -> Loss:
+        """Everything not stored: the readers' drops and the ingestor's own."""
+        total = Loss()
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                if pipe.reader.losses is not None:
+                    total.add(pipe.reader.losses.loss)
+        total.add(self.loss)
+        return total
 
     def run(self) -> None:
         try:
-            while True:
-                self.wake.wait(0.25)
-                self.wake.clear()
-                done = self._finishing.is_set() and all(p.reader.eof.is_set() for s in self.streams for p in s.pipes)
-                self._step(final=done)
-                if done:
-                    for _ in range(FINAL_RETRIES):
-                        if not self._pending:
-                            break
-                        time.sleep(1.0)
-                        self._flush()
-                    if self._pending:
-                        self.unsaved = (sum(c[2] for c in self._pending.chunks), len(self._pending.points))
-                    break
+            self._loop()
         except BaseException as exc:  # reported by the supervisor; the readers keep draining
             self.failure = exc
             self.on_error(f"log ingestion stopped: {exc}")
 
-    def _step(self, *, final: bool) -> None:
+    def _loop(self) -> None:
+        final_tries = 0
+        while True:
+            self.wake.wait(0.25)
+            self.wake.clear()
+            if self._pending and not self._flush():
+                if self._finishing.is_set() and self._full():
+                    final_tries += 1
+                    if final_tries >= FULL_DISK_FINAL_TRIES:
+                        self._give_up()
+                        return
+                self._backoff()
+                continue  # the backlog waits in the spool until this batch is stored
+            done = self._finishing.is_set() and all(p.reader.eof.is_set() for s in self.streams for p in s.pipes)
+            self._step(final=done)
+            if done and not self._pending:
+                return
+
+    def _full(self) -> bool:
+        return self.store_error is not None and "is full" in self.store_error.message
+
+    def _backoff(self) -> None:
+        time.sleep(self._retry_s)
+        self._retry_s = min(RETRY_MOST_S, self._retry_s * 2)
+
+    def _give_up(self) -> None:
+        """The job has ended and the store stays full: count what is left as lost, and stop."""
+        batch = self._pending
+        reason = self.store_error.message if self.store_error else "the store refused the writes"
+        self.loss.add(Loss(sum(c[2] for c in batch.chunks), len(batch.points), batch.text_bytes, reason))
+        self._pending = Batch(self.job_id)
+        for _, _, _, pipe, chunk in self._take_work():
+            if chunk.cut:
+                self._count_lost(pipe.cutter.finish())
+                pipe.cutter = RecordCutter(pipe.cutter.mode, after_cr=chunk.after_cr)
+                continue
+            block = pipe.cutter.feed(self._chunk_bytes(pipe, chunk))
+            self._count_lost(block)
+            self.loss.bytes += chunk.length
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                self._count_lost(pipe.cutter.finish())
+        self.on_error(f"{reason}. Gave up storing the rest of the job's output; how much is recorded on the job.")
+
+    def _count_lost(self, block: bytes) -> None:
+        if block:
+            self.loss.records += self.extractor.count_records(block)
+            self.loss.points += len(self.extractor.scan(block))
+
+    def _take_work(self) -> list[tuple[int, int, HostStream, Pipe, Chunk]]:
+        """Every chunk the readers have noted, in read-time order."""
         work: list[tuple[int, int, HostStream, Pipe, Chunk]] = []
         order = 0
         for stream in self.streams:
@@ -268,10 +538,30 @@ class Ingestor(threading.Thread):
                     work.append((chunk.timestamp_ms, order, stream, pipe, chunk))
                     order += 1
         work.sort(key=lambda item: (item[0], item[1]))
-        for stamp, _, stream, pipe, chunk in work:
-            data = chunk.data if chunk.data is not None else self._read_spool(pipe, chunk)
+        return work
+
+    def _chunk_bytes(self, pipe: Pipe, chunk: Chunk) -> bytes:
+        if chunk.data is not None:
+            pipe.reader.budget.give_back(chunk.length)
+            return chunk.data
+        pipe.spooled_to = chunk.start + chunk.length
+        return self._read_spool(pipe, chunk)
+
+    def _step(self, *, final: bool) -> None:
+        work = self._take_work()
+        for index, (stamp, _, stream, pipe, chunk) in enumerate(work):
+            if chunk.cut:  # output was dropped here: the record in progress ends
+                ingested = self._ingest(stream, pipe, pipe.cutter.finish(), stamp, b"")
+                pipe.cutter = RecordCutter(pipe.cutter.mode, after_cr=chunk.after_cr)
+                if not ingested:
+                    self._put_back(work[index + 1:])
+                    return
+                continue
+            data = self._chunk_bytes(pipe, chunk)
             pipe.bytes_read += len(data)
-            self._ingest(stream, pipe, pipe.cutter.feed(data), stamp, data)
+            if not self._ingest(stream, pipe, pipe.cutter.feed(data), stamp, data):
+                self._put_back(work[index + 1:])  # the store refuses: the rest waits where it was
+                return
         if final:
             stamp = now_ms()
             for stream in self.streams:
@@ -281,7 +571,19 @@ class Ingestor(threading.Thread):
                         self._ingest(stream, pipe, block, stamp, b"")
         if work or final:
             self._pending.diagnostics = [s.to_json() for s in self.extractor.stats]
-        self._flush()
+            self._note_progress()
+        if self._pending:
+            self._flush()
+
+    @staticmethod
+    def _put_back(work: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> None:
+        for _, _, _, pipe, chunk in reversed(work):
+            pipe.reader.chunks.appendleft(chunk)
+
+    def _note_progress(self) -> None:
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                self._pending.spools[(stream.stream_id, pipe.name)] = pipe.consumed()
 
     def _read_spool(self, pipe: Pipe, chunk: Chunk) -> bytes:
         if pipe.spool is None:
@@ -289,11 +591,13 @@ class Ingestor(threading.Thread):
         pipe.spool.seek(chunk.start)
         return pipe.spool.read(chunk.length)
 
-    def _ingest(self, stream: HostStream, pipe: Pipe, block: bytes, stamp: int, raw: bytes) -> None:
+    def _ingest(self, stream: HostStream, pipe: Pipe, block: bytes, stamp: int, raw: bytes) -> bool:
+        """Add a block of records to the pending batch (writing it when full); False when that write
+        failed."""
         if not block:
             if self.echo and raw and not self.echo.prefix_hosts:
                 self.echo.passthrough(pipe.is_stderr, raw)
-            return
+            return True
         extractor = self.extractor
         text = decode(block)
         if extractor.mode.splits_on_cr and "\r" in text:
@@ -326,7 +630,9 @@ class Ingestor(threading.Thread):
         if pipe.is_stderr:
             stream.stderr_tail.extend(text.rsplit("\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:])
         if batch.text_bytes >= FLUSH_BYTES or len(batch.points) >= FLUSH_POINTS:
-            self._flush()
+            self._note_progress()
+            return self._flush()
+        return True
 
     @staticmethod
     def _unstored_bytes(pipe: Pipe) -> int:
@@ -335,28 +641,29 @@ class Ingestor(threading.Thread):
         pipe.bytes_stored = pipe.bytes_read
         return counted
 
-    def _flush(self) -> None:
+    def _flush(self) -> bool:
+        """Write the pending batch; False (the batch kept) while the store refuses it."""
         if not self._pending:
-            return
+            return True
         try:
             self.store.write_batch(self._pending)
         except StoreError as exc:
             if self.store_error is None:
-                self.on_error(f"{exc.message}. Keeping the job's output in memory and retrying.")
+                self.on_error(f"{exc.message}. Keeping the job's output in its spool and retrying.")
             self.store_error = exc
-            return
+            return False
         if self.store_error is not None:
             self.on_error("the store accepts writes again; nothing was lost.")
         self.store_error = None
+        self._retry_s = RETRY_FIRST_S
         self.points_written += len(self._pending.points)
         self._pending = Batch(self.job_id)
+        return True
 
     def close(self) -> None:
+        """Close the spool files; the supervisor removes them once the job's end is stored."""
         for stream in self.streams:
             for pipe in stream.pipes:
                 if pipe.spool is not None:
                     pipe.spool.close()
-                try:
-                    pipe.reader.spool_path.unlink()
-                except OSError:
-                    pass
+                    pipe.spool = None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import make_private_dir
 from ..jobs.document import JobDocument
 
 
@@ -86,6 +87,7 @@ def _hp_value(text: str) -> Any:
 def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout, dict[str, str]]:
     """Create one host's directories and config files; return them and the SM_* environment."""
     layout = HostLayout(host, job_dir / host)
+    make_private_dir(job_dir)
     for directory in (layout.config_dir, layout.data_dir, layout.model_dir, layout.output_data_dir):
         directory.mkdir(parents=True, exist_ok=True)
     hosts = host_names(doc["ResourceConfig"]["InstanceCount"])

@@ -1,25 +1,129 @@
-"""A job's state in the store as the runtime moves it on: statuses, with their guard."""
+"""A job's state in the store as the runtime moves it on: statuses, with their guard, written
+through outages of the store.
+
+:func:`set_status` is one status change, now. :class:`JobState` is the supervisor's side of its
+job: the statuses it enters are queued with the time they happened and written in order as soon
+as the store takes them, so that an outage of any length delays the record but never changes
+it, and never ends the job. Reading the job (a stop request) during an outage gives no news
+rather than an error.
+"""
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import StoreError
 from ..jobs.status import may_enter, transition
 from ..store import JobRow, Store
 
+RETRY_FIRST_S = 0.5
+RETRY_MOST_S = 5.0
+FULL_DISK_TRIES = 5  # a disk that stays full is given up on (~12 s); a server that is down is waited for
+
 
 def set_status(store: Store, name: str, status: str, message: str | None = None, *,
-               ended_at: float | None = None, **fields: Any) -> JobRow:
-    """Enter ``status`` (and set ``fields`` of the document) unless the job's status forbids it:
-    nothing follows an end, and a stop request is never undone by an InProgress status."""
+               at: float | None = None, ended_at: float | None = None, stop_requested: str | None = None,
+               **fields: Any) -> JobRow:
+    """Enter ``status`` (at ``at``, default now; and set ``fields`` of the document) unless the job's
+    status forbids it: nothing follows an end, and a stop request is never undone by an InProgress
+    status. ``stop_requested`` records why the job is stopping."""
 
     def mutate(job: JobRow) -> None:
+        if stop_requested is not None:
+            job.stop_requested = stop_requested
         if not may_enter(job.doc, status):
             return
-        now = time.time()
-        transition(job.doc, status, now, message, ended_at=ended_at)
+        moment = at if at is not None else time.time()
+        transition(job.doc, status, moment, message, ended_at=ended_at)
         job.doc.update(fields)  # type: ignore[typeddict-item]  # document fields given by name
-        job.last_modified_time = now
+        job.last_modified_time = moment
 
     return store.update_job(name, mutate)
+
+
+@dataclass
+class _Change:
+    status: str
+    message: str | None
+    at: float
+    stop_requested: str | None
+    ended_at: float | None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+class JobState:
+    """The statuses one supervisor writes, kept in order until the store has them."""
+
+    def __init__(self, store: Store, name: str, on_error: Callable[[str], None] | None = None) -> None:
+        self.store = store
+        self.name = name
+        self.on_error = on_error or (lambda message: print(f"trainmon: {message}", file=sys.stderr))
+        self._queue: list[_Change] = []
+        self._failing: StoreError | None = None
+        self._retry_at = 0.0
+        self._retry_s = RETRY_FIRST_S
+        self.row: JobRow | None = None  # the job as last written
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._queue)
+
+    def enter(self, status: str, message: str | None = None, *, stop_requested: str | None = None,
+              ended_at: float | None = None, **fields: Any) -> None:
+        """Enter a status now; written at once, or as soon as the store takes it."""
+        self._queue.append(_Change(status, message, time.time(), stop_requested, ended_at, fields))
+        self.flush()
+
+    def flush(self) -> bool:
+        """Write what is queued (unless the last try was too recent); whether everything is written."""
+        if not self._queue or time.monotonic() < self._retry_at:
+            return not self._queue
+        while self._queue:
+            change = self._queue[0]
+            try:
+                self.row = set_status(self.store, self.name, change.status, change.message, at=change.at,
+                                      ended_at=change.ended_at, stop_requested=change.stop_requested,
+                                      **change.fields)
+            except StoreError as exc:
+                self._failed(exc)
+                return False
+            self._queue.pop(0)
+        if self._failing is not None:
+            self.on_error("the store is back: the job's statuses are written.")
+        self._failing, self._retry_s = None, RETRY_FIRST_S
+        return True
+
+    def finish(self, status: str, *, ended_at: float | None = None, **fields: Any) -> JobRow | None:
+        """Enter the final status and wait until it is written: through an outage of any length, but
+        not past ``FULL_DISK_TRIES`` tries on a disk that stays full (None then)."""
+        self.enter(status, ended_at=ended_at, **fields)
+        tries = 0
+        while not self.flush():
+            if self._failing is not None and "is full" in self._failing.message:
+                tries += 1
+                if tries >= FULL_DISK_TRIES:
+                    self.on_error(f"{self._failing.message}. The job ended {status}, but that could not be stored.")
+                    return None
+            time.sleep(max(0.0, self._retry_at - time.monotonic()))
+        return self.row
+
+    def stop_requested(self) -> str | None:
+        """Why the job was asked to stop, if it was; None too while the store cannot be read."""
+        try:
+            row = self.store.get_job(self.name)
+        except StoreError as exc:
+            self._failed(exc)
+            return None
+        return row.stop_requested if row is not None else None
+
+    def _failed(self, exc: StoreError) -> None:
+        if self._failing is None:
+            self.on_error(f"{exc.message}. The job goes on; its statuses and output are kept and written when "
+                          "the store is back.")
+        self._failing = exc
+        self._retry_at = time.monotonic() + self._retry_s
+        self._retry_s = min(RETRY_MOST_S, self._retry_s * 2)

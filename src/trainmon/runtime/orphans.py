@@ -1,41 +1,55 @@
-"""Jobs whose supervising process died: found by every command that reads jobs, and ended.
+"""Jobs whose supervising process died: found by every command that reads jobs, and ended properly.
 
 The supervisor records its identity in the job: process id, the process's start time (against
-reused ids), host name, and the hosts' process groups. A job of this machine whose supervisor is
-gone gets its processes killed and is marked Failed with a reason that says so; what was stored
-until then is kept. No daemon is needed.
+reused ids), host name, and the job's process tag (:mod:`trainmon.runtime.launcher`). A job of
+this machine whose supervisor is gone is reaped by the first command that notices, in order:
+
+1. the reaper takes the job over (its identity replaces the dead one's, atomically), so that two
+   commands never reap one job twice, and a reaper that dies in turn is reaped like a supervisor;
+2. what is left of the job's processes is killed: only processes whose environment carries the
+   job's tag, each checked again after it is opened (never a bare process id);
+3. the output left in the job's spool is stored (:mod:`trainmon.runtime.recovery`);
+4. the job is marked Failed, with a reason that says so; its training time ends when its
+   processes did (at the last output, or now if some were still running), not when it was noticed.
+
+Logs and metrics stored until then are kept. No daemon is needed.
 """
 
 from __future__ import annotations
 
-import os
+import shutil
 import socket
+import time
+from typing import Any
 
 import psutil
 
 from ..errors import StoreError
-from ..jobs.document import SupervisorIdentity
+from ..jobs.document import SupervisorIdentity, UnstoredOutput
 from ..jobs.status import ACTIVE
-from ..store import Store
+from ..store import JobRow, Store
+from . import launcher, recovery
 from .jobstate import set_status
 
 
-def identity(pid: int | None = None) -> SupervisorIdentity:
+def identity(pid: int | None = None, *, tag: str = "") -> SupervisorIdentity:
     """The identity of process ``pid`` (default: this one), to record as a job's supervisor."""
     process = psutil.Process(pid)
-    return {"pid": process.pid, "create_time": process.create_time(), "hostname": socket.gethostname(), "pgids": []}
+    return {"pid": process.pid, "create_time": process.create_time(), "hostname": socket.gethostname(),
+            "tag": tag}
 
 
-def _alive(pid: int, create_time: float) -> bool:
+def alive(supervisor: SupervisorIdentity) -> bool:
     try:
-        process = psutil.Process(pid)
-        return abs(process.create_time() - create_time) < 1.0 and process.status() != psutil.STATUS_ZOMBIE
+        process = psutil.Process(supervisor["pid"])
+        return (abs(process.create_time() - supervisor["create_time"]) < 1.0
+                and process.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
 
 def reap_orphans(store: Store) -> list[str]:
-    """Mark Failed every active job on this machine whose supervising process is gone."""
+    """Reap every active job on this machine whose supervising process is gone; their names."""
     reaped: list[str] = []
     hostname = socket.gethostname()
     try:
@@ -44,22 +58,37 @@ def reap_orphans(store: Store) -> list[str]:
         return reaped
     for job in active:
         supervisor = job.supervisor
-        if not supervisor or supervisor.get("hostname") != hostname:
+        if not supervisor or supervisor.get("hostname") != hostname or alive(supervisor):
             continue
-        if _alive(supervisor["pid"], supervisor["create_time"]):
-            continue
-        for pgid in supervisor.get("pgids", []):
-            try:
-                os.killpg(pgid, 9)
-            except OSError:
-                pass
-        reason = (
-            f"trainmon's supervising process (pid {supervisor['pid']}) ended without finishing the job: it was "
-            "killed or crashed. Logs and metrics captured until then are kept; the job's processes were ended."
-        )
         try:
-            set_status(store, job.name, "Failed", FailureReason=reason)
-        except StoreError:  # a full disk: reading must still work; the next command tries again
+            if _reap(store, job, supervisor):
+                reaped.append(job.name)
+        except StoreError:  # a full disk, a lost server: reading must still work; the next command tries again
             continue
-        reaped.append(job.name)
     return reaped
+
+
+def _reap(store: Store, job: JobRow, dead: SupervisorIdentity) -> bool:
+    me = identity(tag=dead.get("tag", ""))
+
+    def take_over(row: JobRow) -> None:
+        if row.supervisor == dead:
+            row.supervisor = me
+
+    if store.update_job(job.name, take_over).supervisor != me:
+        return False  # another command is reaping it
+    tag = dead.get("tag", "")
+    still_running = bool(tag) and launcher.kill_tagged(tag) > 0
+    loss = recovery.recover(store, job)
+    last_ms = recovery.last_activity_ms(store, job)
+    ended_at = time.time() if still_running or last_ms is None else last_ms / 1000
+    fields: dict[str, Any] = {"FailureReason": (
+        f"trainmon's supervising process (pid {dead['pid']}) ended without finishing the job: it was killed or "
+        "crashed. The output it had captured was stored; the job's processes were ended.")}
+    if loss.bytes or loss.records:
+        unstored: UnstoredOutput = {"Records": loss.records, "Points": loss.points, "Bytes": loss.bytes,
+                                    "Reason": loss.reason}
+        fields["UnstoredOutput"] = unstored
+    set_status(store, job.name, "Failed", ended_at=ended_at, **fields)
+    shutil.rmtree(recovery.spool_dir(store, job.name), ignore_errors=True)
+    return True

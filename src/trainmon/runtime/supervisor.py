@@ -1,9 +1,17 @@
 """One process owns one job: it starts the hosts, wires capture to the store, and ends the job.
 
-Run in the foreground by ``trainmon run``, or detached (``python -m trainmon.runtime.supervisor NAME``)
-by ``create_training_job``. Stop requests arrive through the store (``trainmon stop`` from any
-terminal), as SIGINT (Ctrl-C) or SIGTERM; each host's whole process group gets SIGTERM, then
-SIGKILL after the grace period.
+Run in the foreground by ``trainmon run``, or detached (``python -m trainmon.runtime.supervisor
+NAME``) by ``create_training_job``. Stop requests arrive through the store (``trainmon stop`` from
+any terminal), as SIGINT (Ctrl-C) or SIGTERM; every process of the job gets SIGTERM, then SIGKILL
+after the grace period. SIGHUP (a terminal that went away) is ignored: the job goes on, captured,
+and the echo to the terminal ends.
+
+Hosts are started and signalled through a :class:`~trainmon.runtime.launcher.Launcher`. When the
+main process of every host has exited, whatever they left running is ended (as when a container
+exits), and capture ends after a bounded drain, so a process that holds a pipe open cannot hold
+the job. Monitoring never ends the job: the store may be unreachable for any length of time
+(:class:`~trainmon.runtime.jobstate.JobState` and the ingestor write everything when it is
+back), and a failing system monitor or profiler is reported, not fatal.
 """
 
 from __future__ import annotations
@@ -12,7 +20,6 @@ import argparse
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tarfile
 import threading
@@ -23,16 +30,17 @@ from typing import Any
 
 from .. import config
 from ..errors import StoreError, TrainmonError
-from ..jobs.document import JobDocument, SupervisorIdentity
-from ..jobs.status import profiler_settings, transition
+from ..jobs.document import JobDocument, SupervisorIdentity, UnstoredOutput
+from ..jobs.status import profiler_settings
 from ..parsing.definitions import validate_definitions
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
-from ..store import JobRow, Store, open_store
+from ..store import JobRow, Store, StreamRow, open_store
 from ..store.profiles import ProfileWriter
 from . import contract, orphans
-from .capture import Echo, HostStream, Ingestor, Pipe, PipeReader, RecordCutter
-from .jobstate import set_status
+from . import launcher as launch
+from .capture import Echo, HostStream, Ingestor, Loss, LossCounter, MemoryBudget, Pipe, PipeReader, RecordCutter
+from .jobstate import JobState
 from .maintenance import Maintainer
 from .monitor import SystemMonitor
 from .sampler import default_gpu_source
@@ -48,12 +56,8 @@ FAILURE_REASON_CHARS = 1024
 class Host:
     name: str
     layout: contract.HostLayout
-    process: subprocess.Popen[bytes]
+    process: launch.Host
     stream: HostStream
-
-    @property
-    def pgid(self) -> int:
-        return self.process.pid
 
 
 class Supervisor:
@@ -65,6 +69,7 @@ class Supervisor:
         echo: bool = True,
         live_metrics: bool = False,
         handle_signals: bool = True,
+        launcher: launch.Launcher | None = None,
     ) -> None:
         self.store = store
         self.name = name
@@ -72,10 +77,15 @@ class Supervisor:
         self.live_metrics = live_metrics
         self.handle_signals = handle_signals
         self.hosts: list[Host] = []
+        self.readers: list[PipeReader] = []
+        self.launcher = launcher or launch.LocalLauncher()
+        self.state = JobState(store, name)
+        self.loss = Loss()
         self._stop_reason: str | None = None  # "Stopped" | "MaxRuntimeExceeded"
         self._interrupts = 0
         self._wake = threading.Event()
         self.first_failure: str | None = None
+        self.ended_at: float | None = None
 
     # -- the whole life of a job ------------------------------------------------------------
 
@@ -83,7 +93,7 @@ class Supervisor:
         job = self.store.get_job(self.name)
         if job is None:
             raise TrainmonError(f"no job named {self.name!r} to supervise")
-        identity = orphans.identity()
+        identity = orphans.identity(tag=self.launcher.tag)
 
         def claim(row: JobRow) -> None:
             row.supervisor = identity
@@ -94,6 +104,7 @@ class Supervisor:
             return self._run(job, identity)
         finally:
             self._restore_signals(previous)
+            self.launcher.close()
 
     def _run(self, job: JobRow, identity: SupervisorIdentity) -> JobRow:
         doc = job.doc
@@ -104,90 +115,82 @@ class Supervisor:
         job_dir = config.jobs_dir(self.store.home) / self.name
         count = doc["ResourceConfig"]["InstanceCount"]
 
-        set_status(self.store, self.name, "Downloading")
+        self.state.enter("Downloading")
         for stale in job_dir.glob("algo-*"):  # left by an earlier job of the same name
             shutil.rmtree(stale, ignore_errors=True)
         prepared = [contract.prepare_host(job_dir, doc, host) for host in contract.host_names(count)]
-        requested = self.store.get_job(self.name)
-        if requested is not None and requested.stop_requested:
-            self._stop_reason = requested.stop_requested  # stopped before it started: start nothing
-            return self._finish(self._stop_reason)
+        requested = self.state.stop_requested()
+        if requested:
+            self._stop_reason = requested  # stopped before it started: start nothing
+            return self._finish(requested)
         spool_dir = job_dir / ".spool"
-        spool_dir.mkdir(parents=True, exist_ok=True)
+        spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
-        start_failure = self._start_hosts(job, prepared, spool_dir, mode)
-        identity["pgids"] = [host.pgid for host in self.hosts]
-        self.store.update_job(self.name, lambda row: setattr(row, "supervisor", identity))
+        start_failure = self._start_hosts(job, prepared, spool_dir, mode, extractor)
         if start_failure is None:
-            set_status(self.store, self.name, "Training")
+            self.state.enter("Training")
 
         echo = Echo(prefix_hosts=count > 1, live_metrics=self.live_metrics) if self.echo_enabled else None
         ingestor = Ingestor(self.store, job.id, [h.stream for h in self.hosts], extractor, self._wake, echo)
-        for host in self.hosts:
-            for pipe in host.stream.pipes:
-                pipe.reader.start()
+        for reader in self.readers:
+            reader.start()
         ingestor.start()
 
         monitor = self._start_monitor(doc, job_dir) if start_failure is None else None
         maintainer = Maintainer(self.store)
         maintainer.start()
-        exit_codes = {}
+        exit_codes: dict[str, int] = {}
         if start_failure is None:
             deadline = doc["CreationTime"] + doc["StoppingCondition"]["MaxRuntimeInSeconds"]
             exit_codes = self._watch(deadline, grace_s)
         else:
             self._terminate(grace_s)
         self._end_leftovers()
+        self.ended_at = time.time()  # the job's processes are gone: its training time ends here
         if monitor is not None:
             self._stop_monitor(monitor)
         maintainer.stop()
         self._drain(ingestor)
-        final = self._conclude(job, exit_codes, start_failure, ingestor)
-        if ingestor.unsaved is not None:
-            records, points = ingestor.unsaved
-            cause = ingestor.store_error.message if ingestor.store_error else "the store refused the writes"
-            raise StoreError(
-                f"{cause}. The job ended {final.status}, but its last {records} log records and {points} "
-                "points could not be stored."
-            )
-        return final
+        shutil.rmtree(spool_dir, ignore_errors=True)  # all stored, or counted as lost: nothing to recover
+        return self._conclude(job, exit_codes, start_failure, ingestor)
 
-    def _start_hosts(
-        self, job: JobRow, prepared: list[tuple[contract.HostLayout, dict[str, str]]], spool_dir: Path, mode: Mode
-    ) -> str | None:
+    def _start_hosts(self, job: JobRow, prepared: list[tuple[contract.HostLayout, dict[str, str]]],
+                     spool_dir: Path, mode: Mode, extractor: Extractor) -> str | None:
         command = job.doc["TrainmonConfig"]["Command"]
+        budget = MemoryBudget()
         for layout, env in prepared:
-            creation_ms = int(time.time() * 1000)
-            stream = self.store.add_stream(
-                job.id, layout.host, f"{self.name}/{layout.host}-{creation_ms // 1000}", creation_ms
-            )
+            stream = self._retrying(lambda host=layout.host: self._add_stream(job.id, host))
+            spec = launch.HostSpec(layout.host, command, {**os.environ, **env},
+                                   job.doc["TrainmonConfig"].get("WorkingDirectory") or str(layout.root))
             try:
-                process = subprocess.Popen(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    env={**os.environ, **env},
-                    cwd=job.doc["TrainmonConfig"].get("WorkingDirectory") or layout.root,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                return (
-                    f"ClientError: cannot start {command[0]!r} on {layout.host}: {exc.strerror or exc}. "
-                    "Check the command and that it is on PATH or given with its path."
-                )
+                process = self.launcher.start(spec)
+            except launch.LaunchError as exc:
+                return f"ClientError: {exc}"
             pipes = []
-            for is_stderr, source in ((False, process.stdout), (True, process.stderr)):
-                assert source is not None
-                fd = os.dup(source.fileno())
-                source.close()
+            for is_stderr, fd in zip((False, True), process.streams(), strict=True):
                 _widen_pipe(fd)
                 label = f"{layout.host}-{'stderr' if is_stderr else 'stdout'}"
-                reader = PipeReader(fd, spool_dir / label, self._wake, label)
+                losses = LossCounter(mode, Extractor(extractor.definitions, mode))
+                reader = PipeReader(fd, spool_dir / label, self._wake, label, budget=budget, losses=losses)
+                self.readers.append(reader)
                 pipes.append(Pipe(reader, RecordCutter(mode), is_stderr))
-            host_stream = HostStream(layout.host, stream.id, pipes)
-            self.hosts.append(Host(layout.host, layout, process, host_stream))
+            self.hosts.append(Host(layout.host, layout, process, HostStream(layout.host, stream.id, pipes)))
         return None
+
+    def _add_stream(self, job_id: int, host: str) -> StreamRow:
+        creation_ms = int(time.time() * 1000)
+        return self.store.add_stream(job_id, host, f"{self.name}/{host}-{creation_ms // 1000}", creation_ms)
+
+    def _retrying(self, write: Any) -> Any:
+        """A write the job cannot start without, tried again until the store takes it."""
+        delay = 0.5
+        while True:
+            try:
+                return write()
+            except StoreError as exc:
+                print(f"trainmon: {exc.message}; trying again", file=sys.stderr)
+                time.sleep(delay)
+                delay = min(5.0, delay * 2)
 
     def _start_monitor(self, doc: JobDocument, job_dir: Path) -> SystemMonitor | None:
         if not self.hosts:
@@ -196,9 +199,9 @@ class Supervisor:
         profiler = ProfileWriter(settings["S3OutputPath"], self.name) if settings else None
         env = {**os.environ, **doc.get("Environment", {})}
         monitor = SystemMonitor(
-            self.store, self.name, {h.name: h.pgid for h in self.hosts}, job_dir,
+            self.store, self.name, self.launcher.process_groups(), job_dir,
             system_interval_s=doc["TrainmonConfig"].get("SystemMetricsIntervalSeconds", 60),
-            profile_interval_ms=settings["ProfilingIntervalInMilliseconds"] if settings else None,
+            profile_interval_ms=settings.get("ProfilingIntervalInMilliseconds") if settings else None,
             profiler=profiler, gpu=default_gpu_source(env),
         )
         monitor.start()
@@ -223,7 +226,7 @@ class Supervisor:
             if failing:
                 self.first_failure = failing[0]
                 self._terminate(grace_s)  # one host failed: the job fails, the others end
-                return {h.name: h.process.wait() for h in self.hosts}
+                return self._exit_codes()
             now = time.time()
             if self._interrupts and self._stop_reason is None:
                 self._request_stop("Stopped")
@@ -231,104 +234,97 @@ class Supervisor:
                 self._request_stop("MaxRuntimeExceeded")
             if now >= next_stop_poll and self._stop_reason is None:
                 next_stop_poll = now + STOP_POLL_S
-                row = self.store.get_job(self.name)
-                if row is not None and row.stop_requested:
-                    self._stop_reason = row.stop_requested
+                self._stop_reason = self.state.stop_requested()
+            self.state.flush()  # statuses an outage held back
             if self._stop_reason is not None:
                 self._terminate(grace_s)
-                return {h.name: h.process.wait() for h in self.hosts}
+                return self._exit_codes()
             time.sleep(POLL_S)
+
+    def _exit_codes(self) -> dict[str, int]:
+        return {h.name: h.process.wait() for h in self.hosts}
 
     def _request_stop(self, reason: str) -> None:
         self._stop_reason = reason
         message = "Stopping the training job: MaxRuntimeInSeconds reached" if reason == "MaxRuntimeExceeded" else None
-
-        def mutate(row: JobRow) -> None:
-            if row.doc["TrainingJobStatus"] == "InProgress":
-                transition(row.doc, "Stopping", time.time(), message)
-            row.stop_requested = reason
-
-        self.store.update_job(self.name, mutate)
+        self.state.enter("Stopping", message, stop_requested=reason)
 
     def _terminate(self, grace_s: float) -> None:
-        """SIGTERM to every host's process group, SIGKILL to whatever is left after the grace."""
-        self._signal_all(signal.SIGTERM)
+        """SIGTERM to every process of the job, SIGKILL to whatever is left after the grace."""
+        self.launcher.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if all(h.process.poll() is not None for h in self.hosts) and not self._groups_alive():
-                return
+        while time.monotonic() < deadline and self.launcher.running():
             if self._interrupts > 1:
                 break  # a second Ctrl-C: no more waiting
             time.sleep(POLL_S)
-        self._signal_all(signal.SIGKILL)
-        for host in self.hosts:
-            host.process.wait()
+        self._kill_all()
 
     def _end_leftovers(self) -> None:
-        """Children that outlived their host's main process go too, as when a container exits."""
-        if not self._groups_alive():
+        """What the hosts' main processes left running goes too, as when a container exits."""
+        if not self.launcher.running():
             return
-        self._signal_all(signal.SIGTERM)
+        self.launcher.signal(signal.SIGTERM)
         deadline = time.monotonic() + ORPHAN_GRACE_S
-        while time.monotonic() < deadline and self._groups_alive():
+        while time.monotonic() < deadline and self.launcher.running():
             time.sleep(POLL_S)
-        self._signal_all(signal.SIGKILL)
+        self._kill_all()
 
-    def _signal_all(self, sig: signal.Signals) -> None:
+    def _kill_all(self) -> None:
+        self.launcher.signal(signal.SIGKILL)
         for host in self.hosts:
-            try:
-                os.killpg(host.pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def _groups_alive(self) -> bool:
-        for host in self.hosts:
-            try:
-                os.killpg(host.pgid, 0)
-                return True
-            except (ProcessLookupError, PermissionError):
-                continue
-        return False
+            host.process.wait()
+        deadline = time.monotonic() + 1.0
+        while self.launcher.running() and time.monotonic() < deadline:  # the kernel takes a moment
+            time.sleep(POLL_S)
 
     def _drain(self, ingestor: Ingestor) -> None:
-        for host in self.hosts:
-            for pipe in host.stream.pipes:
-                pipe.reader.join(PIPE_DRAIN_S)  # a process that escaped its group may hold a pipe open
+        """Read what the pipes still hold, for at most PIPE_DRAIN_S: a pipe kept open by a process
+        beyond trainmon's reach is abandoned, not waited for."""
+        deadline = time.monotonic() + PIPE_DRAIN_S
+        for reader in self.readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                reader.abandon()
+                reader.join()
         ingestor.finish()
         ingestor.close()
+        self.loss = ingestor.losses()
 
     # -- the end ------------------------------------------------------------------------------
 
     def _conclude(
         self, job: JobRow, exit_codes: dict[str, int], start_failure: str | None, ingestor: Ingestor
     ) -> JobRow:
+        fields: dict[str, Any] = {}
+        if self.loss.bytes or self.loss.records:
+            unstored: UnstoredOutput = {"Records": self.loss.records, "Points": self.loss.points,
+                                        "Bytes": self.loss.bytes, "Reason": self.loss.reason}
+            fields["UnstoredOutput"] = unstored
         if ingestor.failure is not None and start_failure is None and not self._stop_reason:
             start_failure = f"InternalServerError: trainmon could not store the job's output: {ingestor.failure}"
         if start_failure is not None:
-            return self._finish("Failed", FailureReason=start_failure[:FAILURE_REASON_CHARS])
+            return self._finish("Failed", FailureReason=start_failure[:FAILURE_REASON_CHARS], **fields)
         if self._stop_reason is not None:
             self._pack(job)
-            return self._finish(self._stop_reason)
+            return self._finish(self._stop_reason, **fields)
         failed = sorted((h for h in self.hosts if exit_codes.get(h.name, 0) != 0),
                         key=lambda h: h.name != self.first_failure)  # the host that failed first, not one we ended
         if failed:
-            return self._finish("Failed", FailureReason=self._failure_reason(failed[0], exit_codes[failed[0].name]))
-        set_status(self.store, self.name, "Uploading")
+            return self._finish("Failed", FailureReason=self._failure_reason(failed[0], exit_codes[failed[0].name]),
+                                **fields)
+        self.state.enter("Uploading")
         try:
             self._pack(job)
         except OSError as exc:
-            return self._finish("Failed", FailureReason=f"ClientError: could not pack the model artifacts: {exc}")
-        return self._finish("Completed")
+            return self._finish("Failed", FailureReason=f"ClientError: could not pack the model artifacts: {exc}",
+                                **fields)
+        return self._finish("Completed", **fields)
 
     def _finish(self, status: str, **fields: Any) -> JobRow:
-        for attempt in range(20):
-            try:
-                return set_status(self.store, self.name, status, **fields)
-            except StoreError:
-                if attempt == 19:
-                    raise
-                time.sleep(0.5)
-        raise AssertionError("unreachable")
+        row = self.state.finish(status, ended_at=self.ended_at, **fields)
+        if row is None:
+            raise StoreError(f"the job ended {status}, but the store could not record it")
+        return row
 
     def _failure_reason(self, host: Host, code: int) -> str:
         failure_file = host.layout.failure_file
@@ -376,7 +372,9 @@ class Supervisor:
                 print("\ntrainmon: stopping the job (SIGTERM to its processes; Ctrl-C again to kill them now)",
                       file=sys.stderr)
 
-        return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        handlers: dict[int, Any] = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the terminal went; the job goes on
+        return handlers
 
     @staticmethod
     def _restore_signals(previous: dict[int, Any]) -> None:

@@ -31,7 +31,7 @@ def open_store(home: Path | None = None, *, database_url: str | None = None,
     ``home``. An empty ``database_url`` means SQLite whatever the environment says. Metric data
     is kept as ``retention`` says (default: TRAINMON_RETENTION, else CloudWatch's tiers)."""
     directory = home or config.home()
-    directory.mkdir(parents=True, exist_ok=True)
+    config.make_private_dir(directory)
     url = (database_url if database_url is not None else config.database_url() or "").strip()
     if not url:
         return SqliteStore(config.database_path(directory), home=directory, retention=retention)

@@ -105,6 +105,11 @@ class Store(Protocol):
         Writing a batch again after an error that left its outcome unknown stores it once."""
         ...
 
+    def spool_progress(self, stream_id: int) -> dict[str, tuple[int, bool]]:
+        """Per pipe ("stdout", "stderr") of a log stream: how far its spool was consumed into stored
+        records (``Batch.spools``), and whether just after a "\r"."""
+        ...
+
     # -- points
     def points(
         self,
@@ -349,6 +354,17 @@ class SqlStore:
             )
             if batch.diagnostics is not None:
                 sql.rows("UPDATE jobs SET diagnostics = ? WHERE id = ?", (json.dumps(batch.diagnostics), batch.job_id))
+            sql.many(
+                "INSERT INTO spool_progress (stream_id, pipe, consumed, after_cr) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (stream_id, pipe) DO UPDATE SET consumed = excluded.consumed, after_cr = excluded.after_cr",
+                [(stream_id, pipe, consumed, int(after_cr))
+                 for (stream_id, pipe), (consumed, after_cr) in sorted(batch.spools.items())],
+            )
+
+    def spool_progress(self, stream_id: int) -> dict[str, tuple[int, bool]]:
+        """Per pipe of a log stream: how far its spool was consumed, and whether just after a "\r"."""
+        rows = self._read("SELECT pipe, consumed, after_cr FROM spool_progress WHERE stream_id = ?", (stream_id,))
+        return {pipe: (consumed, bool(after_cr)) for pipe, consumed, after_cr in rows}
 
     # -- metrics
 

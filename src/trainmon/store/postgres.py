@@ -171,6 +171,15 @@ _MIGRATIONS: list[str | Callable[[psycopg.Connection[Any]], None]] = [
     """,
 ]
 _MIGRATIONS.append(lambda db: _move_points_to_series(db))
+_MIGRATIONS.append("""
+    CREATE TABLE spool_progress (
+        stream_id BIGINT NOT NULL REFERENCES log_streams (id) ON DELETE CASCADE,
+        pipe TEXT NOT NULL,
+        consumed BIGINT NOT NULL,
+        after_cr SMALLINT NOT NULL,
+        PRIMARY KEY (stream_id, pipe)
+    )
+    """)
 # ``metrics.dimensions`` can be longer than a btree entry may be (30 dimensions of 1 KiB values),
 # so its uniqueness is that of its SHA-256.
 

@@ -68,6 +68,7 @@ class Batch:
     points: list[PointTuple] = field(default_factory=list)
     stream_stats: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id -> (records, bytes, last_ms)
     diagnostics: list[dict[str, Any]] | None = None
+    spools: dict[tuple[int, str], tuple[int, bool]] = field(default_factory=dict)  # (stream, pipe) -> consumed
     text_bytes: int = 0
 
     def __bool__(self) -> bool:

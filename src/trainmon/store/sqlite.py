@@ -25,6 +25,7 @@ from typing import Any
 
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.retention import current as current_retention
+from ..config import private_file
 from ..errors import StoreError
 from .base import SqlStore
 from .rows import ChunkTuple
@@ -156,6 +157,15 @@ _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """,
 ]
 _MIGRATIONS.append(lambda db: _move_points_to_series(db))
+_MIGRATIONS.append("""
+    CREATE TABLE spool_progress (
+        stream_id INTEGER NOT NULL REFERENCES log_streams (id) ON DELETE CASCADE,
+        pipe TEXT NOT NULL,
+        consumed BIGINT NOT NULL,
+        after_cr SMALLINT NOT NULL,
+        PRIMARY KEY (stream_id, pipe)
+    )
+    """)
 
 OPEN_TIMEOUT_S = 30.0
 
@@ -173,6 +183,9 @@ class SqliteStore(SqlStore):
         self.database_url: str | None = None
         self._lock = threading.RLock()
         deadline = time.monotonic() + OPEN_TIMEOUT_S
+        private_file(self.path)  # logs and hyperparameters (passwords, say) are its user's only
+        for suffix in ("-wal", "-shm"):  # SQLite gives these the database file's mode; older ones are made so
+            private_file(self.path.with_name(self.path.name + suffix), create=False)
         while True:
             try:
                 self._db = sqlite3.connect(

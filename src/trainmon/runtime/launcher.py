@@ -1,0 +1,321 @@
+"""How a job's hosts are started, watched and signalled: the seam between the supervisor and the
+machines its hosts run on.
+
+A :class:`Launcher` starts each host (its command, environment and directory) and hands back a
+:class:`Host`: its output streams, its exit status, and nothing else. Signals go to the job as a
+whole (every process of every host), because that is what a stop, a failure or the end of a job
+needs. :class:`LocalLauncher`, processes on this machine, is the one implementation today; a
+launcher that places hosts on other machines plugs in beside it.
+
+Locally, trainmon signals only processes it can prove are the job's:
+
+- the supervisor is a *child subreaper* (Linux's ``PR_SET_CHILD_SUBREAPER``), so a process the job
+  leaves behind (a double fork, a ``setsid`` daemon) is re-parented to the supervisor, not to
+  init: every process the job started stays in the supervisor's process tree until it exits;
+- each host's main process is held by a pidfd from the moment it starts, and every other
+  process is opened as a pidfd and checked again (its start time, its place in the tree) before a
+  signal goes to it, so a process id reused by an unrelated process is never signalled;
+- every process of the job inherits ``TRAINMON_PROCESS_TAG``, a random value per job: when the
+  supervisor itself died, :func:`tagged_processes` finds what is left of the job by that value
+  alone (see :mod:`trainmon.runtime.orphans`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import signal
+import subprocess
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+TAG_VARIABLE = "TRAINMON_PROCESS_TAG"
+_PR_SET_CHILD_SUBREAPER = 36
+PROC = Path("/proc")
+
+
+class LaunchError(Exception):
+    """A host could not be started; the message says why and what to check."""
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+class Host(Protocol):
+    name: str
+
+    def streams(self) -> tuple[int, int]:
+        """Descriptors of the host's stdout and stderr, read ends; the caller owns and closes them."""
+        ...
+
+    def poll(self) -> int | None:
+        """The exit status of the host's main process (negative: killed by that signal), or None."""
+        ...
+
+    def wait(self) -> int:
+        """Wait for the host's main process to end; its exit status."""
+        ...
+
+
+class Launcher(Protocol):
+    tag: str  # every process of the job carries it (TAG_VARIABLE): what is left of a job is found by it
+
+    def start(self, spec: HostSpec) -> Host:
+        """Start one host; LaunchError when its command cannot be started."""
+        ...
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to every process of the job, on every host."""
+        ...
+
+    def running(self) -> bool:
+        """Whether any process of the job is left (the hosts' main processes or any they started)."""
+        ...
+
+    def process_groups(self) -> dict[str, int]:
+        """Each host's process group on this machine, for the system monitor (none for hosts elsewhere)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# -- processes on this machine -------------------------------------------------------------
+
+
+class _Stat(NamedTuple):
+    ppid: int
+    state: str
+    start_ticks: int  # since boot: with the pid, it names one process
+
+
+def _stat(pid: int) -> _Stat | None:
+    try:
+        data = (PROC / str(pid) / "stat").read_bytes()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    return _Stat(int(fields[1]), fields[0].decode(), int(fields[19]))
+
+
+def _process_table() -> dict[int, _Stat]:
+    table = {}
+    for entry in os.listdir(PROC):
+        if entry.isdigit():
+            found = _stat(int(entry))
+            if found is not None:
+                table[int(entry)] = found
+    return table
+
+
+def become_subreaper() -> bool:
+    """Make this process the subreaper of its descendants (Linux); False where the system has none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+class _Opened:
+    """A process held for signalling: a pidfd where the system has them, else the bare id."""
+
+    def __init__(self, pid: int, start_ticks: int) -> None:
+        self.pid = pid
+        self.fd = -1
+        if hasattr(os, "pidfd_open"):
+            try:
+                self.fd = os.pidfd_open(pid)
+            except OSError:
+                self.fd = -2  # gone already
+        # The descriptor names whatever process had the id when it was opened; the start time
+        # read after opening proves it is the one that was listed.
+        now = _stat(pid)
+        self.valid = self.fd != -2 and now is not None and now.start_ticks == start_ticks
+
+    def send(self, sig: int) -> None:
+        if not self.valid:
+            return
+        try:
+            if self.fd >= 0:
+                signal.pidfd_send_signal(self.fd, sig)
+            else:
+                os.kill(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class LocalHost:
+    """A host's main process on this machine, in a session of its own."""
+
+    def __init__(self, name: str, process: subprocess.Popen[bytes]) -> None:
+        self.name = name
+        self.process = process
+        self.process_group = process.pid  # the session's group, for the system monitor
+        self._streams: tuple[int, int] | None = None
+        stat = _stat(process.pid)  # the child is not reaped until it is waited for: this is it
+        self._held = _Opened(process.pid, stat.start_ticks if stat is not None else -1)
+
+    def streams(self) -> tuple[int, int]:
+        if self._streams is None:
+            fds = []
+            for source in (self.process.stdout, self.process.stderr):
+                assert source is not None
+                fds.append(os.dup(source.fileno()))
+                source.close()
+            self._streams = (fds[0], fds[1])
+        return self._streams
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self) -> int:
+        return self.process.wait()
+
+    def send(self, sig: int) -> None:
+        if self.process.returncode is None:
+            self._held.send(sig)
+
+    def close(self) -> None:
+        self._held.close()
+
+
+class LocalLauncher:
+    """Hosts as process trees on this machine, every process of them provably the job's."""
+
+    def __init__(self, tag: str | None = None) -> None:
+        self.tag = tag or new_tag()
+        self.hosts: list[LocalHost] = []
+        self.me = os.getpid()
+        become_subreaper()
+
+    def start(self, spec: HostSpec) -> LocalHost:
+        try:
+            process = subprocess.Popen(
+                spec.command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**spec.env, TAG_VARIABLE: self.tag},
+                cwd=spec.cwd,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise LaunchError(f"cannot start {spec.command[0]!r} on {spec.name}: {reason}. Check the command and "
+                              "that it is on PATH or given with its path.") from None
+        host = LocalHost(spec.name, process)
+        self.hosts.append(host)
+        return host
+
+    def signal(self, sig: int) -> None:
+        for host in self.hosts:
+            host.send(sig)
+        for pid, start_ticks in self._others():
+            held = _Opened(pid, start_ticks)
+            held.send(sig)
+            held.close()
+
+    def running(self) -> bool:
+        return any(host.poll() is None for host in self.hosts) or bool(self._others())
+
+    def process_groups(self) -> dict[str, int]:
+        return {host.name: host.process_group for host in self.hosts}
+
+    def close(self) -> None:
+        for host in self.hosts:
+            host.close()
+
+    def _others(self) -> list[tuple[int, int]]:
+        """Every living process of the job but the hosts' main ones: their descendants, and the
+        processes they left behind (re-parented to this one, the subreaper). Adopted ones that
+        have exited are reaped here (the hosts' own are Popen's to reap)."""
+        table = _process_table()
+        mains = {host.process.pid for host in self.hosts}
+        children: dict[int, list[int]] = {}
+        for pid, stat in table.items():
+            children.setdefault(stat.ppid, []).append(pid)
+        adopted = [pid for pid in children.get(self.me, []) if pid not in mains]
+        found: list[tuple[int, int]] = []
+        for pid in _descendants([*mains, *adopted], children, mains):
+            stat = table[pid]
+            if stat.state == "Z":
+                if stat.ppid == self.me:
+                    _reap(pid)
+                continue
+            found.append((pid, stat.start_ticks))
+        return found
+
+
+def _descendants(roots: Iterable[int], children: dict[int, list[int]], mains: set[int]) -> Iterator[int]:
+    """``roots`` (the hosts' main processes left out) and all below them."""
+    stack = list(roots)
+    seen: set[int] = set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        if pid not in mains:
+            yield pid
+        stack.extend(children.get(pid, ()))
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def new_tag() -> str:
+    return secrets.token_hex(16)
+
+
+# -- what is left of a job whose supervisor died ---------------------------------------------
+
+
+def tagged_processes(tag: str) -> list[tuple[int, int]]:
+    """(pid, start time) of every process of this user whose environment carries the job's tag (but
+    this one: a command the job ran may be the one reaping it)."""
+    marker = f"{TAG_VARIABLE}={tag}".encode()
+    found = []
+    me = os.getpid()
+    for pid, stat in _process_table().items():
+        if pid != me and stat.state != "Z" and _carries(pid, marker):
+            found.append((pid, stat.start_ticks))
+    return found
+
+
+def _carries(pid: int, marker: bytes) -> bool:
+    try:
+        environment = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False  # another user's process, or gone
+    return marker in environment.split(b"\0")
+
+
+def kill_tagged(tag: str) -> int:
+    """SIGKILL every process that carries the tag, each proven to (opened, then its environment read
+    again); the number killed."""
+    marker = f"{TAG_VARIABLE}={tag}".encode()
+    killed = 0
+    for pid, start_ticks in tagged_processes(tag):
+        held = _Opened(pid, start_ticks)
+        if held.valid and _carries(pid, marker):
+            held.send(signal.SIGKILL)
+            killed += 1
+        held.close()
+    return killed

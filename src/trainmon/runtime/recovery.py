@@ -1,0 +1,85 @@
+"""Output a dead supervisor left in its spool, stored by whoever reaps the job.
+
+Each pipe's spool file holds every chunk the job wrote, framed with its read time, and each
+stored batch recorded how far each spool was consumed (``spool_progress``). What lies past that
+is cut into records, matched and stored here, with the read times and record numbers the
+supervisor would have given them, by the same ingestor, as if the job's pipes had just been read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from pathlib import Path
+
+from .. import config
+from ..parsing.definitions import validate_definitions
+from ..parsing.extract import Extractor
+from ..parsing.framing import Mode
+from ..store import JobRow, Store
+from .capture import (
+    FRAME,
+    Chunk,
+    HostStream,
+    Ingestor,
+    Loss,
+    LossCounter,
+    MemoryBudget,
+    Pipe,
+    RecordCutter,
+    spool_frames,
+)
+
+
+class SpoolSource:
+    """A spool file's chunks past a point, in the form the ingestor reads a pipe's."""
+
+    def __init__(self, path: Path, from_offset: int) -> None:
+        self.losses: LossCounter | None = None
+        self.spool_path = path
+        self.budget = MemoryBudget()
+        self.chunks: deque[Chunk] = deque(
+            Chunk(offset, length, stamp, None) for offset, stamp, length in spool_frames(path, from_offset))
+        self.eof = threading.Event()
+        self.eof.set()
+
+
+def spool_dir(store: Store, job: str) -> Path:
+    return config.jobs_dir(store.home) / job / ".spool"
+
+
+def last_activity_ms(store: Store, job: JobRow) -> int | None:
+    """When the job's output last arrived: the newest spool write or stored record."""
+    times = [int(path.stat().st_mtime * 1000) for path in spool_dir(store, job.name).glob("*-std*")]
+    times += [s.last_event_ms for s in store.streams(job.id) if s.last_event_ms is not None]
+    return max(times, default=None)
+
+
+def recover(store: Store, job: JobRow) -> Loss:
+    """Store what the job's spools hold past what was stored; what could not be stored, counted."""
+    directory = spool_dir(store, job.name)
+    if not directory.is_dir():
+        return Loss()
+    mode = Mode(job.doc["TrainmonConfig"]["RecordMode"])
+    extractor = Extractor(validate_definitions(job.doc["AlgorithmSpecification"]["MetricDefinitions"]), mode)
+    if len(job.diagnostics) == len(extractor.definitions):
+        extractor.merge_stats(job.diagnostics)  # counts go on from what was stored
+    streams = []
+    for stream in store.streams(job.id):
+        progress = store.spool_progress(stream.id)
+        pipes = []
+        for is_stderr, name in ((False, "stdout"), (True, "stderr")):
+            path = directory / f"{stream.host}-{name}"
+            if not path.is_file():
+                continue
+            consumed, after_cr = progress.get(name, (FRAME.size, False))
+            source = SpoolSource(path, consumed)
+            pipe = Pipe(source, RecordCutter(mode, after_cr=after_cr), is_stderr)
+            pipe.spooled_to = consumed
+            pipes.append(pipe)
+        streams.append(HostStream(stream.host, stream.id, pipes, next_seq=stream.records))
+    messages: list[str] = []
+    ingestor = Ingestor(store, job.id, streams, extractor, threading.Event(), on_error=messages.append)
+    ingestor.finish_in_this_thread()
+    ingestor.close()
+    return ingestor.losses()

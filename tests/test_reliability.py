@@ -1,0 +1,480 @@
+"""What a careful operator's probes found, each as a test: trainmon never harms what is not the
+job's, never lets monitoring end the job, never stalls, never loses data silently.
+
+Real processes throughout: `trainmon run` and detached supervisors, training scripts that print,
+escape their process group, ignore signals; a PostgreSQL server the test stops and starts; a
+SQLite file another process locks; a real small filesystem that fills up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from trainmon.store import open_store
+
+from .conftest import PY, postgres_cluster, run_cli
+
+OUTAGE_S = 60.0
+
+
+def describe(name: str, env: dict[str, str] | None = None) -> dict:
+    return json.loads(run_cli("describe", name, "--json", check=True, env=env).stdout)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
+    """Until ``condition()`` holds (an event in another process: a file written, a status stored)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts; killed if the test leaves them running."""
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+def start_run(started: list, name: str, train: Path, *extra: str, env: dict[str, str] | None = None,
+              **popen: object) -> subprocess.Popen[str]:
+    process = subprocess.Popen([sys.executable, "-m", "trainmon", "run", "--name", name, *extra, "--", PY, str(train)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {})}, **popen)  # type: ignore[call-overload]
+    started.append(process)
+    return process
+
+
+# -- 1. the orphan reaper signals only processes it can prove are the job's ----------------------
+
+
+def test_the_reaper_never_kills_a_process_it_cannot_prove_is_the_jobs(home: Path, script, tmp_path: Path) -> None:
+    """A job's supervisor is killed -9; a process that is not the job's has the id the job's process
+    group had (pid reuse), in a session of its own. Reading jobs kills what is left of the job, its
+    escaped children included, and nothing else."""
+    pids = tmp_path / "pids"
+    train = script(
+        f"""
+        import subprocess, time
+        escaped = subprocess.Popen(["setsid", "sleep", "600"])
+        open({str(pids)!r}, "w").write(str(escaped.pid))
+        print("running", flush=True)
+        time.sleep(600)
+        """
+    )
+    run_cli("run", "--name", "reaped", "--detach", "--", PY, str(train), check=True)
+    wait_for(pids.exists, "the job's escaped child")
+    store = open_store(home)
+    supervisor = store.get_job("reaped").supervisor
+    unrelated = subprocess.Popen(["setsid", "sleep", "600"])  # not the job's: it must survive
+    try:
+        os.kill(supervisor["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(supervisor["pid"]), "the supervisor's death")
+
+        def stored_group(row) -> None:  # what a reused id looks like to a reaper that trusts ids
+            row.supervisor = {**row.supervisor, "pgids": [unrelated.pid]}
+
+        store.update_job("reaped", stored_group)
+        listing = run_cli("list", check=True)
+        assert "reaped" in listing.stdout
+        wait_for(lambda: not alive(int(pids.read_text())), "the job's escaped child to be ended")
+        assert alive(unrelated.pid)
+        doc = describe("reaped")
+        assert doc["TrainingJobStatus"] == "Failed" and "supervising process" in doc["FailureReason"]
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+        store.close()
+
+
+# -- 2. no store outage of any length ends a job ------------------------------------------------
+
+
+COUNTING_JOB = """
+import os, sys, time
+stop, count = sys.argv[1], sys.argv[2]
+lines = 0
+while not os.path.exists(stop):
+    lines += 1
+    print(f"step {lines} loss={1 / lines:.6f}", flush=True)
+    time.sleep(0.02)
+open(count, "w").write(str(lines))
+"""
+
+
+def _outage(started: list, tmp_path: Path, name: str, env: dict[str, str], stop_store: Callable[[], None],
+            restart_store: Callable[[], None]) -> None:
+    """A job prints through an outage of the store; afterwards every line it printed is stored."""
+    job = tmp_path / f"{name}.py"
+    job.write_text(COUNTING_JOB)
+    stop, count = tmp_path / f"{name}.stop", tmp_path / f"{name}.count"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainmon", "run", "--name", name, "--metric", r"loss=loss=(\S+)", "--", PY, str(job),
+         str(stop), str(count)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **env})
+    started.append(process)
+    reader = open_store(Path(env["TRAINMON_HOME"]), database_url=env.get("TRAINMON_DATABASE_URL", ""))
+    try:
+        wait_for(lambda: sum(s.records for s in reader.streams()) >= 20, "the first records")
+        stop_store()
+        outage_ends = time.monotonic() + OUTAGE_S
+        while time.monotonic() < outage_ends:  # the outage is the test's subject: it lasts this long
+            assert process.poll() is None, f"trainmon ended during the outage: {process.stderr.read()}"
+            time.sleep(0.5)
+        restart_store()
+        stop.touch()
+        _, errors = process.communicate(timeout=300)
+        assert process.returncode == 0, errors
+        printed = int(count.read_text())
+        job_row = reader.get_job(name)
+        assert job_row.status == "Completed"
+        (stream,) = reader.streams(job_row.id)
+        assert stream.records == printed
+        assert len(reader.points(job_row.id)) == printed
+        assert "the store accepts writes again; nothing was lost" in errors
+    finally:
+        reader.close()
+
+
+@pytest.mark.timeout(600)
+def test_a_postgres_outage_of_a_minute_loses_nothing_and_ends_nothing(started, tmp_path: Path) -> None:
+    pytest.importorskip("psycopg")
+    with postgres_cluster() as server:
+        server.admin("CREATE DATABASE outage TEMPLATE template0")
+        home = tmp_path / "home"
+        env = {"TRAINMON_HOME": str(home), "TRAINMON_DATABASE_URL": server.url("outage")}
+        _outage(started, tmp_path, "pg-outage", env, server.stop, server.start)
+
+
+@pytest.mark.timeout(600)
+def test_sqlite_locked_for_a_minute_loses_nothing_and_ends_nothing(started, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    open_store(home).close()
+    holder: list[sqlite3.Connection] = []
+
+    def lock() -> None:
+        db = sqlite3.connect(home / "trainmon.db", isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")  # every writer waits for this one
+        holder.append(db)
+
+    def unlock() -> None:
+        holder.pop().execute("ROLLBACK")
+
+    _outage(started, tmp_path, "sqlite-lock", {"TRAINMON_HOME": str(home)}, lock, unlock)
+
+
+# -- 3. a host's main process ends its capture; stop always reaches Stopped ----------------------
+
+
+def test_an_escaped_child_holding_stdout_does_not_hold_the_job(home: Path, tmp_path: Path) -> None:
+    pid_file = tmp_path / "escaped"
+    result = run_cli("run", "--name", "escaper", "--", "sh", "-c",
+                     f"setsid sleep 600 & echo $! > {pid_file}; echo done", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not alive(int(pid_file.read_text()))  # ended when the job ended, not waited for
+    assert describe("escaper")["TrainingJobStatus"] == "Completed"
+    assert run_cli("logs", "escaper", check=True).stdout == "done\n"
+
+
+def test_stop_ends_a_job_whose_child_escaped_its_session(home: Path, script, tmp_path: Path) -> None:
+    pid_file = tmp_path / "escaped"
+    train = script(
+        f"""
+        import subprocess, time
+        child = subprocess.Popen(["setsid", "sh", "-c", "trap '' TERM; sleep 600"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        print("running", flush=True)
+        time.sleep(600)
+        """
+    )
+    run_cli("run", "--name", "stop-escaped", "--detach", "--stop-grace-seconds", "2", "--", PY, str(train),
+            check=True)
+    wait_for(pid_file.exists, "the escaped child")
+    stopped = run_cli("stop", "stop-escaped", "--wait", timeout=120)
+    assert stopped.returncode == 0 and stopped.stdout.strip() == "job stop-escaped: Stopped"
+    wait_for(lambda: not alive(int(pid_file.read_text())), "the escaped child's end", timeout_s=30)
+    assert describe("stop-escaped")["SecondaryStatus"] == "Stopped"
+
+
+# -- 5. every field of a request is checked before anything runs ---------------------------------
+
+
+@pytest.mark.parametrize(("arguments", "words"), [
+    (["--hyperparameters", '{"a=b": "c"}'], "SM_HP_<NAME>: no '=' or NUL"),
+    (["--hyperparameters", '{"lr": "0.1\\u0000"}'], "NUL character"),
+    (["--channel", f"..={os.getcwd()}"], "ChannelName '..' is a path component"),
+])
+def test_arguments_a_process_cannot_take_are_refused_before_the_job_runs(home: Path, tmp_path: Path,
+                                                                         arguments: list[str], words: str) -> None:
+    marker = tmp_path / "ran"
+    result = subprocess.run([sys.executable, "-m", "trainmon", "run", "--name", "refused", *arguments, "--", "touch",
+                             str(marker)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert words in result.stderr and "Traceback" not in result.stderr
+    assert not marker.exists()
+    assert open_store(home).get_job("refused") is None
+
+
+def test_a_nul_in_a_hyperparameter_key_is_refused_by_the_client(home: Path) -> None:
+    import trainmon
+
+    sm = trainmon.client("sagemaker")
+    for request in ({"HyperParameters": {"a\x00b": "1"}}, {"HyperParameters": {"a=b": "1"}},
+                    {"Environment": {"X": "1\x00"}},
+                    {"AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["tr\x00ue"]}}):
+        full = {"TrainingJobName": "nul", "AlgorithmSpecification": {"TrainingInputMode": "File",
+                                                                     "ContainerEntrypoint": ["true"]}, **request}
+        with pytest.raises(sm.exceptions.ClientError) as info:
+            sm.create_training_job(**full)
+        assert info.value.response["Error"]["Code"] == "ValidationException"
+        assert "failed to satisfy constraint" in info.value.response["Error"]["Message"]
+    assert open_store(home).get_job("nul") is None
+
+
+MALFORMED = [
+    {"ResourceConfig": "ml.m5.large"},
+    {"ResourceConfig": {"InstanceCount": "2"}},
+    {"StoppingCondition": ["MaxRuntimeInSeconds", 10]},
+    {"HyperParameters": ["lr", "0.1"]},
+    {"Environment": {"X": 1}},
+    {"InputDataConfig": {"ChannelName": "train"}},
+    {"InputDataConfig": [{"ChannelName": "train", "DataSource": "/data"}]},
+    {"AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": "python train.py"}},
+    {"OutputDataConfig": {"S3OutputPath": 5}},
+    {"Tags": [{"Key": "k"}]},
+    {"TrainmonConfig": {"StopGraceSeconds": "soon"}},
+    {"ProfilerConfig": {"ProfilingIntervalInMilliseconds": 250}},
+]
+
+
+@pytest.mark.parametrize("malformed", MALFORMED, ids=[next(iter(m)) for m in MALFORMED])
+def test_malformed_request_shapes_are_a_validation_exception(home: Path, malformed: dict) -> None:
+    import trainmon
+
+    sm = trainmon.client("sagemaker")
+    request = {"TrainingJobName": "shape", "AlgorithmSpecification": {"TrainingInputMode": "File",
+                                                                      "ContainerEntrypoint": ["true"]}, **malformed}
+    with pytest.raises(sm.exceptions.ClientError) as info:
+        sm.create_training_job(**request)
+    error = info.value.response["Error"]
+    assert error["Code"] == "ValidationException"
+    field = next(iter(malformed))
+    assert f"at '{field[0].lower()}{field[1:]}" in error["Message"]
+
+
+def test_a_data_directory_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    result = run_cli("--home", "/proc/trainmon-test/x", "list")
+    assert result.returncode == 1
+    assert result.stderr.startswith("trainmon: InternalFailure: cannot create the data directory /proc/trainmon-test/x")
+    assert "Traceback" not in result.stderr
+
+
+# -- 6. a full disk: bounded memory, the job goes on, the loss recorded ---------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "--lazy", str(mount)], check=True)
+
+
+@pytest.mark.timeout(600)
+def test_a_full_disk_keeps_memory_bounded_lets_the_job_finish_and_records_the_loss(small_disk: Path,
+                                                                                   tmp_path: Path) -> None:
+    finished = tmp_path / "finished"
+    train = tmp_path / "flood.py"
+    train.write_text(
+        "import sys\n"
+        "out = sys.stdout.buffer\n"
+        "line = b'INFO data loader worker 3 prefetching shard 000123 of 004096 (queue depth 17) loss=0.5\\n'\n"
+        "for _ in range(300_000_000 // len(line) // 1000):\n"
+        "    out.write(line * 1000)\n"
+        "out.write(b'final loss=0.25\\n')\n"
+        f"open({str(finished)!r}, 'w').write('yes')\n"
+    )
+    peak = tmp_path / "peak"
+    measured = (  # a process of its own, whose children are only trainmon and the job
+        "import resource, subprocess, sys\n"
+        "result = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL)\n"
+        "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+        "sys.exit(result.returncode)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", measured, str(peak), sys.executable, "-m", "trainmon", "run",
+                             "--name", "full", "--metric", r"loss=loss=(\S+)", "--", PY, str(train)],
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TRAINMON_HOME": str(small_disk)},
+                            timeout=600)
+    peak_mb = int(peak.read_text()) / 1024
+    assert finished.read_text() == "yes"  # the job ran to its end
+    assert result.returncode == 1 and "could not be stored" in result.stderr and "Traceback" not in result.stderr
+    assert peak_mb < 300, peak_mb  # for 300 MB of output; it took 605 MB before memory was capped
+    text = run_cli("describe", "full", env={"TRAINMON_HOME": str(small_disk)}).stdout
+    assert "Training job full: Completed" in text
+    assert "Not stored" in text and "metric points could not be stored" in text
+    assert "Final metrics (from the points stored;" in text
+    lost = json.loads(run_cli("describe", "full", "--json", env={"TRAINMON_HOME": str(small_disk)}).stdout)
+    assert "UnstoredOutput" not in lost  # SageMaker's answer stays SageMaker's; trainmon's own operation says it
+    import trainmon
+
+    metrics = trainmon.client("trainmon", home=small_disk).describe_job_metrics(TrainingJobName="full")
+    unstored = metrics["UnstoredOutput"]
+    line = b"INFO data loader worker 3 prefetching shard 000123 of 004096 (queue depth 17) loss=0.5\n"
+    lines_printed = 300_000_000 // len(line) // 1000 * 1000 + 1
+    store = open_store(small_disk)
+    try:
+        (stream,) = store.streams(store.get_job("full").id)
+        assert stream.records + unstored["Records"] == lines_printed  # every record stored or counted
+        points = len(store.points(store.get_job("full").id)) + unstored["Points"]
+        # a record a drop cut in two keeps its first part: a point in the rest is neither stored nor counted
+        assert lines_printed - 2 <= points <= lines_printed
+    finally:
+        store.close()
+
+
+# -- 7. a supervisor's death: its spool stored; SIGHUP survived; training time true ---------------
+
+
+def test_a_dead_supervisors_spool_is_stored_by_whoever_reaps_the_job(home: Path, tmp_path: Path, started) -> None:
+    """kill -9 of `trainmon run` while a job floods: the job has written everything to the spool;
+    the next command that reads jobs stores all of it before marking the job Failed."""
+    finished = tmp_path / "finished"
+    train = tmp_path / "flood.py"
+    chunks = 2000
+    train.write_text(
+        "import sys, time\n"
+        "out = sys.stdout.buffer\n"
+        "block = b''.join(b'record %d loss=0.%d\\n' % (i, i % 10) for i in range(1000))\n"
+        f"for _ in range({chunks}):\n"
+        "    out.write(block)\n"
+        "out.flush()\n"
+        f"open({str(finished)!r}, 'w').write('yes')\n"
+    )
+    process = start_run(started, "crashed", train, "--metric", r"loss=loss=(\S+)")
+    wait_for(finished.exists, "the job's last write")
+    process.kill()
+    process.communicate()
+    run_cli("list", check=True)
+    doc = describe("crashed")
+    assert doc["TrainingJobStatus"] == "Failed" and "supervising process" in doc["FailureReason"]
+    store = open_store(home)
+    try:
+        job = store.get_job("crashed")
+        (stream,) = store.streams(job.id)
+        assert stream.records == chunks * 1000
+        assert len(store.points(job.id)) == chunks * 1000
+        events = store.events(stream.id, after_seq=chunks * 1000 - 3)
+        assert [e.message for e in events] == ["record 998 loss=0.8", "record 999 loss=0.9"]
+    finally:
+        store.close()
+    assert not (home / "jobs" / "crashed" / ".spool").exists()
+
+
+def test_training_time_ends_when_the_jobs_processes_did(home: Path, tmp_path: Path, started) -> None:
+    """The supervisor dies while the job runs; the job ends on its own; a command notices later.
+    The job's training time ends with its last output, not when it was noticed."""
+    go, finished = tmp_path / "go", tmp_path / "finished"
+    train = tmp_path / "short.py"
+    train.write_text(
+        "import os, time\n"
+        "print('working', flush=True)\n"
+        f"while not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.02)\n"
+        f"open({str(finished)!r}, 'w').write('yes')\n"
+    )
+    process = start_run(started, "short", train)
+    wait_for(lambda: "working" in run_cli("logs", "short").stdout, "the first line")
+    process.kill()
+    process.communicate()
+    go.touch()
+    wait_for(finished.exists, "the job's end")
+    ended = finished.stat().st_mtime
+    time.sleep(2)  # the reaper notices later: the time between is what must not count
+    run_cli("list", check=True)
+    doc = describe("short")
+    assert doc["TrainingJobStatus"] == "Failed"
+    end = datetime.fromisoformat(doc["TrainingEndTime"]).timestamp()
+    assert end <= ended + 0.5
+    assert doc["TrainingTimeInSeconds"] <= 2
+
+
+def test_a_foreground_run_survives_sighup_with_its_job(home: Path, tmp_path: Path, started) -> None:
+    proceed, finished = tmp_path / "proceed", tmp_path / "finished"
+    train = tmp_path / "hup.py"
+    train.write_text(
+        "import os, time\n"
+        "print('before', flush=True)\n"
+        f"while not os.path.exists({str(proceed)!r}):\n"
+        "    time.sleep(0.02)\n"
+        "print('after loss=0.5', flush=True)\n"
+        f"open({str(finished)!r}, 'w').write('yes')\n"
+    )
+    process = start_run(started, "hup", train, "--metric", r"loss=loss=(\S+)")
+    wait_for(lambda: "before" in run_cli("logs", "hup").stdout, "the first line")
+    process.send_signal(signal.SIGHUP)  # the ssh session drops
+    proceed.touch()
+    process.communicate(timeout=120)
+    assert process.returncode == 0
+    assert finished.read_text() == "yes"
+    doc = describe("hup")
+    assert doc["TrainingJobStatus"] == "Completed" and doc["FinalMetricDataList"][0]["Value"] == 0.5
+
+
+# -- 8. privacy and terminals -------------------------------------------------------------------
+
+
+def test_the_data_directory_and_the_database_are_private(tmp_path: Path) -> None:
+    home = tmp_path / "fresh"
+    run_cli("--home", str(home), "run", "--name", "private", "--", "true", check=True)
+    assert home.stat().st_mode & 0o777 == 0o700
+    assert (home / "jobs").stat().st_mode & 0o077 == 0
+    for name in ("trainmon.db", "trainmon.db-wal", "trainmon.db-shm"):
+        path = home / name
+        if path.exists():
+            assert path.stat().st_mode & 0o777 == 0o600, name
+
+
+def test_terminal_escapes_from_a_job_are_shown_not_obeyed(home: Path) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    hostile = "\x1b[2J\x1b]0;owned\x07red\x1b[31m loss=1\rover"
+    run_cli("run", "--name", "hostile", "--mode", "raw", "--", PY, "-c", f"print({hostile!r})", check=True)
+    exact = run_cli("logs", "hostile", check=True).stdout  # not a terminal: the text as the job printed it
+    assert exact == "\x1b[2J\x1b]0;owned\x07red\x1b[31m loss=1\nover\n"
+    terminal = pexpect.spawn(sys.executable, ["-m", "trainmon", "logs", "hostile"], env=os.environ, timeout=60,
+                             encoding="utf-8")
+    shown = terminal.read()
+    terminal.close()
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "\\x1b[2J\\x1b]0;owned\\x07red\\x1b[31m loss=1" in shown
+    described = pexpect.spawn(sys.executable, ["-m", "trainmon", "describe", "hostile"], env=os.environ, timeout=60,
+                              encoding="utf-8").read()
+    assert "\x1b[2J" not in described
