@@ -423,7 +423,7 @@ def _time_range(start: Any, end: Any) -> tuple[float, float]:
 def _scan_descending(value: Any) -> bool:
     if value is not None and value not in SCAN_BY:
         raise InvalidParameterValue(f"The value {value} for parameter ScanBy is not one of {', '.join(SCAN_BY)}.")
-    return value != "TimestampAscending"
+    return bool(value != "TimestampAscending")
 
 
 def _max_datapoints(value: Any) -> int:

@@ -10,11 +10,11 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..api import cloudwatch, sagemaker, trainmon
 from ..cloudwatch.model import MetricKey, job_metric_key
-from ..cloudwatch.statistics import auto_period_s, check_period, least_period, period_table
+from ..cloudwatch.statistics import Point, auto_period_s, check_period, least_period, period_table
 from ..errors import CloudWatchError, InvalidParameterValue, ValidationException
 from ..store import Store
 from . import render
@@ -81,12 +81,6 @@ def register(commands: Commands) -> None:
 # -- metrics ---------------------------------------------------------------------------------
 
 
-class _Point(NamedTuple):
-    name: str
-    timestamp_ms: int
-    value: float
-
-
 def cmd_metrics(args: argparse.Namespace) -> int:
     db = store(args)
     job = sagemaker.describe_training_job(db, TrainingJobName=args.name)
@@ -110,7 +104,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
             print(f"no points for job {args.name} ({hint}); `trainmon describe {args.name}` shows why")
         return 0
     units = {_label(p, args.system): p.get("Unit") for p in found}
-    points = [_Point(_label(p, args.system), p["Timestamp"], p["Value"]) for p in found]
+    points = [Point(_label(p, args.system), p["Timestamp"], p["Value"]) for p in found]
     period = args.period or auto_period_s(points[0].timestamp_ms, points[-1].timestamp_ms)
     rows = period_table(points, period)
     if args.json:

@@ -213,7 +213,7 @@ def _syntax_error(expression: str, where: str, error: UnexpectedInput) -> str:
     else:  # not raised by an LALR parser; kept so that every UnexpectedInput has a message
         column, found, expected = (error.pos_in_stream or 0) + 1, "input", set()
     if getattr(error, "interactive_parser", None) is not None:
-        expected = error.interactive_parser.accepts()  # exact, where the parser's tables over-approximate
+        expected = error.interactive_parser.accepts()  # type: ignore[no-untyped-call]  # exact, where the parser's tables over-approximate
     names = [shown for terminal, shown in _SHOWN.items() if terminal in expected]
     hint = f"; expected {', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else ""
     hint = f"; expected {names[0]}" if len(names) == 1 else hint

@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import InvalidParameterCombination, InvalidParameterValue
 
@@ -237,16 +237,15 @@ class PeriodRow:
     last: float       # the last value as emitted (may be NaN or infinite)
 
 
-class _Point(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def timestamp_ms(self) -> int: ...
-    @property
-    def value(self) -> float: ...
+class Point(NamedTuple):
+    """One point of a job's metric, as the per-period table takes it."""
+
+    name: str
+    timestamp_ms: int
+    value: float
 
 
-def period_table(points: Iterable[_Point], period_s: int) -> list[PeriodRow]:
+def period_table(points: Iterable[Point], period_s: int) -> list[PeriodRow]:
     """One row per metric and period holding at least one point, ordered by metric then time."""
     if period_s < 1:
         raise ValueError("period must be at least 1 second")

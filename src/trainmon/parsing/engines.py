@@ -43,8 +43,8 @@ TIME_LIMIT_S = 0.05
 TIME_LIMIT_REASON = (f"matching stopped after {TIME_LIMIT_S * 1000:g} ms "
                      "(a regex RE2 cannot run, on a record too long for Python's re)")
 
-_c = re._constants  # type: ignore[attr-defined]
-_parse = re._parser.parse  # type: ignore[attr-defined]
+_c = re._constants
+_parse = re._parser.parse
 _REPEATS = (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT)
 
 

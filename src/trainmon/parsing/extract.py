@@ -26,8 +26,8 @@ EXAMPLES_KEPT = 3
 DENSE_SAMPLE_BYTES = 64 << 10
 _EXAMPLE_CHARS = 200
 
-_SRE_LITERAL = re._constants.LITERAL  # type: ignore[attr-defined]
-_SRE_SUBPATTERN = re._constants.SUBPATTERN  # type: ignore[attr-defined]
+_SRE_LITERAL = re._constants.LITERAL
+_SRE_SUBPATTERN = re._constants.SUBPATTERN
 _OCTAL_PREFIX = re.compile(r"^[0-7]{1,3}")
 _BREAKS = re.compile(rb"\r\n|\r|\n")
 
@@ -95,7 +95,7 @@ def required_literal(regex: str, mode: Mode) -> str | None:
     on every record.
     """
     try:
-        parsed = re._parser.parse(regex)  # type: ignore[attr-defined]
+        parsed = re._parser.parse(regex)
     except re.error:
         return None
     if parsed.state.flags & re.IGNORECASE:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..api import sagemaker
-from ..cloudwatch.statistics import period_table
+from ..api import sagemaker, trainmon
+from ..cloudwatch.statistics import Point, period_table
 from ..store import Store, open_store
 
 STATISTICS = ("Average", "Sum", "Minimum", "Maximum", "SampleCount")
@@ -52,9 +52,10 @@ class TrainingJobAnalytics:
             import pandas as pd
         except ImportError:
             raise ImportError("analytics needs pandas: pip install 'trainmon[sdk]'") from None
-        job = sagemaker.job(self._store, self.name)
-        names = self.metric_names or [d["Name"] for d in job.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
-        points = self._store.points(job.id, names=names or None)
+        job = sagemaker.describe_training_job(self._store, TrainingJobName=self.name)
+        names = self.metric_names or [d["Name"] for d in job["AlgorithmSpecification"].get("MetricDefinitions", [])]
+        found = trainmon.get_job_metric_points(self._store, TrainingJobName=self.name, MetricNames=names or None)
+        points = [Point(p["MetricName"], p["Timestamp"], p["Value"]) for p in found["Points"]]
         rows: list[tuple[float, str, float]] = []
         if self.period is None:
             first: dict[str, int] = {}

@@ -412,7 +412,7 @@ def convert_row_tables(sql: Sql) -> None:
     for (job_id,) in sql.rows("SELECT DISTINCT job_id FROM points ORDER BY job_id"):
         rows = sql.rows("SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE job_id = ? "
                         "ORDER BY timestamp_ms, seq", (job_id,))
-        write_points(sql, job_id, prepare_points([tuple(row) for row in rows]), ())  # type: ignore[misc]
+        write_points(sql, job_id, prepare_points([tuple(row) for row in rows]), ())
     for metric, namespace, name, dimensions in sql.rows("SELECT id, namespace, name, dimensions FROM metrics"):
         rows = sql.rows("SELECT resolution, timestamp_ms, count, sum, minimum, maximum, value, unit FROM datapoints "
                         "WHERE metric_id = ? ORDER BY timestamp_ms", (metric,))
