@@ -7,6 +7,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..config import make_private_dir
+
 HERE = Path(__file__).parent
 
 
@@ -28,6 +30,7 @@ def make_dataset(directory: Path, rows: int, seed: int) -> Path:
 
 def demo_arguments(home: Path, name: str | None, epochs: int) -> list[str]:
     """The ``trainmon run`` options of the demo job (its data sets made under ``home``)."""
+    make_private_dir(home)
     data = home / "demo-data"
     train = make_dataset(data / "train", 4000, seed=1)
     validation = make_dataset(data / "validation", 1000, seed=2)
