@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import config
-from ..errors import ResourceInUse, ResourceNotFound, ValidationException
+from ..errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
 from ..jobs.document import Description, SupervisorIdentity
 from ..jobs.status import TERMINAL, description, transition
 from ..runtime import orphans
+from ..runtime.jobstate import set_status
 from ..store import JobRow, Store
 from .shapes import String, validate_members
 from .times import as_datetimes, epoch_s
@@ -34,7 +35,12 @@ def create_training_job(store: Store, **request: Any) -> dict[str, Any]:
     from ..runtime import detached  # starting processes: only this operation needs it
 
     job = register_job(store, request)
-    detached.start(store, job.name)
+    try:
+        detached.start(store, job.name)
+    except OSError as exc:  # no process could be started: the job must not wait for one forever
+        reason = f"InternalServerError: trainmon could not start the job's supervising process: {exc}"
+        set_status(store, job.name, "Failed", FailureReason=reason)
+        raise TrainmonError(reason) from None
     return {"TrainingJobArn": job.doc["TrainingJobArn"]}
 
 

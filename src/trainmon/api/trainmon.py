@@ -119,6 +119,9 @@ def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any 
         raise ValidationException(f"Limit must be from 1 to {LOG_PAGE_RECORDS}.")
     if TailRecords is not None and (not isinstance(TailRecords, int) or TailRecords < 0):
         raise ValidationException("TailRecords must be a non-negative number of records.")
+    if After is not None and not (isinstance(After, dict) and all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in After.items())):
+        raise ValidationException("After must map log stream names to the last record number read (-1: none).")
     positions: dict[str, int] = dict(After or {})
     streams = [s for s in store.streams(row.id) if Host is None or s.host == Host]
     count = row.doc["ResourceConfig"]["InstanceCount"]
