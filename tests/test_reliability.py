@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from trainmon.runtime.capture import spool_frames
 from trainmon.store import open_store
 
 from .conftest import PY, postgres_cluster, run_cli
@@ -381,6 +382,10 @@ def test_a_dead_supervisors_spool_is_stored_by_whoever_reaps_the_job(home: Path,
     )
     process = start_run(started, "crashed", train, "--metric", r"loss=loss=(\S+)")
     wait_for(finished.exists, "the job's last write")
+    written = chunks * sum(len(b"record %d loss=0.%d\n" % (i, i % 10)) for i in range(1000))
+    spool = home / "jobs" / "crashed" / ".spool" / "algo-1-stdout"
+    wait_for(lambda: sum(length for _, _, length in spool_frames(spool, 0)) == written,
+             "all of the job's output in its spool")  # what is still in the pipe dies with the supervisor
     process.kill()
     process.communicate()
     run_cli("list", check=True)
