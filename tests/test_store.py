@@ -273,6 +273,28 @@ PAGING_CASES: list[dict[str, Any]] = [
 ]
 
 
+@pytest.mark.parametrize(("after_seq", "limit"), [(-1, 10_000), (-1, 1), (0, 4), (2, 5), (298, 150), (599, 10),
+                                                (700, 10)])
+def test_log_text_gives_the_records_from_where_a_reader_left_off(any_store: Store, after_seq: int,
+                                                                  limit: int) -> None:
+    stream_id, records = _paging_stream(any_store)
+    text, last = any_store.log_text(stream_id, after_seq=after_seq, limit=limit)
+    wanted = [r.message for r in records if r.seq > after_seq]
+    lines = text.split("\n")
+    assert text == "" or text.endswith("\n")
+    got = lines[:-1]
+    assert got == wanted[:len(got)] and len(got) >= min(limit, len(wanted))  # whole chunks, at least limit
+    assert last == (after_seq + len(got) if got else after_seq)
+    walked, position = [], -1
+    while True:  # read a chunk or so at a time, every record once
+        text, position_after = any_store.log_text(stream_id, after_seq=position, limit=3)
+        if not text:
+            break
+        walked += text.split("\n")[:-1]
+        position = position_after
+    assert walked == [r.message for r in records]
+
+
 def test_events_paging_forward_and_backward_with_time_filters(any_store: Store) -> None:
     stream_id, records = _paging_stream(any_store)
     assert any_store.events(stream_id) == records

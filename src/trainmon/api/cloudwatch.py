@@ -42,7 +42,8 @@ from ..cloudwatch.model import (
 )
 from ..cloudwatch.statistics import (
     STATISTICS,
-    aggregate,
+    Columns,
+    aggregate_columns,
     aggregate_rollups,
     aligned_start,
     check_datapoint_count,
@@ -201,10 +202,21 @@ def _datapoints(store: Store, key: MetricKey, start_ms: int, end_ms: int, period
 
             rollups = {"None": concat(list(rollups.values()))}
         return aggregate_rollups(rollups, **arguments)
-    samples = store.metric_samples(key, start_ms, end_ms)
-    if any_unit:
-        samples = [replace(sample, unit="None") for sample in samples]
-    return aggregate(samples, **arguments)
+    columns = store.metric_columns(key, start_ms, end_ms)
+    if any_unit and columns:
+        columns = {"None": _joined(list(columns.values()))}
+    return aggregate_columns(columns, **arguments)
+
+
+def _joined(parts: list[Columns]) -> Columns:
+    """Columns of several units as one, in time order."""
+    import numpy as np
+
+    if len(parts) == 1:
+        return parts[0]
+    joined = [np.concatenate([getattr(part, field) for part in parts]) for field in Columns._fields]
+    order = np.argsort(joined[0], kind="stable")
+    return Columns(*(column[order] for column in joined))
 
 
 def _stat_points(store: Store, stat: MetricStat, start_ms: int, end_ms: int) -> dict[int, float]:

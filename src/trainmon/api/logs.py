@@ -22,7 +22,7 @@ from ..store import EventRow, Store, StreamRow
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 MAX_EVENTS = 10_000
-_PAGE_RECORDS = 5_000
+_PAGE_RECORDS = 50_000  # records read from a stream at once (a flood's chunk holds about 16,000)
 
 
 def describe_log_streams(
@@ -144,8 +144,9 @@ def filter_log_events(
     matches = compile_filter(filterPattern)
     streams = _filtered_streams(store, logStreamNames, logStreamNamePrefix)
     positions = _positions(nextToken, streams)
-    merged = heapq.merge(*(_stream_events(store, s, positions.get(s.id, -1), start_ms, end_ms) for s in streams),
-                         key=lambda item: (item[1].timestamp_ms, item[0].name, item[1].seq))
+    sources = [_stream_events(store, s, positions.get(s.id, -1), start_ms, end_ms) for s in streams]
+    merged: Iterator[tuple[StreamRow, EventRow]] = sources[0] if len(sources) == 1 else heapq.merge(
+        *sources, key=lambda item: (item[1].timestamp_ms, item[0].name, item[1].seq))
     events: list[dict[str, Any]] = []
     more = False
     for stream, event in merged:

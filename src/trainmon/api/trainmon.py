@@ -29,6 +29,7 @@ from .sagemaker import job
 from .times import as_datetime
 
 LOG_PAGE_RECORDS = 10_000
+LOG_TEXT_RECORDS = 1_000_000
 MAX_TEST_BYTES = 16 << 20
 
 
@@ -102,21 +103,26 @@ def _names(value: Any) -> list[str] | None:
 
 
 def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any = None, After: Any = None,
-                        TailRecords: Any = None, Limit: Any = LOG_PAGE_RECORDS) -> dict[str, Any]:
+                        TailRecords: Any = None, Limit: Any = LOG_PAGE_RECORDS, Format: Any = "records") -> dict[str, Any]:
     """A job's log records as printed, every host's stream in turn.
 
     ``After`` maps a stream's name to the last record number already read (-1: none); the
-    response's ``After`` says where to go on from, and ``Records`` holds up to ``Limit`` records
-    (Host, Record number, Timestamp in epoch ms, Message). ``TailRecords`` starts each stream
-    that ``After`` does not name at its last N records. ``TrainingJobStatus`` is the job's status
-    when the read began, so a follower that saw a terminal status and then an empty page has
-    read everything.
+    response's ``After`` says where to go on from. ``TailRecords`` starts each stream that ``After``
+    does not name at its last N records. With ``Format="records"``, ``Records`` holds up to
+    ``Limit`` records (Host, Record number, Timestamp in epoch ms, Message); with ``"text"``,
+    ``Text`` holds per stream (Host, Records, Text) the records each followed by a newline, whole
+    stored chunks up to about ``Limit`` records in all: what reading a long log back needs.
+    ``TrainingJobStatus`` is the job's status when the read began, so a follower that saw a
+    terminal status and then an empty page has read everything.
     """
     row = job(store, TrainingJobName)
     if Host is not None and not isinstance(Host, str):
         raise ValidationException("Host must be a host name such as algo-1.")
-    if not isinstance(Limit, int) or isinstance(Limit, bool) or not 1 <= Limit <= LOG_PAGE_RECORDS:
-        raise ValidationException(f"Limit must be from 1 to {LOG_PAGE_RECORDS}.")
+    if Format not in ("records", "text"):
+        raise ValidationException("Format must be records or text.")
+    most = LOG_PAGE_RECORDS if Format == "records" else LOG_TEXT_RECORDS
+    if not isinstance(Limit, int) or isinstance(Limit, bool) or not 1 <= Limit <= most:
+        raise ValidationException(f"Limit must be from 1 to {most}.")
     if TailRecords is not None and (not isinstance(TailRecords, int) or TailRecords < 0):
         raise ValidationException("TailRecords must be a non-negative number of records.")
     if After is not None and not (isinstance(After, dict) and all(
@@ -128,19 +134,32 @@ def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any 
     if Host is not None and not streams and row.status in ("Completed", "Failed", "Stopped"):
         raise ValidationException(f"job {row.name} has no host {Host!r}; its hosts are algo-1 to algo-{count}.")
     records: list[dict[str, Any]] = []
+    texts: list[dict[str, Any]] = []
+    read = 0
     for stream in streams:
         after = positions.get(stream.name)
         if after is None:
             after = max(-1, stream.records - TailRecords - 1) if TailRecords is not None else -1
-        while len(records) < Limit:
-            events = store.events(stream.id, after_seq=after, limit=min(5000, Limit - len(records)))
-            if not events:
-                break
-            records.extend({"Host": stream.host, "Record": e.seq + 1, "Timestamp": e.timestamp_ms,
-                            "Message": e.message} for e in events)
-            after = events[-1].seq
+        if Format == "text":
+            if read < Limit:
+                text, last = store.log_text(stream.id, after_seq=after, limit=Limit - read)
+                if text:
+                    texts.append({"Host": stream.host, "Records": last - after, "Text": text})
+                    read += last - after
+                after = last
+        else:
+            while len(records) < Limit:
+                events = store.events(stream.id, after_seq=after, limit=min(5000, Limit - len(records)))
+                if not events:
+                    break
+                records.extend({"Host": stream.host, "Record": e.seq + 1, "Timestamp": e.timestamp_ms,
+                                "Message": e.message} for e in events)
+                after = events[-1].seq
         positions[stream.name] = after
-    return {"Records": records, "After": positions, "TrainingJobStatus": row.status, "InstanceCount": count}
+    answer: dict[str, Any] = {"After": positions, "TrainingJobStatus": row.status, "InstanceCount": count,
+                              "Complete": (len(records) < Limit) if Format == "records" else read < Limit}
+    answer["Records" if Format == "records" else "Text"] = records if Format == "records" else texts
+    return answer
 
 
 def dry_run_definitions(store: Store | None = None, *, MetricDefinitions: Any = None, LogText: Any = None,

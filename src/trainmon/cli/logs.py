@@ -9,7 +9,6 @@ import sys
 import time
 
 from ..api import sagemaker, trainmon
-from ..api.trainmon import LOG_PAGE_RECORDS
 from ..errors import ValidationException
 from ..jobs.status import TERMINAL
 from ..parsing.definitions import definition_warnings, validate_definitions
@@ -21,6 +20,7 @@ from .common import Commands, exit_status, json_number, store, warn
 from .definitions import add_definition_options, definitions_given
 
 FOLLOW_POLL_S = 0.25
+PAGE_RECORDS = 100_000  # a few megabytes of text a read: memory the allocator reuses, page after page
 
 
 def register(commands: Commands) -> None:
@@ -44,18 +44,22 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise ValidationException("--tail must be a number of records, 0 or more.")
     db = store(args)
     positions: dict[str, int] | None = None
-    shown = render.terminal_safe if sys.stdout.isatty() else _exact
+    terminal = sys.stdout.isatty()
+    out = sys.stdout
     while True:
         page = trainmon.get_job_log_records(db, TrainingJobName=args.name, Host=args.host, After=positions,
-                                            TailRecords=args.tail if positions is None else None)
+                                            TailRecords=args.tail if positions is None else None, Format="text",
+                                            Limit=PAGE_RECORDS)
         positions = page["After"]
         prefix = page["InstanceCount"] > 1 and not args.host
-        records = page["Records"]
-        if records:
-            sys.stdout.write("".join((f"{r['Host']} | " if prefix else "") + shown(r["Message"]) + "\n"
-                                     for r in records))
-            sys.stdout.flush()
-        if len(records) == LOG_PAGE_RECORDS:
+        for block in page["Text"]:
+            text = render.terminal_safe(block["Text"], keep_newlines=True) if terminal else block["Text"]
+            if prefix:
+                head = f"{block['Host']} | "
+                text = head + text[:-1].replace("\n", "\n" + head) + "\n"
+            out.write(text)
+        out.flush()
+        if not page["Complete"]:
             continue  # more is there already
         if not args.follow:
             return 0
@@ -63,10 +67,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if status in TERMINAL:  # read after the job ended: that was everything
             return _ended(db, args.name, status)
         time.sleep(FOLLOW_POLL_S)
-
-
-def _exact(message: str) -> str:
-    return message
 
 
 def _ended(db: Store, name: str, status: str) -> int:

@@ -19,16 +19,18 @@ from ..jobs.status import TERMINAL
 from ..parsing.framing import escape
 
 # Control characters but tab, DEL, the C1 controls and the bidirectional overrides (which reorder
-# what the terminal shows).
+# what the terminal shows); the second leaves line breaks alone.
 _UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\r": "\\r", "\n": "\\n", "\b": "\\b"}
 
 
-def terminal_safe(text: str) -> str:
-    """``text`` with every character that could drive a terminal shown as an escape (``\\x1b``)."""
+def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` with every character that could drive a terminal shown as an escape (``\\x1b``);
+    with ``keep_newlines``, lines of text whose breaks stay breaks."""
     if text.isprintable():
         return text
-    return _UNSAFE.sub(_shown, text)
+    return (_UNSAFE_IN_LINES if keep_newlines else _UNSAFE).sub(_shown, text)
 
 
 def _shown(match: re.Match[str]) -> str:

@@ -39,7 +39,8 @@ _BREAK_TERMINAL_BYTES = re.compile(rb"\r\n|\r|\n")
 
 
 def escape(text: str) -> str:
-    return text.translate(ESCAPE_TABLE)
+    """Control characters as ``#ooo``; printable text (most records) comes back as it is, at once."""
+    return text if text.isprintable() else text.translate(ESCAPE_TABLE)
 
 
 def decode(data: bytes) -> str:

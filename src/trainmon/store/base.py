@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..cloudwatch.model import MetricKey
 from ..cloudwatch.retention import Retention
-from ..cloudwatch.statistics import Sample
+from ..cloudwatch.statistics import Columns, Sample
 from ..errors import ResourceInUse, ResourceNotFound
 from ..jobs.document import JobDocument, SupervisorIdentity
 from .rows import Batch, ChunkTuple, EventRow, JobRow, Maintenance, PointRow, StreamRow
@@ -105,6 +105,12 @@ class Store(Protocol):
         Writing a batch again after an error that left its outcome unknown stores it once."""
         ...
 
+    def log_text(self, stream_id: int, *, after_seq: int = -1, limit: int = 100_000) -> tuple[str, int]:
+        """The records after ``after_seq`` as text, each followed by "\n" (whole chunks, about
+        ``limit`` records), and the number of the last one: reading a log back costs what reading
+        its text does, with no object per record."""
+        ...
+
     def spool_progress(self, stream_id: int) -> dict[str, tuple[int, bool]]:
         """Per pipe ("stdout", "stderr") of a log stream: how far its spool was consumed into stored
         records (``Batch.spools``), and whether just after a "\r"."""
@@ -138,6 +144,11 @@ class Store(Protocol):
 
     def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
         """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
+        ...
+
+    def metric_columns(self, key: MetricKey, start_ms: int, end_ms: int) -> dict[str, Columns]:
+        """The datapoints of ``metric_samples`` as columns per unit: statistics over raw data
+        without an object per datapoint."""
         ...
 
     def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
@@ -291,11 +302,11 @@ class SqlStore:
         found: list[EventRow] = []
         if newest_first:
             cursor = upper
-            while len(found) < limit:
-                rows = self._chunks(f"{where.sql} AND first_seq < ? ORDER BY first_seq DESC", (*where.args, cursor))
-                found.extend(chunk_events(rows, stream_id, after_seq, upper, backward=True))
-                del found[limit:]
-                if not rows or rows[-1][0] <= after_seq + 1:
+            for page in _pages():
+                rows = self._chunks(f"{where.sql} AND first_seq < ? ORDER BY first_seq DESC", (*where.args, cursor),
+                                    page)
+                found.extend(chunk_events(rows, stream_id, after_seq, upper, limit - len(found), backward=True))
+                if len(found) >= limit or not rows or rows[-1][0] <= after_seq + 1:
                     break
                 cursor = rows[-1][0]
             return found[::-1]
@@ -313,22 +324,55 @@ class SqlStore:
                 return []
             lowest = max(lowest, by_time[0][0])
         comparison = ">="
-        while len(found) < limit:
+        for page in _pages():
             rows = self._chunks(f"{where.sql} AND first_seq {comparison} ? AND first_seq < ? ORDER BY first_seq",
-                                (*where.args, lowest, upper))
-            found.extend(chunk_events(rows, stream_id, after_seq, upper))
-            del found[limit:]
-            if not rows:
+                                (*where.args, lowest, upper), page)
+            found.extend(chunk_events(rows, stream_id, after_seq, upper, limit - len(found)))
+            if len(found) >= limit or not rows:
                 break
             lowest, comparison = rows[-1][0], ">"
         return found
 
-    def _chunks(self, condition: str, args: Sequence[Any]) -> list[tuple[int, int, str]]:
-        """Up to 64 log chunks (first_seq, timestamp_ms, text) matching a WHERE ... ORDER BY condition.
-        The text comes back as SQLite's str or PostgreSQL's bytea."""
-        rows = self._read(f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {condition} LIMIT 64", args)
+    def log_text(self, stream_id: int, *, after_seq: int = -1, limit: int = 100_000) -> tuple[str, int]:
+        """The records after ``after_seq`` as text, each followed by "\n": whole chunks until about
+        ``limit`` records; and the number of the last record in it (``after_seq`` when none)."""
+        start_row = self._read(
+            "SELECT first_seq FROM log_chunks WHERE stream_id = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1",
+            (stream_id, after_seq + 1),
+        )
+        lowest = start_row[0][0] if start_row else 0
+        pieces: list[str] = []
+        records, last = 0, after_seq
+        comparison = ">="
+        for page in _pages():
+            rows = self._read(f"SELECT first_seq, count, text FROM log_chunks WHERE stream_id = ? AND first_seq "
+                              f"{comparison} ? ORDER BY first_seq LIMIT {page}", (stream_id, lowest))
+            for first, count, text in rows:
+                if not isinstance(text, str):
+                    text = bytes(text).decode("utf-8")
+                skip = after_seq + 1 - first
+                if skip >= count:
+                    continue
+                if skip > 0:
+                    text = text.split("\n", skip)[skip]
+                    count -= skip
+                pieces.append(text)
+                records += count
+                last = first + (count + max(skip, 0)) - 1
+            if records >= limit or not rows:
+                break
+            lowest, comparison = rows[-1][0], ">"
+        if pieces:
+            pieces.append("")  # the last record's newline, without copying the text again
+        return "\n".join(pieces), last
+
+    def _chunks(self, condition: str, args: Sequence[Any], rows: int) -> list[tuple[int, int, str]]:
+        """Up to ``rows`` log chunks (first_seq, timestamp_ms, text) matching a WHERE ... ORDER BY
+        condition. The text comes back as SQLite's str or PostgreSQL's bytea."""
+        found = self._read(f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {condition} LIMIT {rows}",
+                           args)
         return [(first, stamp, text if isinstance(text, str) else bytes(text).decode("utf-8"))
-                for first, stamp, text in rows]
+                for first, stamp, text in found]
 
     # -- ingestion
 
@@ -403,6 +447,11 @@ class SqlStore:
         from . import series
 
         return self._reading(lambda sql: series.metric_samples(sql, key, start_ms, end_ms))
+
+    def metric_columns(self, key: MetricKey, start_ms: int, end_ms: int) -> dict[str, Columns]:
+        from . import series
+
+        return self._reading(lambda sql: series.metric_columns(sql, key, start_ms, end_ms))
 
     def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
                        sketches: bool = True) -> dict[str, Rollups] | None:
@@ -483,17 +532,34 @@ class Where:
         return " AND ".join(self.conditions) or "TRUE"
 
 
-def chunk_events(
-    rows: Iterable[tuple[int, int, str]], stream_id: int, after_seq: int, before_seq: int, *, backward: bool = False
-) -> Iterable[EventRow]:
-    """The records in chunk rows (first_seq, timestamp_ms, text) with after_seq < seq < before_seq,
-    in the rows' order; with ``backward``, each chunk's records last first."""
+def _pages() -> Iterator[int]:
+    """How many log chunks each read fetches: 1, 2, 4, ... 64. A chunk holds a record (a job that
+    prints a line at a time) or a megabyte of them (a flood): a read asks for few first, so a page of
+    records never costs a read of 64 megabytes."""
+    rows = 1
+    while True:
+        yield rows
+        rows = min(64, rows * 2)
+
+
+def chunk_events(rows: Iterable[tuple[int, int, str]], stream_id: int, after_seq: int, before_seq: int, limit: int,
+                 *, backward: bool = False) -> list[EventRow]:
+    """Up to ``limit`` records in chunk rows (first_seq, timestamp_ms, text) with after_seq < seq <
+    before_seq, in the rows' order; with ``backward``, each chunk's records last first."""
+    found: list[EventRow] = []
     for first, stamp, text in rows:
         messages = text.split("\n")
-        offsets = range(len(messages) - 1, -1, -1) if backward else range(len(messages))
-        for offset in offsets:
-            if after_seq < first + offset < before_seq:
-                yield EventRow(stream_id, first + offset, stamp, messages[offset])
+        low, high = max(0, after_seq + 1 - first), min(len(messages), before_seq - first)
+        if backward:
+            low = max(low, high - (limit - len(found)))
+            wanted = range(high - 1, low - 1, -1)
+        else:
+            high = min(high, low + limit - len(found))
+            wanted = range(low, high)
+        found.extend([EventRow(stream_id, first + offset, stamp, messages[offset]) for offset in wanted])
+        if len(found) >= limit:
+            break
+    return found
 
 
 def job_name_in_use(doc: JobDocument) -> ResourceInUse:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..jobs.document import JobDocument, SupervisorIdentity
 
@@ -35,8 +35,9 @@ class StreamRow:
     stored_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class EventRow:
+class EventRow(NamedTuple):
+    """One log record (a tuple: reading a log back makes millions of them)."""
+
     stream_id: int
     seq: int
     timestamp_ms: int

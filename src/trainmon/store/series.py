@@ -40,7 +40,7 @@ import numpy as np
 from ..cloudwatch.model import MetricKey, job_metric_key
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.sketch import Rollups, concat
-from ..cloudwatch.statistics import Sample
+from ..cloudwatch.statistics import Columns, Sample
 from . import codec
 from .rows import Maintenance, PointRow, PointTuple
 from .sql import Sql, Transaction
@@ -344,8 +344,14 @@ def metric_samples(sql: Sql, key: MetricKey, start_ms: int, end_ms: int) -> list
     return [sample for _, _, sample in samples]
 
 
-def _raw_rollups(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str, Rollups]:
-    """The raw datapoints in [start_ms, end_ms) as one roll-up row each, per unit."""
+def metric_columns(sql: Sql, key: MetricKey, start_ms: int, end_ms: int) -> dict[str, Columns]:
+    """A metric's datapoints in [start_ms, end_ms) as written, as columns per unit sorted by time
+    (a job's non-finite points left out): what statistics over raw data are computed from."""
+    found = series_id(sql, key)
+    return {} if found is None else _raw_columns(sql, found[0], start_ms, end_ms)
+
+
+def _raw_columns(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str, Columns]:
     columns: dict[str, list[list[np.ndarray]]] = {}
     for chunk in _chunks(sql, "series_id = ?", (series,), start_ms, end_ms):
         if chunk.kind == POINTS:
@@ -357,8 +363,17 @@ def _raw_rollups(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str,
             stamps, values, counts, sums, lows, highs = chunk.columns
             parts = [stamps, counts, sums, lows, highs, values]
         columns.setdefault(chunk.unit, []).append(parts)
-    return {unit: _sorted(*(np.concatenate([p[i] for p in chunks]) for i in range(6)))
-            for unit, chunks in columns.items()}
+    found = {}
+    for unit, chunks in columns.items():
+        stamps, counts, sums, lows, highs, values = (np.concatenate([p[i] for p in chunks]) for i in range(6))
+        order = np.argsort(stamps, kind="stable")
+        found[unit] = Columns(stamps[order], counts[order], sums[order], lows[order], highs[order], values[order])
+    return found
+
+
+def _raw_rollups(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str, Rollups]:
+    """The raw datapoints in [start_ms, end_ms) as one roll-up row each, per unit."""
+    return {unit: Rollups.from_samples(*data) for unit, data in _raw_columns(sql, series, start_ms, end_ms).items()}
 
 
 def _read_rollups(sql: Sql, series: int, period: int, start_ms: int, end_ms: int,
