@@ -1,4 +1,4 @@
-"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [readback] [--scale S] [--flood-mb N] [--strict]``"""
+"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [--scale S] [--flood-mb N] [--strict]``"""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import subprocess
 import sys
 import time
 
-from . import capture, extraction, latency, monitor, readback, store
+from . import capture, extraction, latency, monitor, readback, series, store
 from .common import ROOT, Report
 
-BENCHMARKS = ("extraction", "capture", "latency", "monitor", "store", "readback")
+BENCHMARKS = ("extraction", "capture", "latency", "monitor", "store", "series", "readback")
 
 
 def _revision() -> str:
@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             reports.append(monitor.run(args.scale))
         elif name == "store":
             reports.append(store.run(args.scale))
+        elif name == "series":
+            reports.append(series.run(args.scale))
         elif name == "readback":
             reports.append(readback.run(args.scale))
 

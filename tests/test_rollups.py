@@ -127,10 +127,11 @@ def _series(start_s: int, end_s: int, seed: int = 3, negative: bool = False) -> 
     return stamps, values
 
 
-def _put(store: Store, stamps: np.ndarray, values: np.ndarray, key: MetricKey = KEY, unit: str = "Milliseconds") -> None:
+def _put(store: Store, stamps: np.ndarray, values: np.ndarray, key: MetricKey = KEY, unit: str = "Milliseconds",
+         batch: int = 50_000) -> None:
     samples = [Sample(t, 1.0, v, v, v, v, unit) for t, v in zip(stamps.tolist(), values.tolist(), strict=True)]
-    for start in range(0, len(samples), 50_000):
-        store.put_samples([(key, 1, samples[start:start + 50_000])])
+    for start in range(0, len(samples), batch):
+        store.put_samples([(key, 1, samples[start:start + batch])])
 
 
 def _expected(stamps: np.ndarray, values: np.ndarray, start_ms: int, end_ms: int, period_s: int) -> dict[int, np.ndarray]:
@@ -340,7 +341,7 @@ def test_the_background_maintainer_seals_and_rolls_up(store_target: StoreTarget)
     try:
         now = int(time.time())
         stamps, values = _series(now - 7200, now - 600)
-        _put(store, stamps, values)
+        _put(store, stamps, values, batch=500)  # small writes: packed, for maintenance to seal
         maintainer = Maintainer(store, every_s=0.05, first_after_s=0)
         maintainer.start()
         deadline = time.monotonic() + 60
@@ -349,6 +350,22 @@ def test_the_background_maintainer_seals_and_rolls_up(store_target: StoreTarget)
         maintainer.stop()
         assert maintainer.error is None and maintainer.passes[0].sealed_points == len(stamps)
         assert _scalar(store, "SELECT count(*) FROM chunks WHERE sealed = 0") == 0
+    finally:
+        store.close()
+
+
+def test_a_large_write_is_stored_sealed_at_once(store_target: StoreTarget) -> None:
+    """The file holds a large write in its sealed encoding from the start (no packed form to shrink
+    later), and reads give every datapoint back."""
+    store = store_target.open()
+    try:
+        now = int(time.time())
+        stamps, values = _series(now - 7200, now - 600)
+        _put(store, stamps, values)
+        stored = _scalar(store, "SELECT sum(length(data)) FROM chunks")
+        assert stored / len(stamps) < 4  # bytes a datapoint, where the packed form takes 48
+        back = store.metric_columns(KEY, 0, 2**62)["Milliseconds"]
+        assert back.timestamp_ms.tolist() == stamps.tolist() and back.value.tolist() == values.tolist()
     finally:
         store.close()
 

@@ -113,7 +113,8 @@ def check_dimensions(dimensions: Any, field: str, *, values_required: bool = Tru
 
 
 def _clean(text: str) -> bool:
-    return text.isascii() and all(" " <= c <= "~" for c in text)
+    """Printable ASCII only (space to tilde)."""
+    return text.isascii() and text.isprintable()
 
 
 def check_unit(unit: Any, field: str) -> str:
@@ -136,43 +137,86 @@ def _value(value: Any, field: str) -> float:
 
 
 def parse_put(namespace: Any, metric_data: Any, now_s: float) -> list[tuple[MetricKey, int, list[Sample]]]:
-    """Validate a whole PutMetricData request: (metric, storage resolution, samples) per item.
+    """Validate a whole PutMetricData request: (metric, storage resolution, samples) per metric
+    and resolution, the items of one metric together (a call of 1,000 items is often a few
+    metrics' datapoints).
 
-    Everything is checked before anything is written, so a refused call writes nothing.
+    Everything is checked before anything is written, so a refused call writes nothing. A
+    dimension list seen before in the call is not checked again.
     """
     namespace = check_namespace(namespace, for_put=True)
     if metric_data is None:
         raise MissingParameter("The parameter MetricData is required.")
     if not isinstance(metric_data, list) or not 1 <= len(metric_data) <= MAX_METRICS_PER_PUT:
         raise InvalidParameterValue(f"The collection MetricData must have 1 to {MAX_METRICS_PER_PUT} members.")
-    result = []
+    groups: dict[tuple[Any, ...], list[Sample]] = {}  # (name, dimensions, resolution) -> samples
+    checked: dict[tuple[Any, ...], tuple[tuple[str, str], ...]] = {}
+    names: set[Any] = set()
+    oldest, newest = now_s - PAST_LIMIT_S, now_s + FUTURE_LIMIT_S
     for position, item in enumerate(metric_data, start=1):
-        where = f"MetricData.member.{position}"
         if not isinstance(item, dict):
-            raise InvalidParameterValue(f"The parameter {where} must be a structure.")
-        name = check_metric_name(item.get("MetricName"), f"{where}.MetricName")
-        dimensions = check_dimensions(item.get("Dimensions"), f"{where}.Dimensions")
-        unit = check_unit(item.get("Unit"), f"{where}.Unit")
+            raise InvalidParameterValue(f"The parameter MetricData.member.{position} must be a structure.")
+        name = item.get("MetricName")
+        if name not in names:
+            name = check_metric_name(name, f"MetricData.member.{position}.MetricName")
+            names.add(name)
+        dimensions = _dimensions(item.get("Dimensions"), position, checked)
+        unit = item.get("Unit", "None")
+        if unit not in UNITS:
+            unit = check_unit(unit, f"MetricData.member.{position}.Unit")
         resolution = item.get("StorageResolution", 60)
         if resolution not in (1, 60) or isinstance(resolution, bool):
-            raise InvalidParameterValue(f"The parameter {where}.StorageResolution must be a value in the set [ 1, 60 ].")
-        stamp = epoch_seconds(item["Timestamp"], f"{where}.Timestamp") if item.get("Timestamp") is not None else now_s
-        if not now_s - PAST_LIMIT_S <= stamp <= now_s + FUTURE_LIMIT_S:
+            raise InvalidParameterValue(f"The parameter MetricData.member.{position}.StorageResolution must be a "
+                                        "value in the set [ 1, 60 ].")
+        given = item.get("Timestamp")
+        stamp = now_s if given is None else (float(given) if type(given) in (int, float) else epoch_seconds(
+            given, f"MetricData.member.{position}.Timestamp"))
+        if not oldest <= stamp <= newest:
             raise InvalidParameterValue(
-                f"The parameter {where}.Timestamp must specify a time no more than two weeks in the past "
-                "and no more than two hours in the future."
+                f"The parameter MetricData.member.{position}.Timestamp must specify a time no more than two weeks "
+                "in the past and no more than two hours in the future."
             )
-        if resolution == 60:
-            stamp = math.floor(stamp / 60) * 60  # standard resolution keeps minutes
-        stamp_ms = int(round(stamp * 1000)) if resolution == 1 else int(stamp) * 1000
-        forms = [k for k in ("Value", "StatisticValues", "Values") if item.get(k) is not None]
-        if len(forms) > 1:
-            raise InvalidParameterCombination(f"The parameters {where}.{' and '.join(forms)} are mutually exclusive.")
-        if item.get("Counts") is not None and item.get("Values") is None:
-            raise InvalidParameterCombination(f"The parameter {where}.Counts needs {where}.Values.")
-        samples = _samples(item, forms[0] if forms else None, where, stamp_ms, unit)
-        result.append((MetricKey(namespace, name, dimensions), resolution, samples))  # type: ignore[arg-type]
-    return result
+        stamp_ms = int(round(stamp * 1000)) if resolution == 1 else math.floor(stamp / 60) * 60_000
+        value = item.get("Value")
+        if value is not None and type(value) in (int, float) and "StatisticValues" not in item \
+                and "Values" not in item and "Counts" not in item and -VALUE_LIMIT <= value <= VALUE_LIMIT:
+            samples = [Sample(stamp_ms, 1.0, float(value), float(value), float(value), float(value), unit)]
+        else:
+            samples = _item_samples(item, f"MetricData.member.{position}", stamp_ms, unit)
+        group = groups.get((name, dimensions, resolution))
+        if group is None:
+            groups[(name, dimensions, resolution)] = samples
+        else:
+            group.extend(samples)
+    return [(MetricKey(namespace, name, dimensions), resolution, samples)
+            for (name, dimensions, resolution), samples in groups.items()]
+
+
+def _dimensions(given: Any, position: int, checked: dict[tuple[Any, ...], tuple[tuple[str, str], ...]]
+                ) -> tuple[tuple[str, str], ...]:
+    """An item's dimensions, checked, as sorted pairs; a list seen before in the call comes from ``checked``."""
+    if given is None:
+        return ()
+    try:
+        seen = tuple((d["Name"], d["Value"]) for d in given)
+    except (TypeError, KeyError):
+        seen = None
+    if seen is not None and seen in checked:
+        return checked[seen]
+    pairs = check_dimensions(given, f"MetricData.member.{position}.Dimensions")
+    if seen is not None:
+        checked[seen] = pairs  # type: ignore[assignment]
+    return pairs  # type: ignore[return-value]
+
+
+def _item_samples(item: dict[str, Any], where: str, stamp_ms: int, unit: str) -> list[Sample]:
+    """The samples of an item in any of its forms (a value, a statistic set, values and counts)."""
+    forms = [k for k in ("Value", "StatisticValues", "Values") if item.get(k) is not None]
+    if len(forms) > 1:
+        raise InvalidParameterCombination(f"The parameters {where}.{' and '.join(forms)} are mutually exclusive.")
+    if item.get("Counts") is not None and item.get("Values") is None:
+        raise InvalidParameterCombination(f"The parameter {where}.Counts needs {where}.Values.")
+    return _samples(item, forms[0] if forms else None, where, stamp_ms, unit)
 
 
 def _samples(item: dict[str, Any], form: str | None, where: str, stamp_ms: int, unit: str) -> list[Sample]:

@@ -439,8 +439,9 @@ class SqlStore:
         """Store a whole PutMetricData call in one transaction: all of it or nothing."""
         from . import series
 
+        prepared = series.prepare_samples(items)  # before the transaction, so its lock is held less
         with self._transaction() as sql:
-            series.put_samples(sql, items, self.retention.periods)
+            series.put_samples(sql, prepared, self.retention.periods)
 
     def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
         """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
@@ -470,8 +471,14 @@ class SqlStore:
     def maintain(self, now_ms: int | None = None) -> Maintenance:
         from . import series
 
-        return series.maintain(self._transaction, self.retention,
+        done = series.maintain(self._transaction, self.retention,
                                now_ms if now_ms is not None else int(time.time() * 1000))
+        if done.ran:
+            self._release_space()
+        return done
+
+    def _release_space(self) -> None:
+        """Give the space a maintenance pass freed back to the system (a backend that can)."""
 
 
 def prepared_points(batch: Batch) -> Any:

@@ -47,6 +47,7 @@ from .sql import Sql, Transaction
 
 POINTS, SAMPLES = 0, 1  # chunk kinds: a job's log points; PutMetricData's datapoints
 SEAL_POINTS = 8192
+SEAL_ON_WRITE_ROWS = 128  # a write this big is stored sealed at once: the file never holds its packed form
 SEAL_AFTER_MS = 60_000
 ROLL_LAG_MS = 60_000  # roll a period up this long after it ends, when late writes have landed
 LEASE_MS = 600_000
@@ -79,7 +80,7 @@ _INSERT_CHUNK = (
     "INSERT INTO chunks (series_id, kind, host, stream_id, unit, resolution, first_ms, last_ms, count, sealed, data) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_CHUNK_COLUMNS = "id, kind, host, stream_id, unit, resolution, sealed, data, series_id"
+_CHUNK_COLUMNS = "id, kind, host, stream_id, unit, resolution, sealed, data, series_id, count"
 
 
 @dataclass
@@ -90,11 +91,11 @@ class _Summary:
     minimum: float | None = None
     maximum: float | None = None
     final: tuple[int, float] | None = None  # (timestamp_ms, value)
-    chunks: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray, bytes]] = field(default_factory=list)
+    chunks: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray, list[Encoded]]] = field(default_factory=list)
 
     def add(self, host: str, stream: int, stamps: np.ndarray, values: np.ndarray, seqs: np.ndarray) -> None:
         self.points += len(stamps)
-        self.chunks.append((host, stream, stamps, values, seqs, codec.pack([stamps, values, seqs])))
+        self.chunks.append((host, stream, stamps, values, seqs, encode(POINTS, [stamps, values, seqs])))
         finite = np.flatnonzero(np.isfinite(values))
         if not len(finite):
             return
@@ -108,6 +109,35 @@ class _Summary:
 
 
 # -- writes ---------------------------------------------------------------------------------
+
+
+Encoded = tuple[int, int, int, int, bytes]  # first_ms, last_ms, rows, sealed, blob
+
+
+def encode(kind: int, columns: list[np.ndarray]) -> list[Encoded]:
+    """A write's chunks: packed when small, else sorted and encoded at once in chunks of up to
+    ``SEAL_POINTS``, as maintenance would seal them, so that a large write never takes the room of
+    its packed form. A chunk is marked sealed (left alone by maintenance) only when full; the
+    others, whatever their encoding, maintenance merges with their neighbours later. Done before
+    the write's transaction, so the store's lock is not held for it."""
+    rows = len(columns[0])
+    if rows < SEAL_ON_WRITE_ROWS:
+        return [(int(columns[0].min()), int(columns[0].max()), rows, 0, codec.pack(columns))]
+    return [(first, last, count, int(count == SEAL_POINTS), blob)
+            for first, last, count, blob in _sealed_pieces(kind, columns)]
+
+
+def _sealed_pieces(kind: int, columns: list[np.ndarray]) -> list[tuple[int, int, int, bytes]]:
+    """Columns in time order (a job's points then by record) as sealed chunks of up to SEAL_POINTS
+    rows: (first_ms, last_ms, rows, blob)."""
+    stamps = columns[0]
+    order = np.lexsort((columns[2], stamps)) if kind == POINTS else np.argsort(stamps, kind="stable")
+    columns = [column[order] for column in columns]
+    pieces = []
+    for start in range(0, len(stamps), SEAL_POINTS):
+        piece = [column[start:start + SEAL_POINTS] for column in columns]
+        pieces.append((int(piece[0][0]), int(piece[0][-1]), len(piece[0]), codec.seal(piece)))
+    return pieces
 
 
 def prepare_points(points: list[PointTuple]) -> dict[str, _Summary]:
@@ -146,9 +176,9 @@ def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods:
                 v = values[late]
                 _merge_late(sql, series_id, "None", _sorted(stamps[late], ones, v, v, v, v), periods)
     for name, summary in summaries.items():  # in the batch's order
-        for host, stream, stamps, _, _, packed in summary.chunks:
-            chunk_rows.append((ids[name], POINTS, host, stream, "None", 1, int(stamps.min()), int(stamps.max()),
-                               len(stamps), 0, packed))
+        for host, stream, _, _, _, encoded in summary.chunks:
+            chunk_rows.extend((ids[name], POINTS, host, stream, "None", 1, first, last, rows, sealed, blob)
+                              for first, last, rows, sealed, blob in encoded)
     sql.many(_INSERT_CHUNK, chunk_rows)
 
 
@@ -177,24 +207,54 @@ def _groups(points: list[PointTuple]) -> Iterator[tuple[tuple[str, str, int], np
         yield key, stamp_array[rows], value_array[rows], seq_array[rows]
 
 
-def put_samples(sql: Sql, items: list[tuple[MetricKey, int, list[Sample]]], periods: Sequence[int]) -> None:
-    """A PutMetricData call's datapoints: (key, storage resolution, samples) per metric."""
-    chunk_rows = []
-    for key, resolution, samples in sorted(items, key=lambda item: digest(item[0])):
-        if not samples:
-            continue
-        last = max(s.timestamp_ms for s in samples)
-        series_id, rolled_ms = sql.rows(_UPSERT.format(greatest=sql.greatest), (
-            key.namespace, key.name, key.dimensions_json, digest(key), None, last, 0, None, None, None, None,
-        ))[0]
+@dataclass
+class PreparedSamples:
+    """A PutMetricData call's datapoints per metric and unit, as columns and encoded chunks."""
+
+    metrics: list[tuple[MetricKey, bytes, int, list[tuple[str, list[np.ndarray], list[Encoded]]]]]
+
+
+def prepare_samples(items: list[tuple[MetricKey, int, list[Sample]]]) -> PreparedSamples:
+    """What ``put_samples`` writes, made before the transaction (the lock is held for the inserts only)."""
+    merged: dict[tuple[MetricKey, int], list[Sample]] = {}
+    for key, resolution, samples in items:  # one write per metric and resolution, whatever the call's items
+        if samples:
+            merged.setdefault((key, resolution), []).extend(samples)
+    metrics = []
+    for key_digest, (key, resolution), samples in sorted(  # one lock order
+            ((digest(key), (key, resolution), samples) for (key, resolution), samples in merged.items()),
+            key=lambda entry: (entry[0], entry[1][1])):
         by_unit: dict[str, list[Sample]] = {}
         for sample in samples:
             by_unit.setdefault(sample.unit, []).append(sample)
+        units = []
         for unit, group in by_unit.items():
             columns = _sample_columns(group)
+            units.append((unit, columns, encode(SAMPLES, columns)))
+        metrics.append((key, key_digest, resolution, units))
+    return PreparedSamples(metrics)
+
+
+def put_samples(sql: Sql, prepared: PreparedSamples, periods: Sequence[int]) -> None:
+    """A PutMetricData call's datapoints, as ``prepare_samples`` made them: the series upserted in
+    one statement, looked up in another, their chunks inserted in a third, however many metrics
+    the call holds."""
+    chunk_rows: list[tuple[Any, ...]] = []
+    upserts: dict[bytes, tuple[Any, ...]] = {}
+    for key, key_digest, _, units in prepared.metrics:  # several resolutions of one metric: one row
+        last = max(int(columns[0].max()) for _, columns, _ in units)
+        previous = upserts.get(key_digest)
+        if previous is None or previous[5] < last:
+            upserts[key_digest] = (key.namespace, key.name, key.dimensions_json, key_digest, None, last, 0, None, None,
+                                   None, None)
+    sql.many(_UPSERT.format(greatest=sql.greatest).replace("RETURNING id, rolled_ms", ""), upserts.values())
+    found = _series_ids(sql, list(upserts))
+    for _, key_digest, resolution, units in prepared.metrics:
+        series_id, rolled_ms = found[key_digest]
+        for unit, columns, encoded in units:
+            chunk_rows.extend((series_id, SAMPLES, "", 0, unit, resolution, first, last_ms, rows, sealed, blob)
+                              for first, last_ms, rows, sealed, blob in encoded)
             stamps = columns[0]
-            chunk_rows.append((series_id, SAMPLES, "", 0, unit, resolution, int(stamps.min()), int(stamps.max()),
-                               len(group), 0, codec.pack(columns)))
             if stamps.min() < rolled_ms:
                 late = stamps < rolled_ms
                 stamp, value, count, total, low, high = (c[late] for c in columns)
@@ -202,15 +262,25 @@ def put_samples(sql: Sql, items: list[tuple[MetricKey, int, list[Sample]]], peri
     sql.many(_INSERT_CHUNK, chunk_rows)
 
 
+def _series_ids(sql: Sql, digests: list[bytes]) -> dict[bytes, tuple[int, int]]:
+    """digest -> (id, rolled_ms) of existing series, in slices under every driver's limit of parameters."""
+    found: dict[bytes, tuple[int, int]] = {}
+    for first in range(0, len(digests), 500):
+        part = digests[first:first + 500]
+        for key_digest, series_id, rolled_ms in sql.rows(
+                f"SELECT digest, id, rolled_ms FROM series WHERE digest IN ({','.join('?' * len(part))})", part):
+            found[bytes(key_digest)] = (series_id, rolled_ms)
+    return found
+
+
 def _sample_columns(samples: list[Sample]) -> list[np.ndarray]:
-    size = len(samples)
     return [
-        np.fromiter((s.timestamp_ms for s in samples), np.int64, size),
+        np.array([s.timestamp_ms for s in samples], np.int64),
         np.array([s.value for s in samples], np.float64),  # None (a statistic set) becomes NaN
-        np.fromiter((s.count for s in samples), np.float64, size),
-        np.fromiter((s.sum for s in samples), np.float64, size),
-        np.fromiter((s.minimum for s in samples), np.float64, size),
-        np.fromiter((s.maximum for s in samples), np.float64, size),
+        np.array([s.count for s in samples], np.float64),
+        np.array([s.sum for s in samples], np.float64),
+        np.array([s.minimum for s in samples], np.float64),
+        np.array([s.maximum for s in samples], np.float64),
     ]
 
 
@@ -269,7 +339,7 @@ def _chunks(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | None,
         where += " AND first_ms < ?"
         values.append(end_ms)
     found = []
-    for id_, kind, host, stream, unit, _, _, data, series in sql.rows(
+    for id_, kind, host, stream, unit, _, _, data, series, _ in sql.rows(
         f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE {where} ORDER BY id", values
     ):
         columns = codec.unpack(bytes(data))
@@ -435,7 +505,8 @@ def convert_row_tables(sql: Sql) -> None:
         for resolution, *fields in rows:
             by_resolution.setdefault(resolution, []).append(Sample(*fields))
         key = MetricKey.from_row(namespace, name, dimensions)
-        put_samples(sql, [(key, resolution, samples) for resolution, samples in by_resolution.items()], ())
+        put_samples(sql, prepare_samples([(key, resolution, samples) for resolution, samples in by_resolution.items()]),
+                    ())
 
 
 # -- maintenance ----------------------------------------------------------------------------
@@ -502,21 +573,15 @@ def _seal(sql: Sql, series: int, now_ms: int, done: Maintenance) -> None:
             continue  # nothing new to seal
         parts = [codec.unpack(bytes(row[7])) for row in group]
         columns = [np.concatenate([part[i] for part in parts]) for i in range(len(parts[0]))]
-        stamps = columns[0]
-        order = np.lexsort((columns[2], stamps)) if kind == POINTS else np.argsort(stamps, kind="stable")
-        columns = [column[order] for column in columns]
         ids = [row[0] for row in group]
         for first in range(0, len(ids), 1000):  # under every driver's limit of parameters
             part = ids[first:first + 1000]
             sql.rows(f"DELETE FROM chunks WHERE id IN ({','.join('?' * len(part))})", part)
-        new = []
-        for start in range(0, len(stamps), SEAL_POINTS):
-            piece = [column[start:start + SEAL_POINTS] for column in columns]
-            new.append((series, kind, host, stream, unit, resolution, int(piece[0].min()), int(piece[0].max()),
-                        len(piece[0]), 1, codec.seal(piece)))
+        new = [(series, kind, host, stream, unit, resolution, first_ms, last_ms, rows, 1, blob)
+               for first_ms, last_ms, rows, blob in _sealed_pieces(kind, columns)]
         sql.many(_INSERT_CHUNK, new)
         done.sealed_chunks += len(new)
-        done.sealed_points += len(stamps)
+        done.sealed_points += len(columns[0])
 
 
 def _mark(retention: Retention, now_ms: int) -> int:

@@ -168,6 +168,8 @@ _MIGRATIONS.append("""
     """)
 
 OPEN_TIMEOUT_S = 30.0
+RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass
+RELEASE_SLICES = 256  # at most 2 GB a pass; the next pass goes on
 
 
 class SqliteStore(SqlStore):
@@ -198,6 +200,9 @@ class SqliteStore(SqlStore):
             try:
                 # Switching a new file to WAL does not wait on a busy handler: when several
                 # processes create the store at once, the losers retry here.
+                # A new file gives back the pages that sealing and expiry free (_release_space):
+                # set before anything (WAL included) writes the file's header.
+                self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute("PRAGMA foreign_keys=ON")
@@ -253,6 +258,20 @@ class SqliteStore(SqlStore):
                 return self._db.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
+
+    def _release_space(self) -> None:
+        """Free pages back to the file system, a slice per transaction so that writers wait
+        milliseconds at most (files made before incremental vacuum keep reusing their free pages)."""
+        for _ in range(RELEASE_SLICES):
+            with self._lock:
+                try:
+                    if not self._db.execute("PRAGMA freelist_count").fetchone()[0]:
+                        return
+                    # A transaction of its own; through executescript, as the module's execute steps
+                    # this pragma once and so frees one page.
+                    self._db.executescript(f"PRAGMA incremental_vacuum({RELEASE_PAGES});")
+                except sqlite3.Error as exc:
+                    raise _translate(exc, self.path) from exc
 
     def _insert_chunks(self, sql: Sql, chunks: list[ChunkTuple]) -> None:
         sql.many("INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text) VALUES (?, ?, ?, ?, ?)",

@@ -1,0 +1,223 @@
+"""Metric series as a user writes them: bytes on disk against Parquet, and PutMetricData through the
+client against the store's own write path.
+
+The data: 100 series of 360,000 points each at 100 ms (10 hours; 36,000,000 samples at scale 1),
+half system-like (CPU and memory percentages with two decimals, byte counters, throughputs),
+half training-like (losses and accuracies with four decimals, a stepped learning rate, gradient
+norms), stored with SageMaker's retention off (``forever``), so that nothing expires.
+
+1. Bytes on disk. The series go in through ``Store.put_samples``, 50,000 samples a call (what the
+   job writer batches), into a fresh SQLite store; the file (with its write-ahead log) is measured
+   after every call (the peak), after the last one, and after a maintenance pass (at rest: what
+   it keeps, roll-ups included). Baseline: the same samples as one Parquet file (pyarrow:
+   series dictionary-encoded, timestamps DELTA_BINARY_PACKED, values BYTE_STREAM_SPLIT, zstd).
+   Targets: at most 2.5 bytes a sample at rest, at most 10 at the peak.
+2. PutMetricData. The first ``PUT_SAMPLES`` of the samples through ``trainmon.client
+   ("cloudwatch").put_metric_data``, 1,000 items a call (each a Value, with its series' name,
+   dimension, unit and timestamp: every series' next 10 points), against the store's write path
+   beneath it: the same samples, the same 1,000 a call, through ``Store.put_samples``. Targets: at
+   least half the store's rate (validation and conversion cost a small part of the write), and at
+   least 500,000 samples/s. The store's rate in calls of 50,000 is printed beside them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .common import Report, heading, rate, ratio_text, scratch_dir, table, timed
+
+SERIES = 100
+POINTS = 360_000
+TICK_MS = 100
+CALL_SAMPLES = 50_000
+ITEMS_PER_PUT = 1_000
+PUT_SAMPLES = 1_000_000
+REST_TARGET, PEAK_TARGET = 2.5, 10.0
+PUT_SHARE_TARGET, PUT_RATE_TARGET = 0.5, 500_000
+
+
+def _series(points: int) -> list[tuple[str, str, str, np.ndarray]]:
+    """(metric name, host, unit, values) of every series, values as printed (rounded)."""
+    rng = np.random.default_rng(11)
+    t = np.arange(points) / points
+    found = []
+    for index in range(SERIES // 2):
+        host = f"algo-{index % 8 + 1}"
+        kind = index % 5
+        if kind == 0:
+            values = np.clip(55 + 30 * np.sin(t * 40 + index) + rng.normal(0, 8, points), 0, 100).round(2)
+            found.append((f"CPUUtilization{index}", host, "Percent", values))
+        elif kind == 1:
+            values = np.clip(40 + 20 * t + rng.normal(0, 0.05, points).cumsum() / 50, 0, 100).round(2)
+            found.append((f"MemoryUtilization{index}", host, "Percent", values))
+        elif kind == 2:
+            values = (2e9 + np.cumsum(rng.integers(0, 4096, points))).astype(np.float64)
+            found.append((f"ResidentMemory{index}", host, "Bytes", values))
+        elif kind == 3:
+            values = np.where(rng.random(points) < 0.7, 0, rng.lognormal(15, 1.5, points)).round(0)
+            found.append((f"ProcessWriteThroughput{index}", host, "Bytes/Second", values))
+        else:
+            values = np.clip(rng.normal(8, 3, points), 0, None).round(2)
+            found.append((f"DiskUtilization{index}", host, "Percent", values))
+    for index in range(SERIES - SERIES // 2):
+        host = f"algo-{index % 8 + 1}"
+        kind = index % 4
+        if kind == 0:
+            values = (2.5 * np.exp(-3 * t) + 0.1 + rng.normal(0, 0.02, points)).round(4)
+            found.append((f"train_loss{index}", host, "None", values))
+        elif kind == 1:
+            values = np.clip(1 - 0.9 * np.exp(-4 * t) + rng.normal(0, 0.01, points), 0, 1).round(4)
+            found.append((f"train_accuracy{index}", host, "None", values))
+        elif kind == 2:
+            values = (0.1 * 0.5 ** np.floor(t * 5)).round(6)
+            found.append((f"learning_rate{index}", host, "None", values))
+        else:
+            values = np.abs(rng.normal(1.5, 0.6, points) * np.exp(-t)).round(6)
+            found.append((f"grad_norm{index}", host, "None", values))
+    return found
+
+
+def _calls(series: list[tuple[str, str, str, np.ndarray]], start_ms: int, points: int,
+           per_call: int = CALL_SAMPLES) -> list[list[Any]]:
+    """Store.put_samples calls of ``per_call`` samples: every series' next points, in time order."""
+    from trainmon.cloudwatch.model import MetricKey
+    from trainmon.cloudwatch.statistics import Sample
+
+    stamps = (start_ms + np.arange(points, dtype=np.int64) * TICK_MS).tolist()
+    step = max(1, per_call // len(series))
+    calls = []
+    for first in range(0, points, step):
+        items = []
+        for name, host, unit, values in series:
+            key = MetricKey("Bench/Series", name, (("Host", host),))
+            chunk = values[first:first + step].tolist()
+            items.append((key, 1, [Sample(stamp, 1.0, v, v, v, v, unit)
+                                   for stamp, v in zip(stamps[first:first + step], chunk, strict=True)]))
+        calls.append(items)
+    return calls
+
+
+def _file_bytes(home: Path) -> int:
+    return sum(path.stat().st_size for path in home.glob("trainmon.db*"))
+
+
+def _checkpointed_bytes(home: Path) -> int:
+    import sqlite3
+
+    db = sqlite3.connect(home / "trainmon.db")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    return _file_bytes(home)
+
+
+def _parquet_bytes(series: list[tuple[str, str, str, np.ndarray]], start_ms: int, points: int, path: Path) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stamps = start_ms + np.arange(points, dtype=np.int64) * TICK_MS
+    table_ = pa.table({
+        "series": pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.arange(len(series), dtype=np.int32), points)),
+                                                 pa.array([name for name, *_ in series])),
+        "timestamp_ms": pa.array(np.tile(stamps, len(series))),
+        "value": pa.array(np.concatenate([values for *_, values in series])),
+    })
+    pq.write_table(table_, path, compression="zstd", use_dictionary=["series"],
+                   column_encoding={"timestamp_ms": "DELTA_BINARY_PACKED", "value": "BYTE_STREAM_SPLIT"})
+    return path.stat().st_size
+
+
+def on_disk(report: Report, scale: float) -> None:
+    from trainmon.cloudwatch.retention import parse
+    from trainmon.store import open_store
+
+    points = max(3_600, int(POINTS * scale))
+    samples = points * SERIES
+    heading(f"Bytes on disk: {SERIES} series x {points:,} points at {TICK_MS} ms ({samples:,} samples)")
+    start_ms = (int(time.time()) - points * TICK_MS // 1000 - 3600) * 1000
+    series = _series(points)
+    with scratch_dir("series-") as home:
+        store = open_store(home, database_url="", retention=parse("forever"))
+        peak = 0
+        write_s = 0.0
+        for call in _calls(series, start_ms, points):
+            elapsed, _ = timed(lambda call=call: store.put_samples(call))
+            write_s += elapsed
+            peak = max(peak, _file_bytes(home))
+        after_ingest = _checkpointed_bytes(home)
+        maintain_s, _ = timed(lambda: store.maintain(int(time.time() * 1000) + 3_600_000))
+        at_rest = _checkpointed_bytes(home)
+        stored = store._read("SELECT sum(count) FROM chunks")[0][0]  # type: ignore[attr-defined]
+        report.check(stored == samples, f"every sample stored ({stored:,})")
+        parquet = _parquet_bytes(series, start_ms, points, home / "baseline.parquet")
+        store.close()
+    table(["form", "bytes", "bytes/sample"], [
+        ["trainmon, peak during ingest", f"{peak:,}", f"{peak / samples:.2f}"],
+        ["trainmon, after ingest", f"{after_ingest:,}", f"{after_ingest / samples:.2f}"],
+        ["trainmon, after maintenance (at rest)", f"{at_rest:,}", f"{at_rest / samples:.2f}"],
+        ["Parquet (baseline)", f"{parquet:,}", f"{parquet / samples:.2f}"],
+    ])
+    print(f"  ingest {rate(samples, write_s)} samples/s; maintenance {maintain_s:.1f} s")
+    report.absolute("bytes per sample at rest", f"{at_rest / samples:.2f} ({ratio_text(at_rest / parquet)} Parquet)",
+                    f"<= {REST_TARGET:g}", at_rest / samples <= REST_TARGET)
+    report.absolute("bytes per sample at the ingest peak", f"{peak / samples:.2f} ({ratio_text(peak / parquet)} "
+                    "Parquet)", f"<= {PEAK_TARGET:g}", peak / samples <= PEAK_TARGET)
+    report.ratio("bytes per sample after ingest / Parquet", after_ingest / parquet,
+                 detail=f"{after_ingest / samples:.2f} vs {parquet / samples:.2f}")
+
+
+def put_metric_data(report: Report, scale: float) -> None:
+    import trainmon
+    from trainmon.store import open_store
+
+    samples = max(100_000, int(PUT_SAMPLES * scale)) // ITEMS_PER_PUT * ITEMS_PER_PUT
+    points = samples // SERIES
+    heading(f"PutMetricData: {samples:,} samples, {ITEMS_PER_PUT:,} items a call, against Store.put_samples")
+    start_ms = (int(time.time()) - points * TICK_MS // 1000 - 3600) * 1000
+    series = _series(points)
+    with scratch_dir("put-") as work:
+        store = open_store(work / "store", database_url="")
+        calls = _calls(series, start_ms, points, ITEMS_PER_PUT)
+        store_s, _ = timed(lambda: [store.put_samples(call) for call in calls])
+        store.close()
+        large = open_store(work / "large", database_url="")
+        calls = _calls(series, start_ms, points)
+        large_s, _ = timed(lambda: [large.put_samples(call) for call in calls])
+        large.close()
+        requests = _requests(series, start_ms, points)
+        client = trainmon.client("cloudwatch", home=work / "client")
+        client_s, _ = timed(lambda: [client.put_metric_data(Namespace="Bench/Series", MetricData=data)
+                                     for data in requests])
+        stored = client.store._read("SELECT sum(count) FROM chunks")[0][0]
+        report.check(stored == samples, f"every datapoint stored through the client ({stored:,})")
+    table(["path", "seconds", "samples/s"], [
+        [f"Store.put_samples, {ITEMS_PER_PUT:,} a call (baseline)", f"{store_s:.2f}", rate(samples, store_s)],
+        [f"client put_metric_data, {ITEMS_PER_PUT:,} items a call", f"{client_s:.2f}", rate(samples, client_s)],
+        [f"Store.put_samples, {CALL_SAMPLES:,} a call", f"{large_s:.2f}", rate(samples, large_s)],
+    ])
+    share = store_s / client_s
+    report.ratio("PutMetricData through the client / the store's write path", share, f">= {PUT_SHARE_TARGET:g}x",
+                 share >= PUT_SHARE_TARGET)
+    report.absolute("PutMetricData through the client, samples/s", rate(samples, client_s),
+                    f">= {rate(PUT_RATE_TARGET, 1)}", samples / client_s >= PUT_RATE_TARGET)
+
+
+def _requests(series: list[tuple[str, str, str, np.ndarray]], start_ms: int, points: int) -> list[list[dict[str, Any]]]:
+    """PutMetricData's MetricData lists of ITEMS_PER_PUT items, every series' next points in turn."""
+    items: list[dict[str, Any]] = []
+    for index in range(points):
+        stamp = (start_ms + index * TICK_MS) / 1000
+        for name, host, unit, values in series:
+            items.append({"MetricName": name, "Dimensions": [{"Name": "Host", "Value": host}], "Unit": unit,
+                          "Timestamp": stamp, "Value": float(values[index]), "StorageResolution": 1})
+    return [items[first:first + ITEMS_PER_PUT] for first in range(0, len(items), ITEMS_PER_PUT)]
+
+
+def run(scale: float) -> Report:
+    report = Report("series")
+    on_disk(report, scale)
+    put_metric_data(report, scale)
+    return report
