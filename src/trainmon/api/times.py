@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import ValidationException
+from ..cloudwatch.model import epoch_seconds
+from ..errors import InvalidParameterValue, ValidationException
 
 _DOC_TIMES = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
 
@@ -18,17 +19,11 @@ def as_datetime(epoch_s: float) -> datetime:
 
 
 def epoch_s(value: Any, field: str) -> float:
-    """A request's time as epoch seconds; a datetime without a zone is UTC, as botocore reads it."""
-    if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return epoch_s(datetime.fromisoformat(value.replace("Z", "+00:00")), field)
-        except ValueError:
-            pass
-    raise ValidationException(f"{field} must be a timestamp: a datetime, epoch seconds or ISO 8601 text.")
+    """A request's time as epoch seconds (CloudWatch's reading of it, with SageMaker's error)."""
+    try:
+        return epoch_seconds(value, field)
+    except InvalidParameterValue:
+        raise ValidationException(f"{field} must be a timestamp: a datetime, epoch seconds or ISO 8601 text.") from None
 
 
 def as_datetimes(doc: Mapping[str, Any]) -> dict[str, Any]:

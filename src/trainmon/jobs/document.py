@@ -109,7 +109,9 @@ class UnstoredOutput(TypedDict):
     Reason: str
 
 
-class JobDocument(TypedDict):
+class SageMakerFields(TypedDict):
+    """What the stored document and DescribeTrainingJob's answer both hold: SageMaker's fields."""
+
     TrainingJobName: str
     TrainingJobArn: str
     TrainingJobStatus: str
@@ -130,17 +132,22 @@ class JobDocument(TypedDict):
     EnableInterContainerTrafficEncryption: bool
     EnableManagedSpotTraining: bool
     ProfilerConfig: ProfilerConfig
-    TrainmonConfig: TrainmonConfig
     TrainingStartTime: NotRequired[float]
     TrainingEndTime: NotRequired[float]
     TrainingTimeInSeconds: NotRequired[int]
     BillableTimeInSeconds: NotRequired[int]
     FailureReason: NotRequired[str]
-    UnstoredOutput: NotRequired[UnstoredOutput]
     Tags: NotRequired[list[dict[str, str]]]
     CheckpointConfig: NotRequired[dict[str, Any]]
     DebugHookConfig: NotRequired[dict[str, Any]]
     ExperimentConfig: NotRequired[dict[str, Any]]
+
+
+class JobDocument(SageMakerFields):
+    """The job as stored: SageMaker's fields and trainmon's own."""
+
+    TrainmonConfig: TrainmonConfig
+    UnstoredOutput: NotRequired[UnstoredOutput]
 
 
 class SupervisorIdentity(TypedDict):
@@ -158,38 +165,9 @@ class FinalMetric(TypedDict):
     Timestamp: float
 
 
-class Description(TypedDict):
+class Description(SageMakerFields):
     """DescribeTrainingJob's answer, times in epoch seconds (the operations layer turns them into
     datetimes, boto3's type): the document without trainmon's own fields, with the final metrics."""
 
-    TrainingJobName: str
-    TrainingJobArn: str
-    TrainingJobStatus: str
-    SecondaryStatus: str
-    AlgorithmSpecification: AlgorithmSpecification
-    RoleArn: str
-    HyperParameters: dict[str, str]
-    InputDataConfig: list[Channel]
-    OutputDataConfig: OutputDataConfig
-    ResourceConfig: ResourceConfig
-    StoppingCondition: StoppingCondition
-    Environment: dict[str, str]
-    ModelArtifacts: ModelArtifacts
-    CreationTime: float
-    LastModifiedTime: float
-    SecondaryStatusTransitions: list[Transition]
-    EnableNetworkIsolation: bool
-    EnableInterContainerTrafficEncryption: bool
-    EnableManagedSpotTraining: bool
-    ProfilerConfig: ProfilerConfig
     ProfilingStatus: str
     FinalMetricDataList: list[FinalMetric]
-    TrainingStartTime: NotRequired[float]
-    TrainingEndTime: NotRequired[float]
-    TrainingTimeInSeconds: NotRequired[int]
-    BillableTimeInSeconds: NotRequired[int]
-    FailureReason: NotRequired[str]
-    Tags: NotRequired[list[dict[str, str]]]
-    CheckpointConfig: NotRequired[dict[str, Any]]
-    DebugHookConfig: NotRequired[dict[str, Any]]
-    ExperimentConfig: NotRequired[dict[str, Any]]
