@@ -205,6 +205,30 @@ def test_an_escaped_child_holding_stdout_does_not_hold_the_job(home: Path, tmp_p
     assert run_cli("logs", "escaper", check=True).stdout == "done\n"
 
 
+def test_a_double_forked_daemon_is_ended_with_the_job(home: Path, script, tmp_path: Path) -> None:
+    """A daemon the classic way (fork, setsid, fork again, the middle one exits) leaves the job's
+    process tree and its session; it is still the job's, and ends with it."""
+    pid_file = tmp_path / "daemon"
+    train = script(
+        f"""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                open({str(pid_file)!r}, "w").write(str(os.getpid()))
+                time.sleep(600)
+            os._exit(0)
+        while not os.path.exists({str(pid_file)!r}):
+            time.sleep(0.01)
+        print("daemon started", flush=True)
+        """
+    )
+    result = run_cli("run", "--name", "daemonized", "--", PY, str(train), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not alive(int(pid_file.read_text()))
+    assert describe("daemonized")["TrainingJobStatus"] == "Completed"
+
+
 def test_stop_ends_a_job_whose_child_escaped_its_session(home: Path, script, tmp_path: Path) -> None:
     pid_file = tmp_path / "escaped"
     train = script(
