@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -131,9 +132,17 @@ open(count, "w").write(str(lines))
 """
 
 
+class Outcome(NamedTuple):
+    printed: int  # lines the job printed
+    status: str
+    records: int  # records stored
+    points: int  # metric points stored
+    messages: str  # what trainmon printed on stderr
+
+
 def _outage(started: list, tmp_path: Path, name: str, env: dict[str, str], stop_store: Callable[[], None],
-            restart_store: Callable[[], None]) -> None:
-    """A job prints through an outage of the store; afterwards every line it printed is stored."""
+            restart_store: Callable[[], None]) -> Outcome:
+    """A job prints through an outage of the store; returns what it printed and what was stored."""
     job = tmp_path / f"{name}.py"
     job.write_text(COUNTING_JOB)
     stop, count = tmp_path / f"{name}.stop", tmp_path / f"{name}.count"
@@ -154,15 +163,18 @@ def _outage(started: list, tmp_path: Path, name: str, env: dict[str, str], stop_
         stop.touch()
         _, errors = process.communicate(timeout=300)
         assert process.returncode == 0, errors
-        printed = int(count.read_text())
         job_row = reader.get_job(name)
-        assert job_row.status == "Completed"
         (stream,) = reader.streams(job_row.id)
-        assert stream.records == printed
-        assert len(reader.points(job_row.id)) == printed
-        assert "the store accepts writes again; nothing was lost" in errors
+        return Outcome(int(count.read_text()), job_row.status, stream.records, len(reader.points(job_row.id)), errors)
     finally:
         reader.close()
+
+
+def _assert_nothing_lost(outcome: Outcome) -> None:
+    assert outcome.status == "Completed"
+    assert outcome.records == outcome.printed
+    assert outcome.points == outcome.printed
+    assert "the store accepts writes again; nothing was lost" in outcome.messages
 
 
 @pytest.mark.timeout(600)
@@ -172,7 +184,9 @@ def test_a_postgres_outage_of_a_minute_loses_nothing_and_ends_nothing(started, t
         server.admin("CREATE DATABASE outage TEMPLATE template0")
         home = tmp_path / "home"
         env = {"TRAINMON_HOME": str(home), "TRAINMON_DATABASE_URL": server.url("outage")}
-        _outage(started, tmp_path, "pg-outage", env, server.stop, server.start)
+        outcome = _outage(started, tmp_path, "pg-outage", env, server.stop, server.start)
+    assert outcome.printed > 20
+    _assert_nothing_lost(outcome)
 
 
 @pytest.mark.timeout(600)
@@ -189,7 +203,9 @@ def test_sqlite_locked_for_a_minute_loses_nothing_and_ends_nothing(started, tmp_
     def unlock() -> None:
         holder.pop().execute("ROLLBACK")
 
-    _outage(started, tmp_path, "sqlite-lock", {"TRAINMON_HOME": str(home)}, lock, unlock)
+    outcome = _outage(started, tmp_path, "sqlite-lock", {"TRAINMON_HOME": str(home)}, lock, unlock)
+    assert outcome.printed > 20
+    _assert_nothing_lost(outcome)
 
 
 # -- 3. a host's main process ends its capture; stop always reaches Stopped ----------------------

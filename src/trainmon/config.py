@@ -25,6 +25,11 @@ def jobs_dir(root: Path | None = None) -> Path:
     return (root or home()) / "jobs"
 
 
+def job_dir(root: Path | None, name: str) -> Path:
+    """A job's own directory: its hosts' contract directories, its spool, a detached supervisor's log."""
+    return jobs_dir(root) / name
+
+
 def output_dir(root: Path | None = None) -> Path:
     return (root or home()) / "output"
 

@@ -143,7 +143,7 @@ def delete_training_job(store: Store, *, TrainingJobName: Any = None, **unsuppor
     if row.status not in TERMINAL:
         raise ResourceInUse(f"Training job {TrainingJobName} is {row.status}; stop it before deleting it.")
     store.delete_job(TrainingJobName)
-    shutil.rmtree(config.jobs_dir(store.home) / TrainingJobName, ignore_errors=True)  # frees the name fully
+    shutil.rmtree(config.job_dir(store.home, TrainingJobName), ignore_errors=True)  # frees the name fully
     return {}
 
 
