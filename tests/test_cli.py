@@ -184,3 +184,72 @@ def test_the_demo_runs_a_real_job_with_live_metrics(home: Path) -> None:
     assert {m["MetricName"] for m in doc["FinalMetricDataList"]} == {
         "train:error", "validation:error", "train:loss", "validation:rmse", "epoch:progress"}
     assert doc["HyperParameters"] == {"epochs": "2", "learning_rate": "0.5", "batch_size": "64"}
+
+
+def test_the_cli_starts_without_lark_or_regex() -> None:
+    """Metric math's parser (lark) and the time-limited regex engine are loaded when first needed,
+    not by every command at start."""
+    code = "import sys, trainmon.cli; print(sorted({'lark', 'regex'} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_describe_shows_the_command_each_host_ran(home: Path, tmp_path: Path) -> None:
+    """The Command the job stored (what its hosts run), not the request's fields: a directory image
+    runs its train, a command-line image is split into arguments."""
+    from trainmon.api.sagemaker import register_job
+    from trainmon.cli.jobs import describe_text
+
+    image = tmp_path / "image"
+    image.mkdir()
+    (image / "train").write_text(f"#!{PY}\nprint('hi')\n")
+    (image / "train").chmod(0o755)
+    db = open_store(home)
+    try:
+        for name, algorithm, shown in [
+            ("from-directory", {"TrainingImage": str(image)}, str((image / "train").resolve())),
+            ("from-command-line", {"TrainingImage": "python3 train.py --note 'two words'"},
+             "python3 train.py --note 'two words'"),
+            ("from-entrypoint", {"ContainerEntrypoint": ["python3", "-c", "print(1)"], "ContainerArguments": ["x"]},
+             "python3 -c 'print(1)' x"),
+        ]:
+            register_job(db, {"TrainingJobName": name, "ProfilerConfig": {"DisableProfiler": True},
+                              "AlgorithmSpecification": {"TrainingInputMode": "File", **algorithm}})
+            facts = dict(line.strip().split("  ", 1) for line in describe_text(db, name).splitlines()[1:5])
+            assert facts["Command"].strip() == shown
+    finally:
+        db.close()
+
+
+def test_describe_reads_the_job_once(home: Path, monkeypatch) -> None:
+    """``trainmon describe`` shows DescribeTrainingJob and DescribeJobMetrics from one read of the job:
+    orphans reaped once, the job and its final metrics read once."""
+    from trainmon.api import sagemaker
+    from trainmon.api.sagemaker import register_job
+    from trainmon.cli.jobs import describe_text
+    from trainmon.store import Batch
+
+    db = open_store(home)
+    try:
+        job = register_job(db, {"TrainingJobName": "once", "ProfilerConfig": {"DisableProfiler": True},
+                                "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}})
+        stream = db.add_stream(job.id, "algo-1", "once/algo-1-1", 1000)
+        db.write_batch(Batch(job.id, chunks=[(stream.id, 0, 1, 1000, "loss=0.5")], stream_stats={stream.id: (1, 9, 1000)},
+                             points=[("loss", 1000, 0.5, "algo-1", stream.id, 0)]))
+        calls: dict[str, int] = {}
+
+        def counted(name: str, call):
+            def wrapper(*args, **kwargs):
+                calls[name] = calls.get(name, 0) + 1
+                return call(*args, **kwargs)
+            return wrapper
+
+        monkeypatch.setattr(sagemaker.orphans, "reap_orphans", counted("reap_orphans", sagemaker.orphans.reap_orphans))
+        monkeypatch.setattr(db, "get_job", counted("get_job", db.get_job))
+        monkeypatch.setattr(db, "final_metrics", counted("final_metrics", db.final_metrics))
+        text = describe_text(db, "once")
+        assert calls == {"reap_orphans": 1, "get_job": 1, "final_metrics": 1}
+        (row,) = [line.split() for line in text.splitlines() if line.strip().startswith("loss")]
+        assert row[:2] == ["loss", "0.5"]  # the final value, from FinalMetricDataList
+    finally:
+        db.close()

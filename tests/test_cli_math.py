@@ -174,6 +174,34 @@ def test_every_page_of_a_long_answer_is_read(store, cw) -> None:
     assert [r["Timestamps"] for r in paged] == [r["Timestamps"] for r in whole]
 
 
+def test_a_long_answer_is_computed_once_and_then_paged(store, cw, monkeypatch) -> None:
+    from trainmon.api.cloudwatch import all_metric_data, get_metric_data
+
+    start = minute_start(90)
+    put(cw, "loss", ("Run", "r"), start, {m: [float(m)] for m in range(40)})
+    metric = {"Namespace": JOB_NAMESPACE, "MetricName": "loss", "Dimensions": [{"Name": "Run", "Value": "r"}]}
+    request = {"MetricDataQueries": [{"Id": "m", "MetricStat": {"Metric": metric, "Period": 60, "Stat": "Sum"}}],
+               "StartTime": start, "EndTime": start + 2400, "ScanBy": "TimestampAscending"}
+    reads: list[str] = []
+
+    def counted(name: str):
+        read = getattr(store, name)
+
+        def wrapper(*args, **kwargs):
+            reads.append(name)
+            return read(*args, **kwargs)
+        return wrapper
+
+    for method in ("metric_columns", "metric_rollups"):
+        monkeypatch.setattr(store, method, counted(method))
+    assert "NextToken" in get_metric_data(store, **request, MaxDatapoints=7)
+    one_page = sorted(reads)
+    reads.clear()
+    paged = all_metric_data(store, **request, MaxDatapoints=7)  # six pages
+    assert sorted(reads) == one_page == ["metric_columns", "metric_rollups"]
+    assert paged[0]["Values"] == [float(m) for m in range(40)]
+
+
 # -- errors: CloudWatch's codes and columns, worded with the flags the user typed ---------------------
 
 

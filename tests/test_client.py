@@ -193,3 +193,84 @@ def test_list_pagination_and_filters(home: Path, script) -> None:
     for n in range(3):
         sm.get_waiter("training_job_completed_or_stopped").wait(
             TrainingJobName=f"page-{n}", WaiterConfig={"Delay": 0.2, "MaxAttempts": 200})
+
+
+@pytest.mark.parametrize("operation", ["describe_job_metrics", "get_job_metric_points", "list_job_system_metrics",
+                                       "get_job_log_records", "test_metric_definitions", "get_profile_summary",
+                                       "maintain_store"])
+def test_trainmon_operations_refuse_unknown_parameters_as_sagemaker_does(home: Path, operation: str) -> None:
+    tm = trainmon.client("trainmon")
+    with pytest.raises(ValidationException) as info:
+        getattr(tm, operation)(Foo=1, Bar=2)
+    assert info.value.message == "Unknown parameter(s) in input: Bar, Foo."
+    if operation == "describe_job_metrics":  # before the job is looked up
+        with pytest.raises(ValidationException, match=r"Unknown parameter\(s\) in input: Foo\."):
+            tm.describe_job_metrics(TrainingJobName="x", Foo=1)
+
+
+@pytest.mark.parametrize(("service", "operation", "request_", "error"), [
+    ("cloudwatch", "list_metrics", {"NextToken": 5}, "InvalidParameterValue"),
+    ("sagemaker", "list_training_jobs", {"NextToken": 5}, "ValidationException"),
+    ("logs", "describe_log_streams", {"logGroupName": "/aws/sagemaker/TrainingJobs", "nextToken": 5},
+     "InvalidParameterException"),
+])
+def test_a_page_token_that_is_not_a_string_is_refused_in_the_services_words(home: Path, service: str, operation: str,
+                                                                            request_: dict[str, Any], error: str) -> None:
+    with pytest.raises(trainmon.TrainmonError) as info:
+        getattr(trainmon.client(service), operation)(**request_)
+    assert info.value.response["Error"] == {
+        "Code": error,
+        "Message": "1 validation error detected: Value 5 at 'nextToken' failed to satisfy constraint: Member must be "
+                   "a string"}
+    again = {**request_, ("nextToken" if service == "logs" else "NextToken"): "garbage"}
+    assert getattr(trainmon.client(service), operation)(**again)  # text that is no offset: the first page, as before
+
+
+def test_clients_answer_can_paginate_as_boto3_clients_do(home: Path) -> None:
+    """boto3's clients have can_paginate (code asks it before get_paginator); no operation here has a
+    paginator, so each answers False and code pages with the tokens."""
+    import botocore.client
+
+    assert hasattr(botocore.client.BaseClient, "can_paginate")
+    for service, operation in [("sagemaker", "list_training_jobs"), ("cloudwatch", "list_metrics"),
+                               ("logs", "describe_log_streams"), ("trainmon", "get_job_log_records")]:
+        assert trainmon.client(service).can_paginate(operation) is False
+
+
+def test_list_status_filter_takes_every_primary_status() -> None:
+    from trainmon.api.sagemaker import STATUSES
+    from trainmon.jobs.status import ACTIVE, TERMINAL
+
+    assert sorted(STATUSES) == sorted((*ACTIVE, *TERMINAL))
+
+
+def test_filter_log_events_reads_each_stream_in_pages_that_start_at_the_limit(store, monkeypatch) -> None:
+    """A first page of one event reads a record or two of each stream, not tens of thousands; a
+    filter that passes over many records reads on in growing pages and still finds its match."""
+    from trainmon.api.logs import LOG_GROUP, filter_log_events
+    from trainmon.api.sagemaker import register_job
+    from trainmon.store import Batch
+
+    job = register_job(store, {"TrainingJobName": "many", "ProfilerConfig": {"DisableProfiler": True},
+                               "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}})
+    for host in ("algo-1", "algo-2"):
+        stream = store.add_stream(job.id, host, f"many/{host}-1", 1000)
+        text = "\n".join(f"{host} record {i}" for i in range(1000))
+        store.write_batch(Batch(job.id, chunks=[(stream.id, 0, 1000, 1000 + (host == "algo-2"), text)],
+                                stream_stats={stream.id: (1000, len(text) + 1, 1000)}))
+    limits: list[int] = []
+    events = store.events
+
+    def counted(stream_id: int, **kwargs: Any) -> Any:
+        limits.append(kwargs["limit"])
+        return events(stream_id, **kwargs)
+
+    monkeypatch.setattr(store, "events", counted)
+    first = filter_log_events(store, logGroupName=LOG_GROUP, limit=1)
+    assert [e["message"] for e in first["events"]] == ["algo-1 record 0"] and "nextToken" in first
+    assert limits == [1, 1, 2]  # each stream's first page, then algo-1's next (to see that more remain)
+    limits.clear()
+    late = filter_log_events(store, logGroupName=LOG_GROUP, logStreamNames=["many/algo-2-1"],
+                             filterPattern='"record 999"', limit=1)
+    assert [e["message"] for e in late["events"]] == ["algo-2 record 999"]
+    assert limits[:4] == [1, 2, 4, 8] and max(limits) <= 1024

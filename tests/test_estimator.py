@@ -154,3 +154,11 @@ def test_documented_example_runs(home: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "final train:error 0.3277" in result.stdout
     assert "Completed - Training job completed" in result.stdout
+
+
+def test_the_sessions_sagemaker_client_is_the_sdks(tmp_path: Path) -> None:
+    """Scripts written for the SageMaker SDK call ``session.sagemaker_client``: a SageMaker client
+    on the session's store."""
+    session = Session(tmp_path / "home")
+    assert session.sagemaker_client.store is session.store
+    assert session.sagemaker_client.list_training_jobs()["TrainingJobSummaries"] == []

@@ -6,6 +6,7 @@
     ├── ResourceInUse                   ResourceInUse            400
     ├── ConflictException               ConflictException        409
     ├── StoreError                      InternalFailure          500
+    │   ├── StoreFull                   InternalFailure          500
     │   └── DuplicateKey                InternalFailure          500
     ├── WaiterError                     WaiterError
     ├── CloudWatchError                 (CloudWatch query codes) 400
@@ -78,6 +79,10 @@ class ConflictException(TrainmonError):
 class StoreError(TrainmonError):
     code = "InternalFailure"
     http_status = 500
+
+
+class StoreFull(StoreError):
+    """The disk holding the store is full: what is written next fails until space is freed."""
 
 
 class DuplicateKey(StoreError):

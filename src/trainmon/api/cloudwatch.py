@@ -15,7 +15,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
@@ -42,16 +41,18 @@ from ..cloudwatch.model import (
 )
 from ..cloudwatch.statistics import (
     STATISTICS,
-    Columns,
     aggregate_columns,
     aggregate_rollups,
     aligned_start,
     check_datapoint_count,
     check_period,
+    concat_columns,
     percentile_of,
 )
 from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
 from ..store import Store
+from .shapes import offset_page, refuse_unknown
+from .times import as_datetime
 
 LIST_PAGE = 500
 RECENT_S = 3 * 3600
@@ -64,13 +65,9 @@ _QUERY_FIELDS = ("Id", "MetricStat", "Expression", "Label", "ReturnData", "Perio
 _T = TypeVar("_T")
 
 
-def _datetime(epoch_s: float) -> datetime:
-    return datetime.fromtimestamp(epoch_s, tz=UTC)
-
-
 def put_metric_data(store: Store, *, Namespace: str | None = None, MetricData: list[dict[str, Any]] | None = None,
                     **unsupported: Any) -> dict[str, Any]:
-    _refuse(unsupported, allowed=("EntityMetricData", "StrictEntityValidation"))
+    refuse_unknown(unsupported, InvalidParameterValue, allowed=("EntityMetricData", "StrictEntityValidation"))
     items = parse_put(Namespace, MetricData, time.time())
     store.put_samples(items)
     return {}
@@ -90,7 +87,7 @@ def get_metric_statistics(
     Unit: str | None = None,
     **unsupported: Any,
 ) -> dict[str, Any]:
-    _refuse(unsupported)
+    refuse_unknown(unsupported, InvalidParameterValue)
     key = MetricKey(check_namespace(Namespace), check_metric_name(MetricName),
                     check_dimensions(Dimensions, "Dimensions"))  # type: ignore[arg-type]
     start_s, end_s = _time_range(StartTime, EndTime)
@@ -114,7 +111,7 @@ def metric_statistics(store: Store, key: MetricKey, start_s: float, end_s: float
     check_datapoint_count(start, end_s, period)
     datapoints = _datapoints(store, key, int(start * 1000), int(end_s * 1000), period, statistics, percentiles, unit)
     for point in datapoints:
-        point["Timestamp"] = _datetime(point["Timestamp"])
+        point["Timestamp"] = as_datetime(point["Timestamp"])
     return datapoints
 
 
@@ -131,28 +128,50 @@ def get_metric_data(
     **unsupported: Any,
 ) -> dict[str, Any]:
     """Metrics and metric math over them, paginated by datapoints (docs/metrics.md)."""
-    _refuse(unsupported)
+    pages, start = _pages(store, NextToken, MetricDataQueries=MetricDataQueries, StartTime=StartTime, EndTime=EndTime,
+                          ScanBy=ScanBy, MaxDatapoints=MaxDatapoints, LabelOptions=LabelOptions, **unsupported)
+    return pages.page(start)
+
+
+def all_metric_data(store: Store, *, NextToken: str | None = None, **request: Any) -> list[dict[str, Any]]:
+    """Every page of a GetMetricData answer (MaxDatapoints a page), joined into one list of results:
+    the queries computed once, then paged."""
+    pages, start = _pages(store, NextToken, **request)
+    response = pages.page(start)
+    results: list[dict[str, Any]] = response["MetricDataResults"]
+    while "NextToken" in response:
+        start += pages.limit
+        response = pages.page(start)
+        for whole, page in zip(results, response["MetricDataResults"], strict=True):
+            whole["Timestamps"] += page["Timestamps"]
+            whole["Values"] += page["Values"]
+    return results
+
+
+def _pages(
+    store: Store,
+    token: str | None,
+    *,
+    MetricDataQueries: list[dict[str, Any]] | None = None,
+    StartTime: Any = None,
+    EndTime: Any = None,
+    ScanBy: str | None = None,
+    MaxDatapoints: int | None = None,
+    LabelOptions: dict[str, Any] | None = None,
+    **unsupported: Any,
+) -> tuple[_Pages, int]:
+    """A GetMetricData request checked (its NextToken before any query is computed), its results
+    computed, as pages; and where the page that ``token`` asks for starts."""
+    refuse_unknown(unsupported, InvalidParameterValue)
     queries, order = _data_queries(MetricDataQueries)
     start_s, end_s = _time_range(StartTime, EndTime)
     descending = _scan_descending(ScanBy)
     limit = _max_datapoints(MaxDatapoints)
     _check_label_options(LabelOptions)
     fingerprint = _fingerprint(MetricDataQueries, start_s, end_s, descending)
-    after = _cursor(NextToken, fingerprint) if NextToken is not None else None
-    results = _results(store, queries, order, start_s, end_s, time.time())
-    return _page(results, descending=descending, limit=limit, after=after, fingerprint=fingerprint)
-
-
-def all_metric_data(store: Store, **request: Any) -> list[dict[str, Any]]:
-    """Every page of a GetMetricData answer (MaxDatapoints a page), joined into one list of results."""
-    response = get_metric_data(store, **request)
-    results: list[dict[str, Any]] = response["MetricDataResults"]
-    while "NextToken" in response:
-        response = get_metric_data(store, **request, NextToken=response["NextToken"])
-        for whole, page in zip(results, response["MetricDataResults"], strict=True):
-            whole["Timestamps"] += page["Timestamps"]
-            whole["Values"] += page["Values"]
-    return results
+    after = _cursor(token, fingerprint) if token is not None else None
+    pages = _Pages(_results(store, queries, order, start_s, end_s, time.time()), descending, limit, fingerprint)
+    return pages, pages.start(after)
 
 
 def _results(store: Store, queries: list[DataQuery], order: list[str], start_s: float, end_s: float,
@@ -204,19 +223,8 @@ def _datapoints(store: Store, key: MetricKey, start_ms: int, end_ms: int, period
         return aggregate_rollups(rollups, **arguments)
     columns = store.metric_columns(key, start_ms, end_ms)
     if any_unit and columns:
-        columns = {"None": _joined(list(columns.values()))}
+        columns = {"None": concat_columns(list(columns.values()))}
     return aggregate_columns(columns, **arguments)
-
-
-def _joined(parts: list[Columns]) -> Columns:
-    """Columns of several units as one, in time order."""
-    import numpy as np
-
-    if len(parts) == 1:
-        return parts[0]
-    joined = [np.concatenate([getattr(part, field) for part in parts]) for field in Columns._fields]
-    order = np.argsort(joined[0], kind="stable")
-    return Columns(*(column[order] for column in joined))
 
 
 def _stat_points(store: Store, stat: MetricStat, start_ms: int, end_ms: int) -> dict[int, float]:
@@ -241,7 +249,7 @@ def list_metrics(
     RecentlyActive: str | None = None,
     **unsupported: Any,
 ) -> dict[str, Any]:
-    _refuse(unsupported, allowed=("IncludeLinkedAccounts", "OwningAccount"))
+    refuse_unknown(unsupported, InvalidParameterValue, allowed=("IncludeLinkedAccounts", "OwningAccount"))
     if Namespace is not None:
         check_namespace(Namespace)
     if MetricName is not None:
@@ -257,10 +265,10 @@ def list_metrics(
         present = dict(key.dimensions)
         if all(name in present and (value is None or present[name] == value) for name, value in wanted):
             metrics.append(key.to_api())
-    start = int(NextToken) if NextToken and NextToken.isdigit() else 0
-    result: dict[str, Any] = {"Metrics": metrics[start:start + LIST_PAGE]}
-    if start + LIST_PAGE < len(metrics):
-        result["NextToken"] = str(start + LIST_PAGE)
+    page, token = offset_page(metrics, NextToken, LIST_PAGE, InvalidParameterValue)
+    result: dict[str, Any] = {"Metrics": page}
+    if token is not None:
+        result["NextToken"] = token
     return result
 
 
@@ -282,12 +290,6 @@ def _check_percentiles(extended: list[str]) -> None:
         raise InvalidParameterValue("The parameter ExtendedStatistics takes 1 to 10 percentiles.")
     for stat in extended:
         percentile_of(stat)
-
-
-def _refuse(unsupported: dict[str, Any], allowed: tuple[str, ...] = ()) -> None:
-    unknown = sorted(set(unsupported) - set(allowed))
-    if unknown:
-        raise InvalidParameterValue(f"Unknown parameter(s): {', '.join(unknown)}.")
 
 
 # -- GetMetricData -----------------------------------------------------------------------------
@@ -359,9 +361,7 @@ def _data_query(item: Any, where: str) -> DataQuery:
 def _structure(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidParameterValue(f"The parameter {where} must be a structure.")
-    unknown = sorted(set(value) - set(allowed))
-    if unknown:
-        raise InvalidParameterValue(f"Unknown parameter(s) in {where}: {', '.join(map(str, unknown))}.")
+    refuse_unknown(value, InvalidParameterValue, allowed=allowed, where=where)
     return value
 
 
@@ -478,36 +478,53 @@ def _slots(start_s: float, end_s: float, now_s: float, period: int) -> range:
 # -- pagination: MaxDatapoints points a page, newest (or oldest) first across all results --------
 
 
-def _page(results: list[tuple[str, str, Series]], *, descending: bool, limit: int, after: tuple[int, int] | None,
-          fingerprint: str) -> dict[str, Any]:
-    def order(entry: tuple[int, int]) -> tuple[int, int]:
-        timestamp, index = entry
-        return (-timestamp if descending else timestamp, index)
+class _Pages:
+    """The datapoints of every result in page order (by time, newest first unless ascending, then
+    by result), ``limit`` a page."""
 
-    entries = sorted(((t, index) for index, (_, _, series) in enumerate(results) for t in series.points), key=order)
-    start = bisect.bisect_right([order(entry) for entry in entries], order(after)) if after is not None else 0
-    page, rest = entries[start:start + limit], entries[start + limit:]
-    chosen: dict[int, list[int]] = {}
-    for timestamp, index in page:
-        chosen.setdefault(index, []).append(timestamp)
-    remaining = {index for _, index in rest}
-    response: dict[str, Any] = {
-        "MetricDataResults": [
-            _result(query_id, label, series, chosen.get(index, []), index in remaining)
-            for index, (query_id, label, series) in enumerate(results)
-        ],
-        "Messages": [],
-    }
-    if rest:
-        response["NextToken"] = _token(page[-1], fingerprint)
-    return response
+    def __init__(self, results: list[tuple[str, str, Series]], descending: bool, limit: int, fingerprint: str) -> None:
+        self.results = results
+        self.descending = descending
+        self.limit = limit
+        self.fingerprint = fingerprint
+        self.entries = sorted(((t, index) for index, (_, _, series) in enumerate(results) for t in series.points),
+                              key=self._order)
+        self.last = {index: position for position, (_, index) in enumerate(self.entries)}  # each result's last entry
+
+    def _order(self, entry: tuple[int, int]) -> tuple[int, int]:
+        timestamp, index = entry
+        return (-timestamp if self.descending else timestamp, index)
+
+    def start(self, after: tuple[int, int] | None) -> int:
+        """Where the page after the entry ``after`` (a NextToken's) starts."""
+        if after is None:
+            return 0
+        return bisect.bisect_right([self._order(entry) for entry in self.entries], self._order(after))
+
+    def page(self, start: int) -> dict[str, Any]:
+        """The response whose datapoints start at entry ``start``."""
+        end = start + self.limit
+        page = self.entries[start:end]
+        chosen: dict[int, list[int]] = {}
+        for timestamp, index in page:
+            chosen.setdefault(index, []).append(timestamp)
+        response: dict[str, Any] = {
+            "MetricDataResults": [
+                _result(query_id, label, series, chosen.get(index, []), self.last.get(index, -1) >= end)
+                for index, (query_id, label, series) in enumerate(self.results)
+            ],
+            "Messages": [],
+        }
+        if end < len(self.entries):
+            response["NextToken"] = _token(page[-1], self.fingerprint)
+        return response
 
 
 def _result(query_id: str, label: str, series: Series, timestamps: list[int], partial: bool) -> dict[str, Any]:
     return {
         "Id": query_id,
         "Label": label,
-        "Timestamps": [_datetime(t / 1000) for t in timestamps],
+        "Timestamps": [as_datetime(t / 1000) for t in timestamps],
         "Values": [series.points[t] for t in timestamps],
         "StatusCode": "PartialData" if partial else "Complete",
         "Messages": [],

@@ -19,10 +19,11 @@ from ..errors import InvalidParameterException, LogResourceNotFound
 from ..jobs.document import ACCOUNT, REGION
 from ..parsing.framing import escape
 from ..store import EventRow, Store, StreamRow
+from .shapes import offset_page, refuse_unknown
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 MAX_EVENTS = 10_000
-_PAGE_RECORDS = 50_000  # records read from a stream at once (a flood's chunk holds about 16,000)
+_PAGE_RECORDS = 50_000  # the most records read from a stream at once (a flood's chunk holds about 16,000)
 
 
 def describe_log_streams(
@@ -37,7 +38,7 @@ def describe_log_streams(
     limit: Any = 50,
     **unsupported: Any,
 ) -> dict[str, Any]:
-    _refuse(unsupported)
+    refuse_unknown(unsupported, InvalidParameterException)
     _check_group(logGroupName, logGroupIdentifier)
     if orderBy not in ("LogStreamName", "LastEventTime"):
         raise InvalidParameterException("orderBy must be LogStreamName or LastEventTime.")
@@ -51,10 +52,10 @@ def describe_log_streams(
         streams.sort(key=lambda s: s.last_event_ms or 0)
     if descending:
         streams.reverse()
-    start = int(nextToken) if isinstance(nextToken, str) and nextToken.isdigit() else 0
-    result: dict[str, Any] = {"logStreams": [_stream(s) for s in streams[start:start + limit]]}
-    if start + limit < len(streams):  # only when more remain: the SageMaker SDK loops on a stale token
-        result["nextToken"] = str(start + limit)
+    page, token = offset_page(streams, nextToken, limit, InvalidParameterException, "nextToken")
+    result: dict[str, Any] = {"logStreams": [_stream(s) for s in page]}
+    if token is not None:  # only when more remain: the SageMaker SDK loops on a stale token
+        result["nextToken"] = token
     return result
 
 
@@ -84,7 +85,7 @@ def get_log_events(
     unmask: Any = False,
     **unsupported: Any,
 ) -> dict[str, Any]:
-    _refuse(unsupported)
+    refuse_unknown(unsupported, InvalidParameterException)
     _check_group(logGroupName, logGroupIdentifier)
     stream = _named_stream(store, logStreamName)
     limit = _limit(limit, MAX_EVENTS)
@@ -133,7 +134,7 @@ def filter_log_events(
 ) -> dict[str, Any]:
     """Events of several streams in time order, those matching ``filterPattern`` (terms, quoted
     phrases, ``?`` alternatives, ``-`` exclusions, or ``%regex%``), paged by ``nextToken``."""
-    _refuse(unsupported)
+    refuse_unknown(unsupported, InvalidParameterException)
     _check_group(logGroupName, logGroupIdentifier)
     if logStreamNames is not None and logStreamNamePrefix is not None:
         raise InvalidParameterException("Give logStreamNames or logStreamNamePrefix, not both.")
@@ -144,7 +145,7 @@ def filter_log_events(
     matches = compile_filter(filterPattern)
     streams = _filtered_streams(store, logStreamNames, logStreamNamePrefix)
     positions = _positions(nextToken, streams)
-    sources = [_stream_events(store, s, positions.get(s.id, -1), start_ms, end_ms) for s in streams]
+    sources = [_stream_events(store, s, positions.get(s.id, -1), start_ms, end_ms, limit) for s in streams]
     merged: Iterator[tuple[StreamRow, EventRow]] = sources[0] if len(sources) == 1 else heapq.merge(
         *sources, key=lambda item: (item[1].timestamp_ms, item[0].name, item[1].seq))
     events: list[dict[str, Any]] = []
@@ -167,15 +168,20 @@ def filter_log_events(
     return result
 
 
-def _stream_events(store: Store, stream: StreamRow, after: int, start_ms: int | None,
-                   end_ms: int | None) -> Iterator[tuple[StreamRow, EventRow]]:
+def _stream_events(store: Store, stream: StreamRow, after: int, start_ms: int | None, end_ms: int | None,
+                   limit: int) -> Iterator[tuple[StreamRow, EventRow]]:
+    """A stream's events from ``after`` on, read in pages that start at ``limit`` records (what
+    a page of matches needs when every record matches) and double up to ``_PAGE_RECORDS`` (when
+    the filter passes over many), so that a small limit never costs a large read of every stream."""
+    size = min(limit, _PAGE_RECORDS)
     while True:
-        page = store.events(stream.id, after_seq=after, start_ms=start_ms, end_ms=end_ms, limit=_PAGE_RECORDS)
+        page = store.events(stream.id, after_seq=after, start_ms=start_ms, end_ms=end_ms, limit=size)
         for event in page:
             yield stream, event
-        if len(page) < _PAGE_RECORDS:
+        if len(page) < size:
             return
         after = page[-1].seq
+        size = min(size * 2, _PAGE_RECORDS)
 
 
 def compile_filter(pattern: Any) -> Callable[[str], bool]:
@@ -296,11 +302,6 @@ def _time(value: Any, field: str) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InvalidParameterException(f"{field} must be epoch milliseconds (a non-negative integer).")
     return value
-
-
-def _refuse(unsupported: dict[str, Any]) -> None:
-    if unsupported:
-        raise InvalidParameterException(f"Unknown parameter(s): {', '.join(sorted(unsupported))}.")
 
 
 OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {

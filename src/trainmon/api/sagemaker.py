@@ -21,12 +21,14 @@ from ..jobs.status import TERMINAL, description, transition
 from ..runtime import orphans
 from ..runtime.jobstate import set_status
 from ..store import JobRow, Store
-from .shapes import String, validate_members
+from .shapes import String, offset_page, refuse_unknown, validate_members
 from .times import as_datetimes, epoch_s
 from .training_request import JOB_NAME_PATTERN, job_document
 
 _JOB_NAME = String(1, 63, JOB_NAME_PATTERN, hint="1 to 63 letters, digits and hyphens, starting with a letter or digit")
-_STATUSES = ("InProgress", "Completed", "Failed", "Stopping", "Stopped")
+STATUSES = ("InProgress", "Completed", "Failed", "Stopping", "Stopped")
+"""TrainingJobStatus in SageMaker's order (its API reference's, the CLI's ``--status`` choices):
+jobs.status's ACTIVE and TERMINAL."""
 
 
 def create_training_job(store: Store, **request: Any) -> dict[str, Any]:
@@ -53,7 +55,7 @@ def register_job(store: Store, request: Mapping[str, Any], supervisor: Superviso
 
 
 def describe_training_job(store: Store, *, TrainingJobName: Any = None, **unsupported: Any) -> dict[str, Any]:
-    _refuse(unsupported)
+    refuse_unknown(unsupported, where="input")
     return as_datetimes(describe(store, job(store, TrainingJobName)))
 
 
@@ -77,13 +79,13 @@ def list_training_jobs(
     SortOrder: Any = "Ascending",
     **unsupported: Any,
 ) -> dict[str, Any]:
-    _refuse(unsupported)
+    refuse_unknown(unsupported, where="input")
     if not isinstance(MaxResults, int) or isinstance(MaxResults, bool) or not 1 <= MaxResults <= 100:
         raise ValidationException("MaxResults must be from 1 to 100.")
     if SortBy not in ("Name", "CreationTime", "Status") or SortOrder not in ("Ascending", "Descending"):
         raise ValidationException("SortBy must be Name, CreationTime or Status; SortOrder Ascending or Descending.")
-    if StatusEquals is not None and StatusEquals not in _STATUSES:
-        raise ValidationException(f"StatusEquals must be one of {', '.join(_STATUSES)}.")
+    if StatusEquals is not None and StatusEquals not in STATUSES:
+        raise ValidationException(f"StatusEquals must be one of {', '.join(STATUSES)}.")
     if NameContains is not None and not isinstance(NameContains, str):
         raise ValidationException("NameContains must be a string.")
     orphans.reap_orphans(store)
@@ -95,11 +97,10 @@ def list_training_jobs(
         sort_by=SortBy,
         descending=SortOrder == "Descending",
     )
-    start = int(NextToken) if isinstance(NextToken, str) and NextToken.isdigit() else 0
-    page = rows[start:start + MaxResults]
+    page, token = offset_page(rows, NextToken, MaxResults)
     result: dict[str, Any] = {"TrainingJobSummaries": [summary(row) for row in page]}
-    if start + MaxResults < len(rows):
-        result["NextToken"] = str(start + MaxResults)
+    if token is not None:
+        result["NextToken"] = token
     return result
 
 
@@ -121,7 +122,7 @@ def summary(row: JobRow) -> dict[str, Any]:
 
 def stop_training_job(store: Store, *, TrainingJobName: Any = None, **unsupported: Any) -> dict[str, Any]:
     """InProgress -> Stopping; the job's supervisor sees the request and stops the hosts."""
-    _refuse(unsupported)
+    refuse_unknown(unsupported, where="input")
     job(store, TrainingJobName)
 
     def mutate(row: JobRow) -> None:
@@ -138,7 +139,7 @@ def stop_training_job(store: Store, *, TrainingJobName: Any = None, **unsupporte
 
 
 def delete_training_job(store: Store, *, TrainingJobName: Any = None, **unsupported: Any) -> dict[str, Any]:
-    _refuse(unsupported)
+    refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
     if row.status not in TERMINAL:
         raise ResourceInUse(f"Training job {TrainingJobName} is {row.status}; stop it before deleting it.")
@@ -155,11 +156,6 @@ def job(store: Store, name: Any) -> JobRow:
     if row is None:
         raise ResourceNotFound.for_job(name)
     return row
-
-
-def _refuse(unsupported: Mapping[str, Any]) -> None:
-    if unsupported:
-        raise ValidationException(f"Unknown parameter(s) in input: {', '.join(sorted(unsupported))}.")
 
 
 OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import ValidationException
+from ..errors import TrainmonError, ValidationException
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -36,11 +38,11 @@ class Problems:
         text = f"Value {shown} at '{path}' failed to satisfy constraint: {constraint}"
         self.found.append(f"{text} ({hint})" if hint else text)
 
-    def raise_if_any(self) -> None:
+    def raise_if_any(self, error: type[TrainmonError] = ValidationException) -> None:
+        """``error`` (a service's validation error) listing every problem, if there is one."""
         if self.found:
             count = len(self.found)
-            raise ValidationException(
-                f"{count} validation error{'s' if count > 1 else ''} detected: " + "; ".join(self.found))
+            raise error(f"{count} validation error{'s' if count > 1 else ''} detected: " + "; ".join(self.found))
 
 
 def _shown(value: Any) -> str:
@@ -53,6 +55,15 @@ def member_path(parent: str, name: str) -> str:
     """AWS's path of a member: names in lowerCamelCase, joined by dots."""
     own = name[:1].lower() + name[1:]
     return f"{parent}.{own}" if parent else own
+
+
+def snake_case(name: str) -> str:
+    """A member or operation name as Python's (``DescribeTrainingJob`` -> ``describe_training_job``),
+    as boto3 names its methods."""
+    return _CAPITAL.sub("_", name).lower()
+
+
+_CAPITAL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
 class Shape:
@@ -219,10 +230,39 @@ class Structure(Shape):
         unknown = sorted(str(name) for name in value if name not in self.members)
         if unknown:
             where = f" at '{path}'" if path else ""
-            problems.found.append(f"Unknown parameter(s){where}: {', '.join(unknown)}; must be among: "
-                                  f"{', '.join(self.members)}")
+            problems.found.append(f"{unknown_parameters(unknown, where)}; must be among: {', '.join(self.members)}")
         return {name: self.members[name].check(item, member_path(path, name), problems)
                 for name, item in value.items() if name in self.members and item is not None}
+
+
+def unknown_parameters(names: Iterable[str], where: str = "") -> str:
+    """AWS's words for members a request may not hold: ``Unknown parameter(s) in input: Foo``."""
+    return f"Unknown parameter(s){where}: {', '.join(names)}"
+
+
+def refuse_unknown(given: Iterable[Any], error: type[TrainmonError] = ValidationException, *,
+                   allowed: Iterable[str] = (), where: str | None = None) -> None:
+    """``error`` naming every member of ``given`` (an operation's ``**unsupported``, or a structure's
+    keys) that is not ``allowed``; ``where`` names the structure (SageMaker's top level: "input")."""
+    permitted = set(allowed)
+    unknown = sorted(str(name) for name in given if name not in permitted)
+    if unknown:
+        raise error(unknown_parameters(unknown, f" in {where}" if where else "") + ".")
+
+
+def offset_page(items: list[_T], token: Any, size: int, error: type[TrainmonError] = ValidationException,
+                member: str = "NextToken") -> tuple[list[_T], str | None]:
+    """A page of ``size`` items from where a token of offset paging (the digits of an offset)
+    left off, and the next page's token (None when no items remain: a client that loops until the
+    token stops advancing must get none). A token that is not a string is ``error`` in AWS's
+    words; a string that is no offset starts at the beginning."""
+    if token is not None and not isinstance(token, str):
+        problems = Problems()
+        String().check(token, member_path("", member), problems)
+        problems.raise_if_any(error)
+    start = int(token) if token and token.isdecimal() else 0
+    end = start + size
+    return items[start:end], str(end) if end < len(items) else None
 
 
 def validate(shape: Structure, request: Mapping[str, Any]) -> dict[str, Any]:

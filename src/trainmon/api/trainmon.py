@@ -1,8 +1,9 @@
 """The operations only trainmon has, in the same form as AWS's (keyword members, a response dict):
 
 - ``DescribeJobMetrics``: per metric of a job, how many points, their range and the final value,
-  what each metric definition did (matches, rejected captures and why, near misses), and what
-  of the job's output could not be stored, if anything;
+  what each metric definition did (matches, rejected captures and why, near misses), how the job
+  ran (the command each host ran, the record mode), and what of the job's output could not be
+  stored, if anything;
 - ``GetJobMetricPoints``: every raw point of a job's metrics with the log record it came from,
   or the raw datapoints of the job's system metrics;
 - ``ListJobSystemMetrics``: the CPU, memory, disk and GPU metrics recorded for a job's hosts;
@@ -20,44 +21,66 @@ from typing import Any
 
 from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
 from ..errors import ValidationException
-from ..jobs.status import profiler_settings
+from ..jobs.status import TERMINAL, profiler_settings
 from ..parsing.definitions import validate_definitions
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
-from ..store import Store
-from .sagemaker import job
-from .times import as_datetime
+from ..store import JobRow, Store, profiles
+from .sagemaker import describe, job
+from .shapes import refuse_unknown
+from .times import as_datetime, as_datetimes
 
 LOG_PAGE_RECORDS = 10_000
 LOG_TEXT_RECORDS = 1_000_000
 MAX_TEST_BYTES = 16 << 20
 
 
-def describe_job_metrics(store: Store, *, TrainingJobName: Any = None) -> dict[str, Any]:
+def describe_job_metrics(store: Store, *, TrainingJobName: Any = None, **unsupported: Any) -> dict[str, Any]:
+    """``Metrics`` (per metric: Points, Minimum, Maximum, FinalValue and FinalTimestamp), ``Definitions``
+    (each definition's diagnostics), ``Command`` (what each host ran), ``RecordMode`` and, when some
+    output could not be stored, ``UnstoredOutput``."""
+    refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
-    finals = {name: (value, ts) for name, value, ts in store.final_metrics(row.id)}
+    finals = {name: (value, ts / 1000) for name, value, ts in store.final_metrics(row.id)}
+    return _job_metrics(store, row, finals)
+
+
+def describe_with_metrics(store: Store, name: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """DescribeTrainingJob's answer and DescribeJobMetrics' for one job, read once (what ``trainmon
+    describe`` shows): the final values come from the description's FinalMetricDataList."""
+    row = job(store, name)
+    description = describe(store, row)
+    finals = {m["MetricName"]: (m["Value"], m["Timestamp"]) for m in description["FinalMetricDataList"]}
+    return as_datetimes(description), _job_metrics(store, row, finals)
+
+
+def _job_metrics(store: Store, row: JobRow, finals: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """DescribeJobMetrics' answer, given each metric's final (value, epoch seconds)."""
     metrics = []
     for name, (points, low, high) in sorted(store.metric_summaries(row.id).items()):
         entry: dict[str, Any] = {"MetricName": name, "Points": points, "Minimum": low, "Maximum": high}
         if name in finals:
-            entry["FinalValue"], entry["FinalTimestamp"] = finals[name][0], as_datetime(finals[name][1] / 1000)
+            entry["FinalValue"], entry["FinalTimestamp"] = finals[name][0], as_datetime(finals[name][1])
         metrics.append(entry)
-    answer: dict[str, Any] = {"Metrics": metrics, "Definitions": row.diagnostics, "RecordMode": row.doc["TrainmonConfig"]["RecordMode"]}
+    settings = row.doc["TrainmonConfig"]
+    answer: dict[str, Any] = {"Metrics": metrics, "Definitions": row.diagnostics, "Command": settings["Command"],
+                              "RecordMode": settings["RecordMode"]}
     if "UnstoredOutput" in row.doc:
         answer["UnstoredOutput"] = row.doc["UnstoredOutput"]
     return answer
 
 
 def get_job_metric_points(store: Store, *, TrainingJobName: Any = None, MetricNames: Any = None, Host: Any = None,
-                          System: Any = False) -> dict[str, Any]:
+                          System: Any = False, **unsupported: Any) -> dict[str, Any]:
     """``Points``: MetricName, Timestamp (epoch ms), Value, Host; for a job's own metrics also
     LogStreamName and Record (1-based); with ``System``, the hosts' system metrics instead."""
+    refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
     names = _names(MetricNames)
     if System:
         points: list[dict[str, Any]] = []
         for key in system_metric_keys(store, row.name, Host, names):
-            host = _host(key)
+            host = metric_host(key)
             points.extend({"MetricName": key.name, "Timestamp": sample.timestamp_ms,
                            "Value": sample.sum / sample.count, "Host": host, "Unit": sample.unit}
                           for sample in store.metric_samples(key, 0, 2**62))
@@ -70,11 +93,12 @@ def get_job_metric_points(store: Store, *, TrainingJobName: Any = None, MetricNa
 
 
 def list_job_system_metrics(store: Store, *, TrainingJobName: Any = None, Host: Any = None,
-                            MetricNames: Any = None) -> dict[str, Any]:
+                            MetricNames: Any = None, **unsupported: Any) -> dict[str, Any]:
     """``Metrics``: each system metric of the job's hosts (CloudWatch's form, plus its Host), by
     name and host."""
+    refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
-    return {"Metrics": [{**key.to_api(), "Host": _host(key)}
+    return {"Metrics": [{**key.to_api(), "Host": metric_host(key)}
                         for key in system_metric_keys(store, row.name, Host, _names(MetricNames))]}
 
 
@@ -86,10 +110,10 @@ def system_metric_keys(store: Store, job_name: str, host: Any = None, names: lis
             if dict(key.dimensions).get("Host", "").startswith(f"{job_name}/")
             and (not names or key.name in names)
             and (not host or dict(key.dimensions)["Host"] == f"{job_name}/{host}")]
-    return sorted(keys, key=lambda key: (key.name, len(_host(key)), _host(key)))
+    return sorted(keys, key=lambda key: (key.name, len(metric_host(key)), metric_host(key)))
 
 
-def _host(key: MetricKey) -> str:
+def metric_host(key: MetricKey) -> str:
     """algo-N of a system metric (dimension Host=<job>/algo-N)."""
     return dict(key.dimensions)["Host"].split("/", 1)[1]
 
@@ -103,7 +127,8 @@ def _names(value: Any) -> list[str] | None:
 
 
 def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any = None, After: Any = None,
-                        TailRecords: Any = None, Limit: Any = LOG_PAGE_RECORDS, Format: Any = "records") -> dict[str, Any]:
+                        TailRecords: Any = None, Limit: Any = LOG_PAGE_RECORDS, Format: Any = "records",
+                        **unsupported: Any) -> dict[str, Any]:
     """A job's log records as printed, every host's stream in turn.
 
     ``After`` maps a stream's name to the last record number already read (-1: none); the
@@ -115,6 +140,7 @@ def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any 
     ``TrainingJobStatus`` is the job's status when the read began, so a follower that saw a
     terminal status and then an empty page has read everything.
     """
+    refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
     if Host is not None and not isinstance(Host, str):
         raise ValidationException("Host must be a host name such as algo-1.")
@@ -131,7 +157,7 @@ def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any 
     positions: dict[str, int] = dict(After or {})
     streams = [s for s in store.streams(row.id) if Host is None or s.host == Host]
     count = row.doc["ResourceConfig"]["InstanceCount"]
-    if Host is not None and not streams and row.status in ("Completed", "Failed", "Stopped"):
+    if Host is not None and not streams and row.status in TERMINAL:
         raise ValidationException(f"job {row.name} has no host {Host!r}; its hosts are algo-1 to algo-{count}.")
     records: list[dict[str, Any]] = []
     texts: list[dict[str, Any]] = []
@@ -163,9 +189,10 @@ def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any 
 
 
 def dry_run_definitions(store: Store | None = None, *, MetricDefinitions: Any = None, LogText: Any = None,
-                            RecordMode: Any = Mode.TERMINAL.value) -> dict[str, Any]:
+                            RecordMode: Any = Mode.TERMINAL.value, **unsupported: Any) -> dict[str, Any]:
     """Definitions applied to log text, as a job would apply them: every point (Line, MetricName,
     Value) and what each definition did. Invalid definitions are a ValidationException."""
+    refuse_unknown(unsupported, where="input")
     if RecordMode not in {m.value for m in Mode}:
         raise ValidationException(f"RecordMode must be one of {', '.join(m.value for m in Mode)}.")
     definitions = validate_definitions(MetricDefinitions)
@@ -180,10 +207,10 @@ def dry_run_definitions(store: Store | None = None, *, MetricDefinitions: Any = 
     return {"Points": points, "Definitions": [s.to_json() for s in extractor.stats]}
 
 
-def get_profile_summary(store: Store, *, TrainingJobName: Any = None, MetricNames: Any = None) -> dict[str, Any]:
+def get_profile_summary(store: Store, *, TrainingJobName: Any = None, MetricNames: Any = None,
+                        **unsupported: Any) -> dict[str, Any]:
     """Per host and profiler metric: Samples, Minimum, p50, p95, p99, Maximum."""
-    from ..store import profiles
-
+    refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
     settings = profiler_settings(row.doc)
     if settings is None:
@@ -198,8 +225,9 @@ def get_profile_summary(store: Store, *, TrainingJobName: Any = None, MetricName
             "Metrics": [r for r in rows if not names or r["metric"] in names]}
 
 
-def maintain_store(store: Store) -> dict[str, Any]:
+def maintain_store(store: Store, **unsupported: Any) -> dict[str, Any]:
     """Seal, roll up and expire now; ``Ran`` is false when another process was at it."""
+    refuse_unknown(unsupported, where="input")
     done = store.maintain()
     return {"Retention": store.retention.describe(),
             **{"".join(part.title() for part in k.split("_")): v for k, v in dataclasses.asdict(done).items()}}

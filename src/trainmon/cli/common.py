@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..cloudwatch.model import epoch_seconds
 from ..errors import InvalidParameterValue, ValidationException
 from ..store import Store, open_store
 
@@ -61,8 +62,6 @@ def read_text(path: str, flag: str) -> str:
 def timestamp(text: str | None, flag: str) -> float | None:
     """An option's time: ISO 8601 (UTC when it names no zone, as the API and the AWS CLI read it)
     or epoch seconds."""
-    from ..cloudwatch.model import epoch_seconds
-
     if text is None:
         return None
     try:

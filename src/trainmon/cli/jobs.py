@@ -10,11 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from ..api import sagemaker, trainmon
 from ..api.training_request import DEFAULT_MAX_RUNTIME_S, DEFAULT_STOP_GRACE_S
 from ..errors import ValidationException
 from ..jobs.status import TERMINAL
-from ..parsing.definitions import definition_warnings, validate_definitions
+from ..parsing.definitions import MetricDefinition, definition_warnings, validate_definitions
 from ..parsing.framing import Mode
 from ..runtime import orphans
 from ..store import Store
@@ -33,7 +34,7 @@ def register(commands: Commands) -> None:
     describe.add_argument("--json", action="store_true", help="the DescribeTrainingJob document")
 
     listing = commands.add("list", cmd_list, "List jobs, newest first.")
-    listing.add_argument("--status", choices=["InProgress", "Completed", "Failed", "Stopping", "Stopped"])
+    listing.add_argument("--status", choices=sagemaker.STATUSES)
     listing.add_argument("--name-contains", metavar="TEXT")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--json", action="store_true", help="ListTrainingJobs' summaries")
@@ -80,8 +81,7 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    request = run_request(args)
-    definitions = validate_definitions(request["AlgorithmSpecification"]["MetricDefinitions"])
+    request, definitions = run_request(args)
     for warning in definition_warnings(definitions, escapes_control=Mode(args.mode).escapes):
         warn(warning)
     name = request["TrainingJobName"]
@@ -107,19 +107,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return exit_status(job.status)
 
 
-def run_request(args: argparse.Namespace) -> dict[str, Any]:
-    """The CreateTrainingJob request that ``trainmon run``'s options stand for."""
+def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDefinition]]:
+    """The CreateTrainingJob request that ``trainmon run``'s options stand for, and its metric
+    definitions (validated, once)."""
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise ValidationException("no command to run: put it after '--', e.g. trainmon run --name my-job -- python train.py")
+    definitions = validate_definitions(definitions_given(args))
     request: dict[str, Any] = {
         "TrainingJobName": args.name if args.name is not None else datetime.now(UTC).strftime("job-%Y%m%d-%H%M%S"),
         "AlgorithmSpecification": {
             "TrainingInputMode": "File",
             "ContainerEntrypoint": command,
-            "MetricDefinitions": [d.to_api() for d in validate_definitions(definitions_given(args))],
+            "MetricDefinitions": [d.to_api() for d in definitions],
         },
         "HyperParameters": _hyperparameters(args),
         "ResourceConfig": {"InstanceType": "local", "InstanceCount": args.instance_count, "VolumeSizeInGB": 0},
@@ -142,7 +144,7 @@ def run_request(args: argparse.Namespace) -> dict[str, Any]:
             request["ProfilerConfig"] = {key: value for key, value in given.items() if value is not None}
     if args.output_path:
         request["OutputDataConfig"] = {"S3OutputPath": str(Path(args.output_path).expanduser().resolve())}
-    return {key: value for key, value in request.items() if value is not None}
+    return {key: value for key, value in request.items() if value is not None}, definitions
 
 
 def _hyperparameters(args: argparse.Namespace) -> dict[str, str]:
@@ -167,8 +169,7 @@ def _hyperparameters(args: argparse.Namespace) -> dict[str, str]:
 
 
 def describe_text(db: Store, name: str) -> str:
-    description = sagemaker.describe_training_job(db, TrainingJobName=name)
-    return render.describe(description, trainmon.describe_job_metrics(db, TrainingJobName=name))
+    return render.describe(*trainmon.describe_with_metrics(db, name))
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
@@ -227,7 +228,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .. import config
     from ..demo import demo_arguments
 
     parser = argparse.ArgumentParser(prog="trainmon run")

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from ..api import cloudwatch, sagemaker, trainmon
+from ..api.shapes import snake_case
+from ..api.times import as_datetime
+from ..api.trainmon import metric_host
 from ..cloudwatch.model import MetricKey, job_metric_key
 from ..cloudwatch.statistics import Point, auto_period_s, check_period, least_period, period_table
 from ..errors import CloudWatchError, InvalidParameterValue, ValidationException
@@ -109,7 +110,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     rows = period_table(points, period)
     if args.json:
         print_json([
-            {"MetricName": r.name, "Timestamp": datetime.fromtimestamp(r.start_ms / 1000, tz=UTC),
+            {"MetricName": r.name, "Timestamp": as_datetime(r.start_ms / 1000),
              "Period": period, "SampleCount": r.count, "FiniteCount": r.finite, "Average": r.average,
              "Minimum": r.minimum, "Maximum": r.maximum, "Last": json_number(r.last),
              **({"Unit": units[r.name]} if units[r.name] else {})}
@@ -162,7 +163,7 @@ def _metrics_statistics(db: Store, job: dict[str, Any], args: argparse.Namespace
     period = check_period(_period(args, start, end, time.time()), "--period")
     rows: list[dict[str, Any]] = []
     for key in keys:
-        label = f"{key.name} ({_host(key)})" if args.system else key.name
+        label = f"{key.name} ({metric_host(key)})" if args.system else key.name
         for point in cloudwatch.metric_statistics(db, key, start, end, period, plain, percentiles):
             rows.append({"MetricName": label, "Timestamp": point["Timestamp"], "Unit": point.get("Unit"),
                          **{s: point[s] for s in plain}, **point.get("ExtendedStatistics", {})})
@@ -175,10 +176,6 @@ def _metrics_statistics(db: Store, job: dict[str, Any], args: argparse.Namespace
                          *(render.quantity(r.get(s), None if s == "SampleCount" else r["Unit"])
                            for s in args.statistic)] for r in rows]))
     return 0
-
-
-def _host(key: MetricKey) -> str:
-    return dict(key.dimensions)["Host"].split("/", 1)[1]
 
 
 def _metrics_math(db: Store, job: dict[str, Any], args: argparse.Namespace) -> int:
@@ -225,8 +222,8 @@ def _system_metrics(system: list[MetricKey], names: Sequence[str] | None) -> lis
     from . import metric_math
 
     keys = [key for key in system if not names or key.name in names]
-    several = len({_host(key) for key in keys}) > 1
-    return [metric_math.Metric(key, f"{key.name} ({_host(key)})", f"{key.name} {_host(key)}" if several else key.name)
+    several = len({metric_host(key) for key in keys}) > 1
+    return [metric_math.Metric(key, f"{key.name} ({metric_host(key)})", f"{key.name} {metric_host(key)}" if several else key.name)
             for key in keys]
 
 
@@ -255,8 +252,8 @@ def _explicit_binding(db: Store, job: dict[str, Any], args: argparse.Namespace, 
                                   f"its system metrics: {known}.")
     if len(keys) > 1:
         raise ValidationException(f"--id {text}: {name} is measured on {len(keys)} hosts "
-                                  f"({', '.join(_host(k) for k in keys)}): add --host HOST to choose one.")
-    return query_id, metric_math.Metric(keys[0], f"{name} ({_host(keys[0])})", name), text
+                                  f"({', '.join(metric_host(k) for k in keys)}): add --host HOST to choose one.")
+    return query_id, metric_math.Metric(keys[0], f"{name} ({metric_host(keys[0])})", name), text
 
 
 # -- export, profile -------------------------------------------------------------------------
@@ -266,7 +263,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Every raw point of a job, each with the log record it came from."""
     found = trainmon.get_job_metric_points(store(args), TrainingJobName=args.name, MetricNames=args.metric)["Points"]
     rows: list[dict[str, Any]] = [
-        {"timestamp": datetime.fromtimestamp(p["Timestamp"] / 1000, tz=UTC).isoformat(timespec="milliseconds"),
+        {"timestamp": as_datetime(p["Timestamp"] / 1000).isoformat(timespec="milliseconds"),
          "metric_name": p["MetricName"], "value": p["Value"], "host": p["Host"], "log_stream": p["LogStreamName"],
          "record": p["Record"]}
         for p in found
@@ -374,7 +371,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     done = trainmon.maintain_store(store(args))
     if args.json:
         print_json({"Retention": done.pop("Retention"),
-                    **{re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower(): value for key, value in done.items()}})
+                    **{snake_case(key): value for key, value in done.items()}})
     elif not done["Ran"]:
         print("another process is maintaining this store now; nothing done")
     else:

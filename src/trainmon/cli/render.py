@@ -108,20 +108,11 @@ def status_text(doc: Mapping[str, Any]) -> str:
     return primary if not secondary or secondary == primary else f"{primary} ({secondary})"
 
 
-def command_of(algorithm: Mapping[str, Any]) -> list[str]:
-    """What the job's hosts run, as the request gave it."""
-    arguments = list(algorithm.get("ContainerArguments", []))
-    if algorithm.get("ContainerEntrypoint"):
-        return [*algorithm["ContainerEntrypoint"], *arguments]
-    image = algorithm.get("TrainingImage")
-    return [image, *arguments] if image else arguments
-
-
 def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
-    """A DescribeTrainingJob answer with the job's DescribeJobMetrics: metric summaries and definition
-    diagnostics."""
+    """A DescribeTrainingJob answer with the job's DescribeJobMetrics: the command its hosts ran,
+    metric summaries and definition diagnostics."""
     lines = [f"Training job {doc['TrainingJobName']}: {status_text(doc)}"]
-    lines.extend(fields(_facts(doc)))
+    lines.extend(fields(_facts(doc, metrics["Command"])))
     if doc.get("FailureReason"):
         lines += ["", "Failure reason"]
         lines.extend("  " + terminal_safe(line) for line in doc["FailureReason"].splitlines())
@@ -149,11 +140,11 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _facts(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _facts(doc: Mapping[str, Any], command: Sequence[str]) -> list[tuple[str, str]]:
+    """The job's facts; ``command`` is what its hosts ran (DescribeJobMetrics' Command)."""
     facts = [("ARN", doc["TrainingJobArn"]), ("Created", clock(doc["CreationTime"], date=True))]
     if doc.get("TrainingTimeInSeconds"):
         facts.append(("Training time", f"{doc['TrainingTimeInSeconds']} s (billable {doc['BillableTimeInSeconds']} s)"))
-    command = command_of(doc["AlgorithmSpecification"])
     if command:
         facts.append(("Command", terminal_safe(shlex.join(command))))
     resources = doc["ResourceConfig"]

@@ -23,12 +23,13 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from graphlib import CycleError, TopologicalSorter
-from typing import NoReturn, cast
-
-from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from typing import TYPE_CHECKING, NoReturn, cast
 
 from ..errors import InvalidParameterValue
+
+if TYPE_CHECKING:  # lark is imported when the first expression is parsed: the CLI starts without it
+    from lark import Lark, Token
+    from lark.exceptions import UnexpectedInput
 
 GRAMMAR = r"""
 ?start: sum
@@ -130,60 +131,61 @@ def _column(token: Token) -> int:
     return (token.start_pos or 0) + 1
 
 
-def _nodes(children: Sequence[Node | Token | None]) -> tuple[Node, ...]:
-    return tuple(child for child in children if child is not None and not isinstance(child, Token))
-
-
-class _ToTree(Transformer[Token, Node]):
-    """Builds :data:`Node` values from the parser's reductions (run inside the LALR parser)."""
-
-    def binary(self, children: list[Node | Token]) -> Node:
-        left, op, right = children
-        assert isinstance(op, Token) and not isinstance(left, Token) and not isinstance(right, Token)
-        return Binary(str(op), left, right, _column(op))
-
-    def negate(self, children: list[Node | Token]) -> Node:
-        sign, operand = children
-        assert isinstance(sign, Token) and not isinstance(operand, Token)
-        return Negate(operand, _column(sign))
-
-    def unary_plus(self, children: list[Node | Token]) -> Node:
-        operand = children[1]
-        assert not isinstance(operand, Token)
-        return operand
-
-    def group(self, children: list[Node | Token]) -> Node:
-        inner = children[1]
-        assert not isinstance(inner, Token)
-        return inner
-
-    def number(self, children: list[Token]) -> Node:
-        return Number(float(children[0]), _column(children[0]))
-
-    def ref(self, children: list[Token]) -> Node:
-        return Ref(str(children[0]), _column(children[0]))
-
-    def text(self, children: list[Token]) -> Node:
-        return Text(str(children[0])[1:-1], _column(children[0]))
-
-    def keyword(self, children: list[Token]) -> Node:
-        return Keyword(str(children[0]), _column(children[0]))
-
-    def call(self, children: list[Node | Token | None]) -> Node:
-        name = children[0]
-        assert isinstance(name, Token)
-        return Call(str(name), _nodes(children[1:]), _column(name))
-
-    def array(self, children: list[Node | Token]) -> Node:
-        opening = children[0]
-        assert isinstance(opening, Token)
-        return Array(_nodes(children[1:]), _column(opening))
-
-
 @functools.cache
 def _parser() -> Lark:
-    """Built on first use: building the LALR tables takes a fifth of a second."""
-    return Lark(GRAMMAR, parser="lalr", transformer=_ToTree())
+    """Built on first use, lark with it: importing lark and building the LALR tables take a fifth
+    of a second, which commands that parse no expression should not pay."""
+    from lark import Lark, Token, Transformer
+
+    def nodes(children: Sequence[Node | Token | None]) -> tuple[Node, ...]:
+        return tuple(child for child in children if child is not None and not isinstance(child, Token))
+
+    class ToTree(Transformer[Token, Node]):
+        """Builds :data:`Node` values from the parser's reductions (run inside the LALR parser)."""
+
+        def binary(self, children: list[Node | Token]) -> Node:
+            left, op, right = children
+            assert isinstance(op, Token) and not isinstance(left, Token) and not isinstance(right, Token)
+            return Binary(str(op), left, right, _column(op))
+
+        def negate(self, children: list[Node | Token]) -> Node:
+            sign, operand = children
+            assert isinstance(sign, Token) and not isinstance(operand, Token)
+            return Negate(operand, _column(sign))
+
+        def unary_plus(self, children: list[Node | Token]) -> Node:
+            operand = children[1]
+            assert not isinstance(operand, Token)
+            return operand
+
+        def group(self, children: list[Node | Token]) -> Node:
+            inner = children[1]
+            assert not isinstance(inner, Token)
+            return inner
+
+        def number(self, children: list[Token]) -> Node:
+            return Number(float(children[0]), _column(children[0]))
+
+        def ref(self, children: list[Token]) -> Node:
+            return Ref(str(children[0]), _column(children[0]))
+
+        def text(self, children: list[Token]) -> Node:
+            return Text(str(children[0])[1:-1], _column(children[0]))
+
+        def keyword(self, children: list[Token]) -> Node:
+            return Keyword(str(children[0]), _column(children[0]))
+
+        def call(self, children: list[Node | Token | None]) -> Node:
+            name = children[0]
+            assert isinstance(name, Token)
+            return Call(str(name), nodes(children[1:]), _column(name))
+
+        def array(self, children: list[Node | Token]) -> Node:
+            opening = children[0]
+            assert isinstance(opening, Token)
+            return Array(nodes(children[1:]), _column(opening))
+
+    return Lark(GRAMMAR, parser="lalr", transformer=ToTree())
 
 
 _SHOWN = {  # terminal -> how an error message names it, in the order messages list them
@@ -195,14 +197,19 @@ _SHOWN = {  # terminal -> how an error message names it, in the order messages l
 
 def parse(expression: str, where: str) -> Node:
     """The syntax tree of ``expression``; InvalidParameterValue naming the column of a syntax error."""
+    parser = _parser()
+    from lark.exceptions import UnexpectedInput  # loaded with the parser
+
     try:
-        tree: object = _parser().parse(expression)  # the transformer runs inside the parser
+        tree: object = parser.parse(expression)  # the transformer runs inside the parser
     except UnexpectedInput as error:
         raise InvalidParameterValue(_syntax_error(expression, where, error)) from None
     return cast("Node", tree)
 
 
 def _syntax_error(expression: str, where: str, error: UnexpectedInput) -> str:
+    from lark.exceptions import UnexpectedCharacters, UnexpectedToken
+
     if isinstance(error, UnexpectedToken) and error.token.type == "$END":
         column, found, expected = len(expression) + 1, "end of expression", error.expected
     elif isinstance(error, UnexpectedToken):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -114,6 +114,20 @@ class Columns(NamedTuple):
     value: np.ndarray
 
 
+def concat_columns(parts: Sequence[Columns]) -> Columns:
+    """Datapoints in any order (chunks as stored, units taken together) as one :class:`Columns`,
+    sorted by time; datapoints of one time keep their order. Parts already in order are not sorted
+    again, and a single one comes back as it is."""
+    import numpy as np
+
+    joined = parts[0] if len(parts) == 1 else Columns(*(np.concatenate(column) for column in zip(*parts, strict=True)))
+    stamps = joined.timestamp_ms
+    if bool((stamps[1:] >= stamps[:-1]).all()):
+        return joined
+    order = np.argsort(stamps, kind="stable")
+    return Columns(*(column[order] for column in joined))
+
+
 def aggregate_columns(
     columns: dict[str, Columns],
     *,
@@ -137,15 +151,13 @@ def aggregate_columns(
     for row_unit, data in columns.items():
         if unit is not None and row_unit != unit:
             continue
-        inside = (data.timestamp_ms >= start_ms) & (data.timestamp_ms < end_ms)
-        if not inside.any():
+        first, stop = np.searchsorted(data.timestamp_ms, (start_ms, end_ms)).tolist()  # sorted by time
+        if first >= stop:
             continue
-        stamps = data.timestamp_ms[inside]
-        slots = start_ms + (stamps - start_ms) // period_ms * period_ms
-        order = np.argsort(slots, kind="stable")
-        slots = slots[order]
-        count, total = data.sample_count[inside][order], data.total[inside][order]
-        low, high, value = data.minimum[inside][order], data.maximum[inside][order], data.value[inside][order]
+        inside = slice(first, stop)  # views: the periods are runs of the time order
+        slots = start_ms + (data.timestamp_ms[inside] - start_ms) // period_ms * period_ms
+        count, total = data.sample_count[inside], data.total[inside]
+        low, high, value = data.minimum[inside], data.maximum[inside], data.value[inside]
         starts = np.flatnonzero(np.r_[True, slots[1:] != slots[:-1]])
         columns_out: dict[str, list[float]] = {}
         counts = np.add.reduceat(count, starts)

@@ -30,8 +30,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import regex as _regex
-
 try:  # RE2 is a core dependency; without it long records go to `regex` with its time limit.
     import re2 as _re2
 except ImportError:  # pragma: no cover - exercised only where the wheel is missing
@@ -70,7 +68,7 @@ class Matcher:
         self.re2 = compile_re2(regex)
         if self.re2 is None and bound.nested:
             raise ValueError("nested repetition in a regex RE2 cannot run")
-        self._timed = None if self.re2 is not None else _regex.compile(regex, _regex.VERSION0)
+        self._timed = None if self.re2 is not None else _timed_regex(regex)
 
     def engine(self, length: int) -> str:
         """Which engine matches a record of this many characters: "re", "re2" or "regex"."""
@@ -88,6 +86,14 @@ class Matcher:
             return self._timed.search(text, timeout=TIME_LIMIT_S)  # type: ignore[union-attr]
         except TimeoutError:
             return False
+
+
+def _timed_regex(regex: str) -> Any:
+    """The ``regex`` package's compiled form, which can stop at a time limit. Imported here, by the
+    few definitions that need it (RE2 cannot run them), not when trainmon starts."""
+    import regex as timed
+
+    return timed.compile(regex, timed.VERSION0)
 
 
 def unsafe_reason(regex: str) -> str | None:

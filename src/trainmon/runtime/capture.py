@@ -28,15 +28,18 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreFull
+from ..jobs.document import UnstoredOutput
+from ..parsing.definitions import MetricDefinition
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode, decode, last_break_end, split_text
 from ..store import Batch, Store
+from .retry import FULL_DISK_TRIES, Backoff
 
 READ_BYTES = 1 << 20
 MAX_RECORD_BYTES = 16 << 20
@@ -44,9 +47,6 @@ STDERR_TAIL_RECORDS = 20
 FLUSH_BYTES = 8 << 20
 FLUSH_POINTS = 50_000
 MEMORY_CAP_BYTES = 64 << 20  # output held in memory when the spool cannot be written, for the whole job
-RETRY_FIRST_S = 0.5
-RETRY_MOST_S = 5.0
-FULL_DISK_FINAL_TRIES = 5  # the job has ended and the disk stays full: give up after this many tries (~12 s)
 POLL_MS = 200
 SPOOL_RETRY_MS = 1000  # a spool that could not be written is tried again this often
 FRAME = struct.Struct("<qI")  # a spool frame's header: read time (ms), length; the bytes follow
@@ -54,6 +54,20 @@ FRAME = struct.Struct("<qI")  # a spool frame's header: read time (ms), length; 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def pipe_name(is_stderr: bool) -> str:
+    return "stderr" if is_stderr else "stdout"
+
+
+def spool_path(directory: Path, host: str, is_stderr: bool) -> Path:
+    """The spool file of a host's stdout or stderr, in the job's spool directory."""
+    return directory / f"{host}-{pipe_name(is_stderr)}"
+
+
+def spool_files(directory: Path) -> Iterator[Path]:
+    """Every spool file in a job's spool directory (the names :func:`spool_path` gives)."""
+    return directory.glob("*-std*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +115,25 @@ class Loss:
         self.bytes += other.bytes
         self.reason = self.reason or other.reason
 
+    def unstored(self) -> UnstoredOutput | None:
+        """The job document's record of the loss; None when nothing was lost."""
+        if not (self.bytes or self.records):
+            return None
+        return {"Records": self.records, "Points": self.points, "Bytes": self.bytes, "Reason": self.reason}
+
+
+def count_block(extractor: Extractor, block: bytes, *, skip_first: bool = False) -> Loss:
+    """The records of a block of whole records and the points they hold, as lost; with
+    ``skip_first``, but its first record (counted elsewhere: part of it was stored)."""
+    if not block:
+        return Loss()
+    hits = extractor.scan(block)
+    records = extractor.count_records(block)
+    if skip_first:
+        records -= 1
+        hits = [hit for hit in hits if hit.record > 0]
+    return Loss(records, len(hits))
+
 
 class LossCounter:
     """Counts the records and points of output that has to be dropped, in the reader's thread (its
@@ -110,22 +143,31 @@ class LossCounter:
     the counter does not count it again; a record the drop ends in the middle of is the ingestor's
     too (it stores the rest). Every record is counted once, stored or not."""
 
-    def __init__(self, mode: Mode, extractor: Extractor) -> None:
-        self.mode = mode
+    def __init__(self, definitions: Sequence[MetricDefinition], mode: Mode) -> None:
+        self.definitions = definitions
         self.cutter = RecordCutter(mode)
-        self.extractor = extractor
         self.loss = Loss()
+        self._extractor: Extractor | None = None
         self._skip_first = False
 
-    def begin(self, *, mid_record: bool, after_cr: bool) -> None:
-        """Dropping starts, after kept output that ended mid-record (or just after a "\r")."""
-        self.cutter = RecordCutter(self.mode, after_cr=after_cr)
-        self._skip_first = mid_record
+    @property
+    def extractor(self) -> Extractor:
+        """Built when output is first dropped (its definitions compiled): most jobs never drop any."""
+        if self._extractor is None:
+            self._extractor = Extractor(self.definitions, self.cutter.mode)
+        return self._extractor
 
-    def drop(self, data: bytes, reason: str) -> None:
+    def begin(self, last_kept: bytes, reason: str) -> None:
+        """Dropping starts, for ``reason``, after kept output whose last byte was ``last_kept``: it
+        may have ended mid-record, or just after a "\\r"."""
+        mode = self.cutter.mode
+        self.cutter.restart(after_cr=last_kept == b"\r" and mode.splits_on_cr)
+        self._skip_first = not _ends_record(last_kept, mode)
+        self.loss.reason = self.loss.reason or reason
+
+    def drop(self, data: bytes) -> None:
         self._count(self.cutter.feed(data))
         self.loss.bytes += len(data)
-        self.loss.reason = self.loss.reason or reason
 
     def end(self) -> bool:
         """Dropping ends (the output is kept again): the record in progress is the ingestor's. Whether
@@ -139,16 +181,9 @@ class LossCounter:
         self._count(self.cutter.finish())
 
     def _count(self, block: bytes) -> None:
-        if not block:
-            return
-        hits = self.extractor.scan(block)
-        records = self.extractor.count_records(block)
-        if self._skip_first:
-            records -= 1
-            hits = [hit for hit in hits if hit.record > 0]
+        if block:
+            self.loss.add(count_block(self.extractor, block, skip_first=self._skip_first))
             self._skip_first = False
-        self.loss.records += records
-        self.loss.points += len(hits)
 
 
 class PipeReader(threading.Thread):
@@ -160,13 +195,13 @@ class PipeReader(threading.Thread):
         self.fd = fd
         self.spool_path = spool_path
         self.wake = wake
-        self.label = label
         self.budget = budget
-        self.losses: LossCounter | None = losses
+        self.losses = losses
         self.chunks: deque[Chunk] = deque()
         self.spool_error: OSError | None = None
         self.eof = threading.Event()
         self._abandon = threading.Event()
+        self._spool_fd = -1
         self._spool_retry_ms = 0
         self._dropping = False
         self._last_kept = b"\n"
@@ -182,9 +217,9 @@ class PipeReader(threading.Thread):
         poller.register(self.fd, select.POLLIN | select.POLLHUP)
         offset = FRAME.size
         try:
-            spool_fd = os.open(self.spool_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+            self._spool_fd = self._open_spool()
         except OSError as exc:
-            spool_fd, self.spool_error = -1, exc
+            self.spool_error = exc  # tried again with the first read, as a spool that cannot be written
         try:
             while True:
                 try:
@@ -198,45 +233,47 @@ class PipeReader(threading.Thread):
                     data = b""
                 if not data:
                     break
-                offset = self._keep(spool_fd, data, offset)
+                offset = self._keep(data, offset)
         finally:
-            if spool_fd >= 0:
-                os.close(spool_fd)
+            if self._spool_fd >= 0:
+                os.close(self._spool_fd)
             os.close(self.fd)
-            if self.losses is not None:
-                self.losses.finish()
+            self.losses.finish()
             self.eof.set()
             self.wake.set()
 
-    def _keep(self, spool_fd: int, data: bytes, offset: int) -> int:
+    def _open_spool(self) -> int:
+        return os.open(self.spool_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+
+    def _keep(self, data: bytes, offset: int) -> int:
         """Spool one read (or hold it in memory, or count it lost); the spool offset after it."""
         stamp = now_ms()
-        if spool_fd >= 0 and (self.spool_error is None or stamp >= self._spool_retry_ms):
+        if self.spool_error is None or stamp >= self._spool_retry_ms:
             try:
-                _write_all(spool_fd, FRAME.pack(stamp, len(data)), data)
+                if self._spool_fd < 0:  # it could not be opened
+                    self._spool_fd = self._open_spool()
+                _write_all(self._spool_fd, FRAME.pack(stamp, len(data)), data)
                 self._kept(Chunk(offset, len(data), stamp, None), data)
                 self.spool_error = None
                 return offset + len(data) + FRAME.size
             except OSError as exc:
                 self.spool_error = exc
                 self._spool_retry_ms = stamp + SPOOL_RETRY_MS
-                _truncate(spool_fd, offset - FRAME.size)  # no frame cut short: the next one follows the last whole one
+                if self._spool_fd >= 0:  # no frame cut short: the next one follows the last whole one
+                    _truncate(self._spool_fd, offset - FRAME.size)
         if self.budget.take(len(data)):
             self._kept(Chunk(offset, len(data), stamp, data), data)
             return offset
-        losses = self.losses
-        assert losses is not None  # a reader always counts what it drops
         if not self._dropping:
             self._dropping = True
-            losses.begin(mid_record=not _ends_record(self._last_kept, losses.mode),
-                         after_cr=self._last_kept == b"\r" and losses.mode.splits_on_cr)
+            self.losses.begin(self._last_kept, f"the job's spool could not be written ({self.spool_error}) and the "
+                              f"{self.budget.cap_bytes >> 20} MiB of output trainmon holds in memory meanwhile were full")
             self.chunks.append(Chunk(offset, 0, stamp, b"", cut=True))
-        losses.drop(data, f"the job's spool could not be written ({self.spool_error}) and the "
-                    f"{self.budget.cap_bytes >> 20} MiB of output trainmon holds in memory meanwhile were full")
+        self.losses.drop(data)
         return offset
 
     def _kept(self, chunk: Chunk, data: bytes) -> None:
-        if self._dropping and self.losses is not None:
+        if self._dropping:
             self._dropping = False
             self.chunks.append(Chunk(chunk.start, 0, chunk.timestamp_ms, b"", cut=True, after_cr=self.losses.end()))
         self.chunks.append(chunk)
@@ -291,7 +328,6 @@ class RecordCutter:
         self._pending: list[bytes] = []
         self.pending_bytes = 0
         self._skip_newline = after_cr
-        self.forced_cuts = 0
 
     @property
     def after_cr(self) -> bool:
@@ -309,7 +345,6 @@ class RecordCutter:
             self.pending_bytes += len(data)
             if self.pending_bytes < MAX_RECORD_BYTES:
                 return b""
-            self.forced_cuts += 1
             return self.finish()
         block = b"".join([*self._pending, data[:cut]])
         rest = data[cut:]
@@ -324,13 +359,17 @@ class RecordCutter:
         self._pending, self.pending_bytes = [], 0
         return block
 
+    def restart(self, *, after_cr: bool = False) -> None:
+        """Start again at the beginning of a record, what is pending dropped (as a new cutter would);
+        ``after_cr``: just after a "\\r", so a "\\n" that comes first is no record break."""
+        self._pending, self.pending_bytes = [], 0
+        self._skip_newline = after_cr
+
 
 class ChunkSource(Protocol):
     """Where the ingestor takes a pipe's chunks from: a :class:`PipeReader`, or a spool left behind."""
 
     spool_path: Path
-    budget: MemoryBudget
-    losses: LossCounter | None
     chunks: deque[Chunk]
     eof: threading.Event
 
@@ -347,7 +386,7 @@ class Pipe:
 
     @property
     def name(self) -> str:
-        return "stderr" if self.is_stderr else "stdout"
+        return pipe_name(self.is_stderr)
 
     def consumed(self) -> tuple[int, bool]:
         """How far the spool is consumed into whole records: where recovery starts, and whether it
@@ -430,6 +469,8 @@ class Ingestor(threading.Thread):
         wake: threading.Event,
         echo: Echo | None = None,
         on_error: Callable[[str], None] | None = None,
+        *,
+        budget: MemoryBudget | None = None,
     ) -> None:
         super().__init__(name="trainmon-ingest", daemon=True)
         self.store = store
@@ -438,15 +479,15 @@ class Ingestor(threading.Thread):
         self.extractor = extractor
         self.wake = wake
         self.echo = echo
+        self.budget = budget  # the readers' in-memory chunks are taken from it (none in a spool left behind)
         self.on_error = on_error or (lambda message: print(f"trainmon: {message}", file=sys.stderr))
         self._finishing = threading.Event()
         self._pending = Batch(job_id)
         self.store_error: StoreError | None = None  # set while the store refuses writes
         self.failure: BaseException | None = None
-        self.points_written = 0
         self.loss = Loss()  # what the ingestor itself gave up (a disk that stayed full after the job)
         self._names = [d.name for d in extractor.definitions]
-        self._retry_s = RETRY_FIRST_S
+        self._backoff = Backoff()
 
     def finish(self) -> None:
         """Drain what is left (once every reader ended) and wait for it: as long as the store takes to
@@ -461,16 +502,6 @@ class Ingestor(threading.Thread):
         self.wake.set()
         self.run()
 
-    def losses(self) -> Loss:
-        """Everything not stored: the readers' drops and the ingestor's own."""
-        total = Loss()
-        for stream in self.streams:
-            for pipe in stream.pipes:
-                if pipe.reader.losses is not None:
-                    total.add(pipe.reader.losses.loss)
-        total.add(self.loss)
-        return total
-
     def run(self) -> None:
         try:
             self._loop()
@@ -484,24 +515,17 @@ class Ingestor(threading.Thread):
             self.wake.wait(0.25)
             self.wake.clear()
             if self._pending and not self._flush():
-                if self._finishing.is_set() and self._full():
-                    final_tries += 1
-                    if final_tries >= FULL_DISK_FINAL_TRIES:
+                if self._finishing.is_set() and isinstance(self.store_error, StoreFull):
+                    final_tries += 1  # the job has ended and the disk stays full
+                    if final_tries >= FULL_DISK_TRIES:
                         self._give_up()
                         return
-                self._backoff()
+                time.sleep(self._backoff.next_delay())
                 continue  # the backlog waits in the spool until this batch is stored
             done = self._finishing.is_set() and all(p.reader.eof.is_set() for s in self.streams for p in s.pipes)
             self._step(final=done)
             if done and not self._pending:
                 return
-
-    def _full(self) -> bool:
-        return self.store_error is not None and "is full" in self.store_error.message
-
-    def _backoff(self) -> None:
-        time.sleep(self._retry_s)
-        self._retry_s = min(RETRY_MOST_S, self._retry_s * 2)
 
     def _give_up(self) -> None:
         """The job has ended and the store stays full: count what is left as lost, and stop."""
@@ -510,22 +534,14 @@ class Ingestor(threading.Thread):
         self.loss.add(Loss(sum(c[2] for c in batch.chunks), len(batch.points), batch.text_bytes, reason))
         self._pending = Batch(self.job_id)
         for _, _, _, pipe, chunk in self._take_work():
-            if chunk.cut:
-                self._count_lost(pipe.cutter.finish())
-                pipe.cutter = RecordCutter(pipe.cutter.mode, after_cr=chunk.after_cr)
-                continue
-            block = pipe.cutter.feed(self._chunk_bytes(pipe, chunk))
-            self._count_lost(block)
+            self.loss.add(count_block(self.extractor, self._records(pipe, chunk)[0]))
             self.loss.bytes += chunk.length
+            if chunk.cut:
+                pipe.cutter.restart(after_cr=chunk.after_cr)
         for stream in self.streams:
             for pipe in stream.pipes:
-                self._count_lost(pipe.cutter.finish())
+                self.loss.add(count_block(self.extractor, pipe.cutter.finish()))
         self.on_error(f"{reason}. Gave up storing the rest of the job's output; how much is recorded on the job.")
-
-    def _count_lost(self, block: bytes) -> None:
-        if block:
-            self.loss.records += self.extractor.count_records(block)
-            self.loss.points += len(self.extractor.scan(block))
 
     def _take_work(self) -> list[tuple[int, int, HostStream, Pipe, Chunk]]:
         """Every chunk the readers have noted, in read-time order."""
@@ -540,9 +556,19 @@ class Ingestor(threading.Thread):
         work.sort(key=lambda item: (item[0], item[1]))
         return work
 
+    def _records(self, pipe: Pipe, chunk: Chunk) -> tuple[bytes, bytes]:
+        """A chunk through its pipe's cutter: the whole records it completes, and the bytes it brought
+        (none for a cut: output was dropped there, so the record in progress ends)."""
+        if chunk.cut:
+            return pipe.cutter.finish(), b""
+        data = self._chunk_bytes(pipe, chunk)
+        pipe.bytes_read += len(data)
+        return pipe.cutter.feed(data), data
+
     def _chunk_bytes(self, pipe: Pipe, chunk: Chunk) -> bytes:
         if chunk.data is not None:
-            pipe.reader.budget.give_back(chunk.length)
+            if self.budget is not None:
+                self.budget.give_back(chunk.length)
             return chunk.data
         pipe.spooled_to = chunk.start + chunk.length
         return self._read_spool(pipe, chunk)
@@ -550,16 +576,11 @@ class Ingestor(threading.Thread):
     def _step(self, *, final: bool) -> None:
         work = self._take_work()
         for index, (stamp, _, stream, pipe, chunk) in enumerate(work):
-            if chunk.cut:  # output was dropped here: the record in progress ends
-                ingested = self._ingest(stream, pipe, pipe.cutter.finish(), stamp, b"")
-                pipe.cutter = RecordCutter(pipe.cutter.mode, after_cr=chunk.after_cr)
-                if not ingested:
-                    self._put_back(work[index + 1:])
-                    return
-                continue
-            data = self._chunk_bytes(pipe, chunk)
-            pipe.bytes_read += len(data)
-            if not self._ingest(stream, pipe, pipe.cutter.feed(data), stamp, data):
+            block, data = self._records(pipe, chunk)
+            ingested = self._ingest(stream, pipe, block, stamp, data)
+            if chunk.cut:  # the output after the drop starts a record (once the one in progress is stored)
+                pipe.cutter.restart(after_cr=chunk.after_cr)
+            if not ingested:
                 self._put_back(work[index + 1:])  # the store refuses: the rest waits where it was
                 return
         if final:
@@ -655,8 +676,7 @@ class Ingestor(threading.Thread):
         if self.store_error is not None:
             self.on_error("the store accepts writes again; nothing was lost.")
         self.store_error = None
-        self._retry_s = RETRY_FIRST_S
-        self.points_written += len(self._pending.points)
+        self._backoff.reset()
         self._pending = Batch(self.job_id)
         return True
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import make_private_dir
 from ..jobs.document import JobDocument
 
 
@@ -85,9 +84,9 @@ def _hp_value(text: str) -> Any:
 
 
 def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout, dict[str, str]]:
-    """Create one host's directories and config files; return them and the SM_* environment."""
+    """Create one host's directories and config files in ``job_dir`` (which exists: it is private to
+    the user, see :func:`trainmon.config.make_private_dir`); return them and the SM_* environment."""
     layout = HostLayout(host, job_dir / host)
-    make_private_dir(job_dir)
     for directory in (layout.config_dir, layout.data_dir, layout.model_dir, layout.output_data_dir):
         directory.mkdir(parents=True, exist_ok=True)
     hosts = host_names(doc["ResourceConfig"]["InstanceCount"])

@@ -17,9 +17,9 @@ from .orphans import identity
 
 def start(store: Store, name: str) -> None:
     """Start the supervisor of job ``name`` and record it as the job's, until it claims the job itself."""
-    log = config.jobs_dir(store.home) / name
-    config.make_private_dir(log)
-    with open(os.open(log / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
+    job_dir = config.job_dir(store.home, name)
+    config.make_private_dir(job_dir)
+    with open(os.open(job_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "trainmon.runtime.supervisor", name, "--home", str(store.home)],
             stdin=subprocess.DEVNULL,

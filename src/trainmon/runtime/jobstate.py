@@ -16,13 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreFull
 from ..jobs.status import may_enter, transition
 from ..store import JobRow, Store
-
-RETRY_FIRST_S = 0.5
-RETRY_MOST_S = 5.0
-FULL_DISK_TRIES = 5  # a disk that stays full is given up on (~12 s); a server that is down is waited for
+from .retry import FULL_DISK_TRIES, Backoff
 
 
 def set_status(store: Store, name: str, status: str, message: str | None = None, *,
@@ -65,12 +62,8 @@ class JobState:
         self._queue: list[_Change] = []
         self._failing: StoreError | None = None
         self._retry_at = 0.0
-        self._retry_s = RETRY_FIRST_S
+        self._backoff = Backoff()
         self.row: JobRow | None = None  # the job as last written
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._queue)
 
     def enter(self, status: str, message: str | None = None, *, stop_requested: str | None = None,
               ended_at: float | None = None, **fields: Any) -> None:
@@ -94,7 +87,8 @@ class JobState:
             self._queue.pop(0)
         if self._failing is not None:
             self.on_error("the store is back: the job's statuses are written.")
-        self._failing, self._retry_s = None, RETRY_FIRST_S
+        self._failing = None
+        self._backoff.reset()
         return True
 
     def finish(self, status: str, *, ended_at: float | None = None, **fields: Any) -> JobRow | None:
@@ -103,7 +97,7 @@ class JobState:
         self.enter(status, ended_at=ended_at, **fields)
         tries = 0
         while not self.flush():
-            if self._failing is not None and "is full" in self._failing.message:
+            if isinstance(self._failing, StoreFull):
                 tries += 1
                 if tries >= FULL_DISK_TRIES:
                     self.on_error(f"{self._failing.message}. The job ended {status}, but that could not be stored.")
@@ -125,5 +119,4 @@ class JobState:
             self.on_error(f"{exc.message}. The job goes on; its statuses and output are kept and written when "
                           "the store is back.")
         self._failing = exc
-        self._retry_at = time.monotonic() + self._retry_s
-        self._retry_s = min(RETRY_MOST_S, self._retry_s * 2)
+        self._retry_at = time.monotonic() + self._backoff.next_delay()

@@ -27,14 +27,13 @@ import os
 import secrets
 import signal
 import subprocess
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
+
+from .procfs import PROC, children_of, descendants, process_table, read_process_stat
 
 TAG_VARIABLE = "TRAINMON_PROCESS_TAG"
 _PR_SET_CHILD_SUBREAPER = 36
-PROC = Path("/proc")
 
 
 class LaunchError(Exception):
@@ -90,31 +89,6 @@ class Launcher(Protocol):
 # -- processes on this machine -------------------------------------------------------------
 
 
-class _Stat(NamedTuple):
-    ppid: int
-    state: str
-    start_ticks: int  # since boot: with the pid, it names one process
-
-
-def _stat(pid: int) -> _Stat | None:
-    try:
-        data = (PROC / str(pid) / "stat").read_bytes()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2:].split()
-    return _Stat(int(fields[1]), fields[0].decode(), int(fields[19]))
-
-
-def _process_table() -> dict[int, _Stat]:
-    table = {}
-    for entry in os.listdir(PROC):
-        if entry.isdigit():
-            found = _stat(int(entry))
-            if found is not None:
-                table[int(entry)] = found
-    return table
-
-
 def become_subreaper() -> bool:
     """Make this process the subreaper of its descendants (Linux); False where the system has none."""
     try:
@@ -137,7 +111,7 @@ class _Opened:
                 self.fd = -2  # gone already
         # The descriptor names whatever process had the id when it was opened; the start time
         # read after opening proves it is the one that was listed.
-        now = _stat(pid)
+        now = read_process_stat(pid)
         self.valid = self.fd != -2 and now is not None and now.start_ticks == start_ticks
 
     def send(self, sig: int) -> None:
@@ -165,7 +139,7 @@ class LocalHost:
         self.process = process
         self.process_group = process.pid  # the session's group, for the system monitor
         self._streams: tuple[int, int] | None = None
-        stat = _stat(process.pid)  # the child is not reaped until it is waited for: this is it
+        stat = read_process_stat(process.pid)  # the child is not reaped until it is waited for: this is it
         self._held = _Opened(process.pid, stat.start_ticks if stat is not None else -1)
 
     def streams(self) -> tuple[int, int]:
@@ -175,6 +149,7 @@ class LocalHost:
                 assert source is not None
                 fds.append(os.dup(source.fileno()))
                 source.close()
+                _widen_pipe(fds[-1])
             self._streams = (fds[0], fds[1])
         return self._streams
 
@@ -242,14 +217,14 @@ class LocalLauncher:
         """Every living process of the job but the hosts' main ones: their descendants, and the
         processes they left behind (re-parented to this one, the subreaper). Adopted ones that
         have exited are reaped here (the hosts' own are Popen's to reap)."""
-        table = _process_table()
+        table = process_table()
         mains = {host.process.pid for host in self.hosts}
-        children: dict[int, list[int]] = {}
-        for pid, stat in table.items():
-            children.setdefault(stat.ppid, []).append(pid)
+        children = children_of(table)
         adopted = [pid for pid in children.get(self.me, []) if pid not in mains]
         found: list[tuple[int, int]] = []
-        for pid in _descendants([*mains, *adopted], children, mains):
+        for pid in descendants([*mains, *adopted], children):
+            if pid in mains:
+                continue
             stat = table[pid]
             if stat.state == "Z":
                 if stat.ppid == self.me:
@@ -259,18 +234,14 @@ class LocalLauncher:
         return found
 
 
-def _descendants(roots: Iterable[int], children: dict[int, list[int]], mains: set[int]) -> Iterator[int]:
-    """``roots`` (the hosts' main processes left out) and all below them."""
-    stack = list(roots)
-    seen: set[int] = set()
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        if pid not in mains:
-            yield pid
-        stack.extend(children.get(pid, ()))
+def _widen_pipe(fd: int) -> None:
+    """A 1 MiB pipe buffer (Linux) lets the job keep writing through a brief pause of the reader."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except (ImportError, OSError):
+        pass
 
 
 def _reap(pid: int) -> None:
@@ -293,7 +264,7 @@ def tagged_processes(tag: str) -> list[tuple[int, int]]:
     marker = f"{TAG_VARIABLE}={tag}".encode()
     found = []
     me = os.getpid()
-    for pid, stat in _process_table().items():
+    for pid, stat in process_table().items():
         if pid != me and stat.state != "Z" and _carries(pid, marker):
             found.append((pid, stat.start_ticks))
     return found

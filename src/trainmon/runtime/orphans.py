@@ -25,10 +25,9 @@ from typing import Any
 import psutil
 
 from ..errors import StoreError
-from ..jobs.document import SupervisorIdentity, UnstoredOutput
+from ..jobs.document import SupervisorIdentity
 from ..jobs.status import ACTIVE
 from ..store import JobRow, Store
-from . import launcher, recovery
 from .jobstate import set_status
 
 
@@ -69,6 +68,8 @@ def reap_orphans(store: Store) -> list[str]:
 
 
 def _reap(store: Store, job: JobRow, dead: SupervisorIdentity) -> bool:
+    from . import launcher, recovery  # here, not at the top: every command imports this module, few reap
+
     me = identity(tag=dead.get("tag", ""))
 
     def take_over(row: JobRow) -> None:
@@ -85,9 +86,8 @@ def _reap(store: Store, job: JobRow, dead: SupervisorIdentity) -> bool:
     fields: dict[str, Any] = {"FailureReason": (
         f"trainmon's supervising process (pid {dead['pid']}) ended without finishing the job: it was killed or "
         "crashed. The output it had captured was stored; the job's processes were ended.")}
-    if loss.bytes or loss.records:
-        unstored: UnstoredOutput = {"Records": loss.records, "Points": loss.points, "Bytes": loss.bytes,
-                                    "Reason": loss.reason}
+    unstored = loss.unstored()
+    if unstored is not None:
         fields["UnstoredOutput"] = unstored
     set_status(store, job.name, "Failed", ended_at=ended_at, **fields)
     shutil.rmtree(recovery.spool_dir(store, job.name), ignore_errors=True)

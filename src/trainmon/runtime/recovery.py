@@ -23,11 +23,12 @@ from .capture import (
     HostStream,
     Ingestor,
     Loss,
-    LossCounter,
-    MemoryBudget,
     Pipe,
     RecordCutter,
+    pipe_name,
+    spool_files,
     spool_frames,
+    spool_path,
 )
 
 
@@ -35,9 +36,7 @@ class SpoolSource:
     """A spool file's chunks past a point, in the form the ingestor reads a pipe's."""
 
     def __init__(self, path: Path, from_offset: int) -> None:
-        self.losses: LossCounter | None = None
         self.spool_path = path
-        self.budget = MemoryBudget()
         self.chunks: deque[Chunk] = deque(
             Chunk(offset, length, stamp, None) for offset, stamp, length in spool_frames(path, from_offset))
         self.eof = threading.Event()
@@ -45,12 +44,13 @@ class SpoolSource:
 
 
 def spool_dir(store: Store, job: str) -> Path:
-    return config.jobs_dir(store.home) / job / ".spool"
+    """Where the job's pipes are spooled (:func:`~trainmon.runtime.capture.spool_path`)."""
+    return config.job_dir(store.home, job) / ".spool"
 
 
 def last_activity_ms(store: Store, job: JobRow) -> int | None:
     """When the job's output last arrived: the newest spool write or stored record."""
-    times = [int(path.stat().st_mtime * 1000) for path in spool_dir(store, job.name).glob("*-std*")]
+    times = [int(path.stat().st_mtime * 1000) for path in spool_files(spool_dir(store, job.name))]
     times += [s.last_event_ms for s in store.streams(job.id) if s.last_event_ms is not None]
     return max(times, default=None)
 
@@ -68,18 +68,17 @@ def recover(store: Store, job: JobRow) -> Loss:
     for stream in store.streams(job.id):
         progress = store.spool_progress(stream.id)
         pipes = []
-        for is_stderr, name in ((False, "stdout"), (True, "stderr")):
-            path = directory / f"{stream.host}-{name}"
+        for is_stderr in (False, True):
+            path = spool_path(directory, stream.host, is_stderr)
             if not path.is_file():
                 continue
-            consumed, after_cr = progress.get(name, (FRAME.size, False))
-            source = SpoolSource(path, consumed)
-            pipe = Pipe(source, RecordCutter(mode, after_cr=after_cr), is_stderr)
+            consumed, after_cr = progress.get(pipe_name(is_stderr), (FRAME.size, False))
+            pipe = Pipe(SpoolSource(path, consumed), RecordCutter(mode, after_cr=after_cr), is_stderr)
             pipe.spooled_to = consumed
             pipes.append(pipe)
         streams.append(HostStream(stream.host, stream.id, pipes, next_seq=stream.records))
-    messages: list[str] = []
-    ingestor = Ingestor(store, job.id, streams, extractor, threading.Event(), on_error=messages.append)
+    # Quiet: the command that reaps the job is reading jobs; what could not be stored is counted.
+    ingestor = Ingestor(store, job.id, streams, extractor, threading.Event(), on_error=lambda message: None)
     ingestor.finish_in_this_thread()
     ingestor.close()
-    return ingestor.losses()
+    return ingestor.loss

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from .procfs import ProcessStat, children_of, descendants, parse_process_stat
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 RELIST_S = 1.0  # the tree is re-listed, and busy processes' io read, at most this often
@@ -255,7 +257,7 @@ class ProcReader:
         self._prefix = f"{self.root}/"
         self._host_fds: list[int] = []  # stat, meminfo, diskstats, net/dev (-1: missing)
         self._names: set[str] = set()
-        self._known: dict[int, tuple[int, int]] = {}  # pid -> (ppid, pgrp), as first read
+        self._known: dict[int, ProcessStat] = {}  # as first read
         self._groups: dict[int, frozenset[int]] = {}
         self._grouped: tuple[int, ...] = ()  # the process groups _groups is for
 
@@ -331,34 +333,24 @@ class ProcReader:
             for name in names - self._names:
                 if name.isdigit():
                     known = self._learn(int(name))
-                    changed = changed or known is not None and (known[0] in members or known[1] in wanted)
+                    changed = changed or known is not None and (known.ppid in members or known.pgrp in wanted)
             self._names = names
         if changed:  # otherwise no group gained or lost a process
             self._groups = {pgid: self._descendants(pgid) for pgid in wanted}
             self._grouped = wanted
         return self._groups
 
-    def _learn(self, pid: int) -> tuple[int, int] | None:
+    def _learn(self, pid: int) -> ProcessStat | None:
         try:
             data = self.read(f"{pid}/stat")
         except OSError:
             return None
-        fields = data[data.rfind(b")") + 2:].split(None, 3)
-        known = self._known[pid] = (int(fields[1]), int(fields[2]))
+        known = self._known[pid] = parse_process_stat(data)
         return known
 
     def _descendants(self, pgid: int) -> frozenset[int]:
-        members = {pid for pid, (_, group) in self._known.items() if group == pgid}
-        children: dict[int, list[int]] = {}
-        for pid, (parent, _) in self._known.items():
-            children.setdefault(parent, []).append(pid)
-        stack = list(members)  # descendants that left the group (setsid) still count
-        while stack:
-            for child in children.get(stack.pop(), ()):
-                if child not in members:
-                    members.add(child)
-                    stack.append(child)
-        return frozenset(members)
+        members = [pid for pid, known in self._known.items() if known.pgrp == pgid]
+        return frozenset(descendants(members, children_of(self._known)))  # those that left the group (setsid) too
 
 
 class TreeReading(NamedTuple):

@@ -30,19 +30,32 @@ from typing import Any
 
 from .. import config
 from ..errors import StoreError, TrainmonError
-from ..jobs.document import JobDocument, SupervisorIdentity, UnstoredOutput
+from ..jobs.document import JobDocument
 from ..jobs.status import profiler_settings
 from ..parsing.definitions import validate_definitions
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
 from ..store import JobRow, Store, StreamRow, open_store
 from ..store.profiles import ProfileWriter
-from . import contract, orphans
+from . import contract, orphans, recovery
 from . import launcher as launch
-from .capture import Echo, HostStream, Ingestor, Loss, LossCounter, MemoryBudget, Pipe, PipeReader, RecordCutter
+from .capture import (
+    Echo,
+    HostStream,
+    Ingestor,
+    Loss,
+    LossCounter,
+    MemoryBudget,
+    Pipe,
+    PipeReader,
+    RecordCutter,
+    now_ms,
+    spool_path,
+)
 from .jobstate import JobState
 from .maintenance import Maintainer
 from .monitor import SystemMonitor
+from .retry import Backoff
 from .sampler import default_gpu_source
 
 POLL_S = 0.05
@@ -101,37 +114,40 @@ class Supervisor:
         self.store.update_job(self.name, claim)
         previous = self._install_signals()
         try:
-            return self._run(job, identity)
+            return self._run(job)
         finally:
             self._restore_signals(previous)
             self.launcher.close()
 
-    def _run(self, job: JobRow, identity: SupervisorIdentity) -> JobRow:
+    def _run(self, job: JobRow) -> JobRow:
         doc = job.doc
         settings = doc["TrainmonConfig"]
         mode = Mode(settings["RecordMode"])
         grace_s = float(settings["StopGraceSeconds"])
         extractor = Extractor(validate_definitions(doc["AlgorithmSpecification"]["MetricDefinitions"]), mode)
-        job_dir = config.jobs_dir(self.store.home) / self.name
+        job_dir = config.job_dir(self.store.home, self.name)
         count = doc["ResourceConfig"]["InstanceCount"]
 
         self.state.enter("Downloading")
         for stale in job_dir.glob("algo-*"):  # left by an earlier job of the same name
             shutil.rmtree(stale, ignore_errors=True)
+        config.make_private_dir(job_dir)
         prepared = [contract.prepare_host(job_dir, doc, host) for host in contract.host_names(count)]
         requested = self.state.stop_requested()
         if requested:
             self._stop_reason = requested  # stopped before it started: start nothing
             return self._finish(requested)
-        spool_dir = job_dir / ".spool"
+        spool_dir = recovery.spool_dir(self.store, self.name)
         spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
-        start_failure = self._start_hosts(job, prepared, spool_dir, mode, extractor)
+        budget = MemoryBudget()  # output held in memory for lack of a spool, for the whole job
+        start_failure = self._start_hosts(job, prepared, spool_dir, mode, extractor, budget)
         if start_failure is None:
             self.state.enter("Training")
 
         echo = Echo(prefix_hosts=count > 1, live_metrics=self.live_metrics) if self.echo_enabled else None
-        ingestor = Ingestor(self.store, job.id, [h.stream for h in self.hosts], extractor, self._wake, echo)
+        ingestor = Ingestor(self.store, job.id, [h.stream for h in self.hosts], extractor, self._wake, echo,
+                            budget=budget)
         for reader in self.readers:
             reader.start()
         ingestor.start()
@@ -155,9 +171,8 @@ class Supervisor:
         return self._conclude(job, exit_codes, start_failure, ingestor)
 
     def _start_hosts(self, job: JobRow, prepared: list[tuple[contract.HostLayout, dict[str, str]]],
-                     spool_dir: Path, mode: Mode, extractor: Extractor) -> str | None:
+                     spool_dir: Path, mode: Mode, extractor: Extractor, budget: MemoryBudget) -> str | None:
         command = job.doc["TrainmonConfig"]["Command"]
-        budget = MemoryBudget()
         for layout, env in prepared:
             stream = self._retrying(lambda host=layout.host: self._add_stream(job.id, host))
             spec = launch.HostSpec(layout.host, command, {**os.environ, **env},
@@ -168,29 +183,27 @@ class Supervisor:
                 return f"ClientError: {exc}"
             pipes = []
             for is_stderr, fd in zip((False, True), process.streams(), strict=True):
-                _widen_pipe(fd)
-                label = f"{layout.host}-{'stderr' if is_stderr else 'stdout'}"
-                losses = LossCounter(mode, Extractor(extractor.definitions, mode))
-                reader = PipeReader(fd, spool_dir / label, self._wake, label, budget=budget, losses=losses)
+                path = spool_path(spool_dir, layout.host, is_stderr)
+                reader = PipeReader(fd, path, self._wake, path.name, budget=budget,
+                                    losses=LossCounter(extractor.definitions, mode))
                 self.readers.append(reader)
                 pipes.append(Pipe(reader, RecordCutter(mode), is_stderr))
             self.hosts.append(Host(layout.host, layout, process, HostStream(layout.host, stream.id, pipes)))
         return None
 
     def _add_stream(self, job_id: int, host: str) -> StreamRow:
-        creation_ms = int(time.time() * 1000)
+        creation_ms = now_ms()
         return self.store.add_stream(job_id, host, f"{self.name}/{host}-{creation_ms // 1000}", creation_ms)
 
     def _retrying(self, write: Any) -> Any:
         """A write the job cannot start without, tried again until the store takes it."""
-        delay = 0.5
+        backoff = Backoff()
         while True:
             try:
                 return write()
             except StoreError as exc:
                 print(f"trainmon: {exc.message}; trying again", file=sys.stderr)
-                time.sleep(delay)
-                delay = min(5.0, delay * 2)
+                time.sleep(backoff.next_delay())
 
     def _start_monitor(self, doc: JobDocument, job_dir: Path) -> SystemMonitor | None:
         if not self.hosts:
@@ -288,7 +301,10 @@ class Supervisor:
                 reader.join()
         ingestor.finish()
         ingestor.close()
-        self.loss = ingestor.losses()
+        self.loss = Loss()  # everything not stored: the readers' drops and the ingestor's own
+        for reader in self.readers:
+            self.loss.add(reader.losses.loss)
+        self.loss.add(ingestor.loss)
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -296,9 +312,8 @@ class Supervisor:
         self, job: JobRow, exit_codes: dict[str, int], start_failure: str | None, ingestor: Ingestor
     ) -> JobRow:
         fields: dict[str, Any] = {}
-        if self.loss.bytes or self.loss.records:
-            unstored: UnstoredOutput = {"Records": self.loss.records, "Points": self.loss.points,
-                                        "Bytes": self.loss.bytes, "Reason": self.loss.reason}
+        unstored = self.loss.unstored()
+        if unstored is not None:
             fields["UnstoredOutput"] = unstored
         if ingestor.failure is not None and start_failure is None and not self._stop_reason:
             start_failure = f"InternalServerError: trainmon could not store the job's output: {ingestor.failure}"
@@ -380,16 +395,6 @@ class Supervisor:
     def _restore_signals(previous: dict[int, Any]) -> None:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _widen_pipe(fd: int) -> None:
-    """A 1 MiB pipe buffer (Linux) lets the job keep writing through a brief pause of the reader."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-    except (ImportError, OSError):
-        pass
 
 
 def _tar(source: Path, target: Path) -> None:

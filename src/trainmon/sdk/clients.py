@@ -8,13 +8,13 @@ the keyword arguments it was given; validation, paging and errors are the operat
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import api, config
+from .. import api
+from ..api.shapes import snake_case
 from ..errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException, WaiterError
 from ..store import Store, open_store
 
@@ -35,26 +35,28 @@ def _method(operation: api.Operation) -> Callable[..., dict[str, Any]]:
     return call
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+_CLIENTS: dict[str, type[Client]] = {}  # service -> its client class, each added as it is made
 
 
 class Client:
-    """A service's operations as methods (``DescribeTrainingJob`` -> ``describe_training_job``)."""
+    """A service's operations as methods (``DescribeTrainingJob`` -> ``describe_training_job``); a
+    subclass names its service and is the client :func:`client` makes for it."""
 
     exceptions = _Exceptions
     service = ""
 
     def __init__(self, store: Store | None = None, home: Path | None = None) -> None:
-        self.home = home or (store.home if store else config.home())
-        self.store = store or open_store(self.home)
+        self.store = store if store is not None else open_store(home)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for name, operation in api.SERVICES[cls.service].items():
-            setattr(cls, _snake(name), _method(operation))
+            setattr(cls, snake_case(name), _method(operation))
+        _CLIENTS[cls.service] = cls
 
     def can_paginate(self, operation_name: str) -> bool:
+        """boto3's: whether ``get_paginator`` serves the operation. No operation has a paginator
+        here (responses carry their tokens), so code that asks first pages by hand."""
         return False
 
 
@@ -99,10 +101,6 @@ class _Waiter:
                 raise WaiterError(f"Waiter TrainingJobCompletedOrStopped failed: job {TrainingJobName} Failed")
             time.sleep(delay)
         raise WaiterError("Waiter TrainingJobCompletedOrStopped failed: Max attempts exceeded")
-
-
-_CLIENTS: dict[str, type[Client]] = {"sagemaker": SageMakerClient, "cloudwatch": CloudWatchClient,
-                                     "logs": LogsClient, "trainmon": TrainmonClient}
 
 
 def client(service: str, *, home: str | Path | None = None, store: Store | None = None) -> Any:

@@ -30,9 +30,10 @@ from ..api.logs import LOG_GROUP
 from ..api.training_request import DEFAULT_MAX_RUNTIME_S
 from ..errors import TrainmonError
 from ..jobs.document import ACCOUNT
+from ..jobs.status import TERMINAL
 from ..store import open_store
 from .analytics import TrainingJobAnalytics
-from .clients import LogsClient, SageMakerClient
+from .clients import SageMakerClient
 
 # Accepted for compatibility, meaningless off AWS: each gives a warning naming it.
 AWS_ONLY_ARGUMENTS = frozenset({
@@ -43,7 +44,6 @@ AWS_ONLY_ARGUMENTS = frozenset({
     "keep_alive_period_in_seconds", "training_repository_access_mode", "training_repository_credentials_provider_arn",
     "disable_output_compression", "max_retry_attempts", "input_mode", "instance_groups", "training_plan",
 })
-TERMINAL = ("Completed", "Failed", "Stopped")
 _ENDING = ("Uploading", "Completed", "Failed", "Stopped", "MaxRuntimeExceeded")
 
 
@@ -57,13 +57,13 @@ class UnexpectedStatusException(ValueError):
 
 
 class Session:
-    """Where jobs live: the embedded store in ``home`` (default: TRAINMON_HOME)."""
+    """Where jobs live: the embedded store in ``home`` (default: TRAINMON_HOME). ``sagemaker_client``
+    is the SDK Session's: a SageMaker client on that store."""
 
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = Path(home).expanduser().resolve() if home is not None else config.home()
         self.store = open_store(self.home)
-        self.sagemaker_client = SageMakerClient(self.store, self.home)
-        self.logs_client = LogsClient(self.store, self.home)
+        self.sagemaker_client = SageMakerClient(self.store)
 
     def describe_training_job(self, job_name: str) -> dict[str, Any]:
         return sagemaker.describe_training_job(self.store, TrainingJobName=job_name)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..cloudwatch.sketch import Rollups
 
 SEQ_END = 2**62  # above every record number
+ChunkRow = tuple[int, int, int, str]  # a stored log chunk: first_seq, count (of records), timestamp_ms, text
 
 JOB_COLUMNS = "id, name, status, creation_time, last_modified_time, doc, supervisor, stop_requested, diagnostics"
 STREAM_COLUMNS = (
@@ -296,11 +297,11 @@ class SqlStore:
     ) -> list[EventRow]:
         """Records with ``after_seq < seq < before_seq`` and a time in [start_ms, end_ms): the
         first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
-        where = Where().add("stream_id = ?", stream_id).add("timestamp_ms >= ?", start_ms)
-        where.add("timestamp_ms < ?", end_ms)
         upper = before_seq if before_seq is not None else SEQ_END
         found: list[EventRow] = []
         if newest_first:
+            where = Where().add("stream_id = ?", stream_id).add("timestamp_ms >= ?", start_ms)
+            where.add("timestamp_ms < ?", end_ms)
             cursor = upper
             for page in _pages():
                 rows = self._chunks(f"{where.sql} AND first_seq < ? ORDER BY first_seq DESC", (*where.args, cursor),
@@ -310,7 +311,40 @@ class SqlStore:
                     break
                 cursor = rows[-1][0]
             return found[::-1]
-        # Forward: seek the chunk holding after_seq + 1 (or the first at start_ms), then walk on.
+        for rows in self._forward_chunks(stream_id, after_seq, before_seq=upper, start_ms=start_ms, end_ms=end_ms):
+            found.extend(chunk_events(rows, stream_id, after_seq, upper, limit - len(found)))
+            if len(found) >= limit:
+                break
+        return found
+
+    def log_text(self, stream_id: int, *, after_seq: int = -1, limit: int = 100_000) -> tuple[str, int]:
+        """The records after ``after_seq`` as text, each followed by "\n": whole chunks until about
+        ``limit`` records; and the number of the last record in it (``after_seq`` when none)."""
+        pieces: list[str] = []
+        records, last = 0, after_seq
+        for rows in self._forward_chunks(stream_id, after_seq):
+            for first, count, _, text in rows:
+                skip = after_seq + 1 - first
+                if skip >= count:
+                    continue
+                if skip > 0:
+                    text = text.split("\n", skip)[skip]
+                    count -= skip
+                pieces.append(text)
+                records += count
+                last = first + (count + max(skip, 0)) - 1
+            if records >= limit:
+                break
+        if pieces:
+            pieces.append("")  # the last record's newline, without copying the text again
+        return "\n".join(pieces), last
+
+    def _forward_chunks(self, stream_id: int, after_seq: int, *, before_seq: int | None = None,
+                        start_ms: int | None = None, end_ms: int | None = None) -> Iterator[list[ChunkRow]]:
+        """A stream's log chunks in record order, a page of them at a time (``_pages``): from the one
+        holding record ``after_seq + 1`` (or the first at ``start_ms``, when later), those that start
+        before ``before_seq`` and have a time in [start_ms, end_ms). A seek on the index, then a
+        walk along it."""
         start_row = self._read(
             "SELECT first_seq FROM log_chunks WHERE stream_id = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1",
             (stream_id, after_seq + 1),
@@ -321,58 +355,26 @@ class SqlStore:
                 "SELECT min(first_seq) FROM log_chunks WHERE stream_id = ? AND timestamp_ms >= ?", (stream_id, start_ms)
             )
             if by_time[0][0] is None:
-                return []
+                return
             lowest = max(lowest, by_time[0][0])
+        where = Where().add("stream_id = ?", stream_id).add("timestamp_ms >= ?", start_ms)
+        where.add("timestamp_ms < ?", end_ms).add("first_seq < ?", before_seq)
         comparison = ">="
         for page in _pages():
-            rows = self._chunks(f"{where.sql} AND first_seq {comparison} ? AND first_seq < ? ORDER BY first_seq",
-                                (*where.args, lowest, upper), page)
-            found.extend(chunk_events(rows, stream_id, after_seq, upper, limit - len(found)))
-            if len(found) >= limit or not rows:
-                break
+            rows = self._chunks(f"{where.sql} AND first_seq {comparison} ? ORDER BY first_seq", (*where.args, lowest),
+                                page)
+            if not rows:
+                return
+            yield rows
             lowest, comparison = rows[-1][0], ">"
-        return found
 
-    def log_text(self, stream_id: int, *, after_seq: int = -1, limit: int = 100_000) -> tuple[str, int]:
-        """The records after ``after_seq`` as text, each followed by "\n": whole chunks until about
-        ``limit`` records; and the number of the last record in it (``after_seq`` when none)."""
-        start_row = self._read(
-            "SELECT first_seq FROM log_chunks WHERE stream_id = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1",
-            (stream_id, after_seq + 1),
-        )
-        lowest = start_row[0][0] if start_row else 0
-        pieces: list[str] = []
-        records, last = 0, after_seq
-        comparison = ">="
-        for page in _pages():
-            rows = self._read(f"SELECT first_seq, count, text FROM log_chunks WHERE stream_id = ? AND first_seq "
-                              f"{comparison} ? ORDER BY first_seq LIMIT {page}", (stream_id, lowest))
-            for first, count, text in rows:
-                if not isinstance(text, str):
-                    text = bytes(text).decode("utf-8")
-                skip = after_seq + 1 - first
-                if skip >= count:
-                    continue
-                if skip > 0:
-                    text = text.split("\n", skip)[skip]
-                    count -= skip
-                pieces.append(text)
-                records += count
-                last = first + (count + max(skip, 0)) - 1
-            if records >= limit or not rows:
-                break
-            lowest, comparison = rows[-1][0], ">"
-        if pieces:
-            pieces.append("")  # the last record's newline, without copying the text again
-        return "\n".join(pieces), last
-
-    def _chunks(self, condition: str, args: Sequence[Any], rows: int) -> list[tuple[int, int, str]]:
-        """Up to ``rows`` log chunks (first_seq, timestamp_ms, text) matching a WHERE ... ORDER BY
-        condition. The text comes back as SQLite's str or PostgreSQL's bytea."""
-        found = self._read(f"SELECT first_seq, timestamp_ms, text FROM log_chunks WHERE {condition} LIMIT {rows}",
-                           args)
-        return [(first, stamp, text if isinstance(text, str) else bytes(text).decode("utf-8"))
-                for first, stamp, text in found]
+    def _chunks(self, condition: str, args: Sequence[Any], rows: int) -> list[ChunkRow]:
+        """Up to ``rows`` log chunks matching a WHERE ... ORDER BY condition, their text decoded
+        (SQLite gives str, PostgreSQL bytea)."""
+        found = self._read(
+            f"SELECT first_seq, count, timestamp_ms, text FROM log_chunks WHERE {condition} LIMIT {rows}", args)
+        return [(first, count, stamp, text if isinstance(text, str) else bytes(text).decode("utf-8"))
+                for first, count, stamp, text in found]
 
     # -- ingestion
 
@@ -549,12 +551,12 @@ def _pages() -> Iterator[int]:
         rows = min(64, rows * 2)
 
 
-def chunk_events(rows: Iterable[tuple[int, int, str]], stream_id: int, after_seq: int, before_seq: int, limit: int,
+def chunk_events(rows: Iterable[ChunkRow], stream_id: int, after_seq: int, before_seq: int, limit: int,
                  *, backward: bool = False) -> list[EventRow]:
-    """Up to ``limit`` records in chunk rows (first_seq, timestamp_ms, text) with after_seq < seq <
-    before_seq, in the rows' order; with ``backward``, each chunk's records last first."""
+    """Up to ``limit`` records in chunk rows with after_seq < seq < before_seq, in the rows' order;
+    with ``backward``, each chunk's records last first."""
     found: list[EventRow] = []
-    for first, stamp, text in rows:
+    for first, _, stamp, text in rows:
         messages = text.split("\n")
         low, high = max(0, after_seq + 1 - first), min(len(messages), before_seq - first)
         if backward:

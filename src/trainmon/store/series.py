@@ -40,7 +40,7 @@ import numpy as np
 from ..cloudwatch.model import MetricKey, job_metric_key
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.sketch import Rollups, concat
-from ..cloudwatch.statistics import Columns, Sample
+from ..cloudwatch.statistics import Columns, Sample, concat_columns
 from . import codec
 from .rows import Maintenance, PointRow, PointTuple
 from .sql import Sql, Transaction
@@ -58,7 +58,7 @@ def digest(key: MetricKey) -> bytes:
     return hashlib.sha256(f"{key.namespace}\0{key.name}\0{key.dimensions_json}".encode()).digest()
 
 
-_UPSERT = """
+_UPSERT_SERIES = """
 INSERT INTO series (namespace, name, dimensions, digest, job_id, last_ms, points, minimum, maximum,
                     final_value, final_ms)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -74,13 +74,13 @@ ON CONFLICT (digest) DO UPDATE SET
                        THEN excluded.final_value ELSE series.final_value END,
     final_ms = CASE WHEN excluded.final_ms >= series.final_ms OR series.final_ms IS NULL
                     THEN excluded.final_ms ELSE series.final_ms END
-RETURNING id, rolled_ms
-"""
+"""  # {greatest}: the backend's (Sql.greatest)
+_UPSERT = _UPSERT_SERIES + "RETURNING id, rolled_ms\n"  # a series' (id, rolled_ms), for a job's writes
 _INSERT_CHUNK = (
     "INSERT INTO chunks (series_id, kind, host, stream_id, unit, resolution, first_ms, last_ms, count, sealed, data) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_CHUNK_COLUMNS = "id, kind, host, stream_id, unit, resolution, sealed, data, series_id, count"
+_CHUNK_COLUMNS = "id, kind, host, stream_id, unit, resolution, sealed, data, series_id"
 
 
 @dataclass
@@ -174,7 +174,7 @@ def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods:
                 late = (stamps < rolled_ms) & np.isfinite(values)
                 ones = np.ones(int(late.sum()))
                 v = values[late]
-                _merge_late(sql, series_id, "None", _sorted(stamps[late], ones, v, v, v, v), periods)
+                _merge_late(sql, series_id, "None", _rollups(Columns(stamps[late], ones, v, v, v, v)), periods)
     for name, summary in summaries.items():  # in the batch's order
         for host, stream, _, _, _, encoded in summary.chunks:
             chunk_rows.extend((ids[name], POINTS, host, stream, "None", 1, first, last, rows, sealed, blob)
@@ -207,23 +207,19 @@ def _groups(points: list[PointTuple]) -> Iterator[tuple[tuple[str, str, int], np
         yield key, stamp_array[rows], value_array[rows], seq_array[rows]
 
 
-@dataclass
-class PreparedSamples:
-    """A PutMetricData call's datapoints per metric and unit, as columns and encoded chunks."""
-
-    metrics: list[tuple[MetricKey, bytes, int, list[tuple[str, list[np.ndarray], list[Encoded]]]]]
+PreparedSamples = list[tuple[MetricKey, bytes, int, list[tuple[str, list[np.ndarray], list[Encoded]]]]]
+"""A PutMetricData call's datapoints per metric and unit, as columns and encoded chunks:
+(key, digest, resolution, [(unit, columns, chunks)])."""
 
 
 def prepare_samples(items: list[tuple[MetricKey, int, list[Sample]]]) -> PreparedSamples:
-    """What ``put_samples`` writes, made before the transaction (the lock is held for the inserts only)."""
-    merged: dict[tuple[MetricKey, int], list[Sample]] = {}
-    for key, resolution, samples in items:  # one write per metric and resolution, whatever the call's items
-        if samples:
-            merged.setdefault((key, resolution), []).extend(samples)
+    """What ``put_samples`` writes, made before the transaction (the lock is held for the inserts
+    only). Each item is a write of its own: a caller gives a metric's samples of one resolution
+    together (``cloudwatch.model.parse_put`` groups a request's items so)."""
     metrics = []
-    for key_digest, (key, resolution), samples in sorted(  # one lock order
-            ((digest(key), (key, resolution), samples) for (key, resolution), samples in merged.items()),
-            key=lambda entry: (entry[0], entry[1][1])):
+    for key_digest, key, resolution, samples in sorted(  # one lock order
+            ((digest(key), key, resolution, samples) for key, resolution, samples in items if samples),
+            key=lambda entry: (entry[0], entry[2])):
         by_unit: dict[str, list[Sample]] = {}
         for sample in samples:
             by_unit.setdefault(sample.unit, []).append(sample)
@@ -232,7 +228,7 @@ def prepare_samples(items: list[tuple[MetricKey, int, list[Sample]]]) -> Prepare
             columns = _sample_columns(group)
             units.append((unit, columns, encode(SAMPLES, columns)))
         metrics.append((key, key_digest, resolution, units))
-    return PreparedSamples(metrics)
+    return metrics
 
 
 def put_samples(sql: Sql, prepared: PreparedSamples, periods: Sequence[int]) -> None:
@@ -241,15 +237,15 @@ def put_samples(sql: Sql, prepared: PreparedSamples, periods: Sequence[int]) -> 
     the call holds."""
     chunk_rows: list[tuple[Any, ...]] = []
     upserts: dict[bytes, tuple[Any, ...]] = {}
-    for key, key_digest, _, units in prepared.metrics:  # several resolutions of one metric: one row
+    for key, key_digest, _, units in prepared:  # several resolutions (or items) of one metric: one row
         last = max(int(columns[0].max()) for _, columns, _ in units)
         previous = upserts.get(key_digest)
         if previous is None or previous[5] < last:
             upserts[key_digest] = (key.namespace, key.name, key.dimensions_json, key_digest, None, last, 0, None, None,
                                    None, None)
-    sql.many(_UPSERT.format(greatest=sql.greatest).replace("RETURNING id, rolled_ms", ""), upserts.values())
+    sql.many(_UPSERT_SERIES.format(greatest=sql.greatest), upserts.values())
     found = _series_ids(sql, list(upserts))
-    for _, key_digest, resolution, units in prepared.metrics:
+    for _, key_digest, resolution, units in prepared:
         series_id, rolled_ms = found[key_digest]
         for unit, columns, encoded in units:
             chunk_rows.extend((series_id, SAMPLES, "", 0, unit, resolution, first, last_ms, rows, sealed, blob)
@@ -258,7 +254,7 @@ def put_samples(sql: Sql, prepared: PreparedSamples, periods: Sequence[int]) -> 
             if stamps.min() < rolled_ms:
                 late = stamps < rolled_ms
                 stamp, value, count, total, low, high = (c[late] for c in columns)
-                _merge_late(sql, series_id, unit, _sorted(stamp, count, total, low, high, value), periods)
+                _merge_late(sql, series_id, unit, _rollups(Columns(stamp, count, total, low, high, value)), periods)
     sql.many(_INSERT_CHUNK, chunk_rows)
 
 
@@ -284,10 +280,9 @@ def _sample_columns(samples: list[Sample]) -> list[np.ndarray]:
     ]
 
 
-def _sorted(stamps: np.ndarray, count: np.ndarray, total: np.ndarray, low: np.ndarray, high: np.ndarray,
-            value: np.ndarray) -> Rollups:
-    order = np.argsort(stamps, kind="stable")
-    return Rollups.from_samples(stamps[order], count[order], total[order], low[order], high[order], value[order])
+def _rollups(datapoints: Columns) -> Rollups:
+    """Datapoints in any order as roll-up rows, one each."""
+    return Rollups.from_samples(*concat_columns([datapoints]))
 
 
 def _merge_late(sql: Sql, series_id: int, unit: str, late: Rollups, periods: Sequence[int]) -> None:
@@ -339,7 +334,7 @@ def _chunks(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | None,
         where += " AND first_ms < ?"
         values.append(end_ms)
     found = []
-    for id_, kind, host, stream, unit, _, _, data, series, _ in sql.rows(
+    for id_, kind, host, stream, unit, _, _, data, series in sql.rows(
         f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE {where} ORDER BY id", values
     ):
         columns = codec.unpack(bytes(data))
@@ -422,23 +417,18 @@ def metric_columns(sql: Sql, key: MetricKey, start_ms: int, end_ms: int) -> dict
 
 
 def _raw_columns(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str, Columns]:
-    columns: dict[str, list[list[np.ndarray]]] = {}
+    columns: dict[str, list[Columns]] = {}
     for chunk in _chunks(sql, "series_id = ?", (series,), start_ms, end_ms):
         if chunk.kind == POINTS:
             stamps, values, _ = chunk.columns
             finite = np.isfinite(values)
             stamps, values = stamps[finite], values[finite]
-            parts = [stamps, np.ones(len(stamps)), values, values, values, values]
+            part = Columns(stamps, np.ones(len(stamps)), values, values, values, values)
         else:
             stamps, values, counts, sums, lows, highs = chunk.columns
-            parts = [stamps, counts, sums, lows, highs, values]
-        columns.setdefault(chunk.unit, []).append(parts)
-    found = {}
-    for unit, chunks in columns.items():
-        stamps, counts, sums, lows, highs, values = (np.concatenate([p[i] for p in chunks]) for i in range(6))
-        order = np.argsort(stamps, kind="stable")
-        found[unit] = Columns(stamps[order], counts[order], sums[order], lows[order], highs[order], values[order])
-    return found
+            part = Columns(stamps, counts, sums, lows, highs, values)
+        columns.setdefault(chunk.unit, []).append(part)
+    return {unit: concat_columns(parts) for unit, parts in columns.items()}
 
 
 def _raw_rollups(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str, Rollups]:

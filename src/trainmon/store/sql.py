@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, TypeVar
 
-from ..errors import DuplicateKey, StoreError
+from ..errors import DuplicateKey, StoreError, StoreFull
 
 T = TypeVar("T")
 
@@ -31,7 +31,7 @@ Problem = Literal["full", "locked", "unreachable", "duplicate", "other"]
 def store_error(problem: Problem, location: str, detail: str) -> StoreError:
     """The error a driver failure becomes, in the same words for every backend."""
     if problem == "full":
-        return StoreError(f"the disk holding {location} is full: free some space; what was stored so far stays readable")
+        return StoreFull(f"the disk holding {location} is full: free some space; what was stored so far stays readable")
     if problem == "locked":
         return StoreError(f"the store at {location} stayed locked for 30 s by another process: {detail}")
     if problem == "unreachable":
