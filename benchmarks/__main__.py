@@ -1,4 +1,4 @@
-"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [--scale S] [--flood-mb N] [--strict]``"""
+"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [--scale S] [--flood-mb N] [--strict]``"""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import subprocess
 import sys
 import time
 
-from . import capture, extraction, latency, monitor, readback, series, store
+from . import capture, extraction, latency, monitor, readback, series, server, store
 from .common import ROOT, Report
 
-BENCHMARKS = ("extraction", "capture", "latency", "monitor", "store", "series", "readback")
+BENCHMARKS = ("extraction", "capture", "latency", "monitor", "store", "series", "readback", "server")
 
 
 def _revision() -> str:
@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             reports.append(series.run(args.scale))
         elif name == "readback":
             reports.append(readback.run(args.scale))
+        elif name == "server":
+            reports.append(server.run(args.scale))
 
     print()
     print(f"Summary ({time.perf_counter() - start:.0f} s)")

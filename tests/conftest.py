@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -218,3 +219,68 @@ def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
 
 
 PY = sys.executable
+
+
+@dataclass
+class ServerProcess:
+    """A real ``trainmon server`` on a free loopback port, in a process of its own."""
+
+    url: str
+    home: Path
+    process: subprocess.Popen[str]
+    output: list[str]
+    _reader: Any = None
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(2)  # SIGINT, as Ctrl-C
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        status = self.process.wait()
+        if self._reader is not None:
+            self._reader.join(10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return status
+
+
+def start_server(home: Path, *args: str, database_url: str = "", env: dict[str, str] | None = None) -> ServerProcess:
+    """Start ``trainmon server --port 0`` and wait for the line that says where it listens."""
+    import re
+    import threading
+
+    environment = {**os.environ, "TRAINMON_HOME": str(home), "TRAINMON_DATABASE_URL": database_url, **(env or {})}
+    process = subprocess.Popen([sys.executable, "-m", "trainmon", "server", "--port", "0", *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
+    assert process.stdout is not None
+    output: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line)
+            if re.search(r"http://\S+/ ", line):
+                ready.set()
+        ready.set()  # it ended
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    ready.wait(60)
+    found = next((re.search(r"(http://\S+)/ ", line) for line in output if "http://" in line), None)
+    started = ServerProcess(found.group(1) if found else "", home, process, output, reader)
+    if found is None:
+        started.process.kill()
+        started.stop()
+        raise AssertionError("the server did not start:\n" + "".join(output))
+    return started
+
+
+@pytest.fixture
+def server(home: Path) -> Iterator[ServerProcess]:
+    """``trainmon server`` over the test's data directory (SQLite)."""
+    started = start_server(home)
+    yield started
+    started.stop()

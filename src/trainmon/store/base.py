@@ -25,7 +25,7 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.statistics import Columns, Sample
 from ..errors import ResourceInUse, ResourceNotFound
 from ..jobs.document import JobDocument, SupervisorIdentity
-from .rows import Batch, ChunkTuple, EventRow, JobRow, Maintenance, PointRow, StreamRow
+from .rows import Batch, ChunkTuple, EventRow, JobRow, Maintenance, PointColumns, PointRow, StreamRow
 from .sql import Sql, T
 
 if TYPE_CHECKING:
@@ -127,6 +127,11 @@ class Store(Protocol):
         start_ms: int | None = None,
         end_ms: int | None = None,
     ) -> list[PointRow]: ...
+
+    def point_columns(self, job_id: int, name: str, *, host: str | None = None, start_ms: int | None = None,
+                      end_ms: int | None = None) -> PointColumns:
+        """One metric's points of a job (all hosts, or ``host``'s) as columns in time order."""
+        ...
 
     def metric_names(self, job_id: int) -> list[str]: ...
 
@@ -420,6 +425,13 @@ class SqlStore:
 
         return self._reading(lambda sql: series.job_points(sql, job_id, names=names, host=host, start_ms=start_ms,
                                                            end_ms=end_ms))
+
+    def point_columns(self, job_id: int, name: str, *, host: str | None = None, start_ms: int | None = None,
+                      end_ms: int | None = None) -> PointColumns:
+        from . import series
+
+        return self._reading(lambda sql: series.point_columns(sql, job_id, name, host=host, start_ms=start_ms,
+                                                              end_ms=end_ms))
 
     def metric_names(self, job_id: int) -> list[str]:
         return [row[0] for row in self._read(

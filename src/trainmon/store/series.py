@@ -42,7 +42,7 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.sketch import Rollups, concat
 from ..cloudwatch.statistics import Columns, Sample, concat_columns
 from . import codec
-from .rows import Maintenance, PointRow, PointTuple
+from .rows import Maintenance, PointColumns, PointRow, PointTuple
 from .sql import Sql, Transaction
 
 POINTS, SAMPLES = 0, 1  # chunk kinds: a job's log points; PutMetricData's datapoints
@@ -384,6 +384,27 @@ def job_points(sql: Sql, job_id: int, *, names: list[str] | None, host: str | No
     order = np.lexsort((by_name, seqs, streams, stamps))
     return [PointRow(labels[i][0], int(stamps[i]), float(values[i]), labels[i][1], labels[i][2], int(seqs[i]))
             for i in order.tolist()]
+
+
+def point_columns(sql: Sql, job_id: int, name: str, *, host: str | None, start_ms: int | None,
+                  end_ms: int | None) -> PointColumns:
+    """One metric's points of a job as columns, in time order, then by log stream and position."""
+    condition = "kind = 0 AND series_id IN (SELECT id FROM series WHERE job_id = ? AND name = ?)"
+    args: list[Any] = [job_id, name]
+    if host:
+        condition += " AND host = ?"
+        args.append(host)
+    chunks = _chunks(sql, condition, args, start_ms, end_ms)
+    if not chunks:
+        empty = np.empty(0, np.int64)
+        return PointColumns(empty, np.empty(0, np.float64), empty, empty)
+    stamps = np.concatenate([c.columns[0] for c in chunks])
+    values = np.concatenate([c.columns[1] for c in chunks])
+    seqs = np.concatenate([c.columns[2] for c in chunks])
+    streams = np.concatenate([np.full(len(c.columns[0]), c.stream_id, np.int64) for c in chunks])
+    order = np.lexsort((seqs, streams, stamps))
+    return PointColumns(stamps[order].astype(np.int64), values[order].astype(np.float64), streams[order],
+                        seqs[order].astype(np.int64))
 
 
 def metric_samples(sql: Sql, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:

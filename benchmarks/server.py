@@ -1,0 +1,200 @@
+"""The server: how soon a printed point reaches a live stream, and how many requests it answers
+while jobs write.
+
+- live: a job served by ``trainmon server`` prints 100 lines ``t=<time.time()> value=<i>``, 50 ms
+  apart; a client follows ``/api/jobs/<job>/events`` (what an open chart listens to) and notes when
+  each point arrives. Baseline: the same job's lines read from a plain pipe. Target: p99 under 1 s.
+- load: while 10 jobs each print 200 metric lines a second, 4 client threads on loopback ask for a
+  job's description (``GET /api/jobs/<job>``) and a metric's statistics per minute, each for a few
+  seconds. Baseline: the same clients fetching a static file of the console from the same server.
+  Printed: requests/s and p99 of each, and the ratio to the baseline.
+- console (when Debian's chromium and the console's files are there): a job page whose metric has
+  1,000,000 points, opened in headless Chromium: the time until its chart is painted and the bytes
+  the page fetched; the same for a comparison of 10 such jobs. Targets: under 1 s and under 200 KB.
+  Baseline: the time to load the page with no chart (a job without points).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .common import Report, child_env, heading, median, percentile, scratch_dir, table
+from .latency import JOBS, through_pipe
+
+LIVE_POINTS = 100
+LIVE_INTERVAL_MS = 50.0
+LOAD_JOBS = 10
+LOAD_THREADS = 4
+LOAD_SECONDS = 4.0
+CHART_POINTS = 1_000_000
+TARGET_LIVE_P99_S = 1.0
+TARGET_PAINT_S = 1.0
+TARGET_BYTES = 200_000
+TIMEOUT_S = 180.0
+
+
+@contextmanager
+def running_server(home: Path) -> Iterator[str]:
+    process = subprocess.Popen([sys.executable, "-m", "trainmon", "server", "--port", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=child_env(TRAINMON_HOME=str(home)))
+    assert process.stdout is not None
+    try:
+        line = process.stdout.readline()
+        found = re.search(r"(http://\S+)/ ", line)
+        if found is None:
+            raise RuntimeError(f"trainmon server did not start: {line}{process.stdout.read()}")
+        threading.Thread(target=process.stdout.read, daemon=True).start()  # keep its pipe drained
+        yield found.group(1)
+    finally:
+        process.send_signal(2)
+        process.wait(30)
+
+
+def _create(client: Any, name: str, command: list[str], definitions: list[dict[str, str]]) -> None:
+    answer = client.post("/api/jobs", json={
+        "TrainingJobName": name, "ProfilerConfig": {"DisableProfiler": True},
+        "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": command,
+                                   "MetricDefinitions": definitions}})
+    answer.raise_for_status()
+
+
+def live(url: str, work: Path, count: int) -> list[float]:
+    """Seconds from print to arrival in the job's event stream, for each point."""
+    import httpx
+
+    command = [sys.executable, str(JOBS), "stamped", "--report", str(work / "live.json"), "--count", str(count),
+               "--interval-ms", str(LIVE_INTERVAL_MS), "--delay-s", "1.0"]
+    latencies: dict[int, float] = {}
+    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+        _create(client, "live", command, [{"Name": "sent", "Regex": r"t=([0-9.]+)"}])
+        with client.stream("GET", "/api/jobs/live/events?since=0&logs=0") as response:
+            event = ""
+            for line in response.iter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event == "points":
+                    now = time.time()
+                    points = json.loads(line[6:]).get("sent", {})
+                    for record, value in zip(points["Record"], points["Values"], strict=True):
+                        latencies.setdefault(record, now - value)
+                elif event == "end" or len(latencies) >= count:
+                    break
+    return list(latencies.values())
+
+
+def load(url: str, work: Path) -> dict[str, tuple[float, float, int]]:
+    """Per request kind: (requests/s, p99 seconds, failed requests) under LOAD_THREADS clients."""
+    import httpx
+
+    for n in range(LOAD_JOBS):
+        command = [sys.executable, str(JOBS), "paced", "--report", str(work / f"load-{n}.json"), "--rate", "200",
+                   "--seconds", "120"]
+        with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+            _create(client, f"load-{n}", command, [{"Name": "loss", "Regex": r"loss=(\S+)"},
+                                                  {"Name": "step", "Regex": r"step (\d+)"}])
+    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:  # every job writing before the clock starts
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline and sum(
+                bool(j["FinalMetrics"]) for j in client.get("/api/jobs").json()["TrainingJobSummaries"]) < LOAD_JOBS:
+            time.sleep(0.2)
+    paths = {
+        "static file (baseline)": "/static/uplot/uPlot.min.css",
+        "describe": "/api/jobs/load-3",
+        "statistics": "/api/jobs/load-3/metrics/loss/statistics?period=60&stat=p99",
+    }
+    results = {}
+    for label, path in paths.items():
+        times: list[float] = []
+        failed = [0]
+
+        def client_loop() -> None:
+            with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+                stop = time.monotonic() + LOAD_SECONDS
+                while time.monotonic() < stop:
+                    started = time.perf_counter()
+                    ok = client.get(path).status_code == 200
+                    times.append(time.perf_counter() - started)
+                    failed[0] += not ok
+
+        threads = [threading.Thread(target=client_loop) for _ in range(LOAD_THREADS)]
+        began = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        results[label] = (len(times) / (time.perf_counter() - began), percentile(times, 0.99), failed[0])
+    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+        for n in range(LOAD_JOBS):
+            client.post(f"/api/jobs/load-{n}/stop")
+    return results
+
+
+def run(scale: float = 1.0) -> Report:
+    report = Report("server")
+    count = max(20, int(LIVE_POINTS * scale))
+    heading(f"Server: live points ({count} lines {LIVE_INTERVAL_MS:g} ms apart) and requests while "
+            f"{LOAD_JOBS} jobs write")
+    with scratch_dir("server-") as work:
+        pipe = through_pipe(work, count)
+        home = work / "home"
+        with running_server(home) as url:
+            arrived = live(url, work, count)
+            served = load(url, work)
+        console_figures = console(work, scale)
+    report.check(len(arrived) == count, f"every point reached the event stream ({len(arrived)} of {count})")
+    if arrived:
+        table(["path", "median ms", "p99 ms"],
+              [["plain pipe", f"{median(pipe) * 1e3:.2f}", f"{percentile(pipe, 0.99) * 1e3:.2f}"],
+               ["server event stream", f"{median(arrived) * 1e3:.1f}", f"{percentile(arrived, 0.99) * 1e3:.1f}"]])
+        p99 = percentile(arrived, 0.99)
+        report.ratio("live p99: event stream / plain pipe", p99 / percentile(pipe, 0.99))
+        report.absolute("a printed point reaches an open chart's stream, p99", f"{p99 * 1e3:.0f} ms",
+                        f"< {TARGET_LIVE_P99_S * 1e3:.0f} ms", p99 < TARGET_LIVE_P99_S,
+                        detail=f"(median {median(arrived) * 1e3:.0f} ms)")
+    table(["request", "requests/s", "p99 ms", "failed"],
+          [[label, f"{rps:,.0f}", f"{p99 * 1e3:.1f}", failed] for label, (rps, p99, failed) in served.items()])
+    report.check(all(failed == 0 for _, _, failed in served.values()), "every request answered 200")
+    base_rps, base_p99, _ = served["static file (baseline)"]
+    for label in ("describe", "statistics"):
+        rps, p99, _ = served[label]
+        report.ratio(f"{label} requests/s while {LOAD_JOBS} jobs write / static file", rps / base_rps,
+                     detail=f"({rps:,.0f}/s, p99 {p99 * 1e3:.1f} ms; static {base_rps:,.0f}/s, "
+                            f"p99 {base_p99 * 1e3:.1f} ms)")
+    if console_figures is None:
+        print("  console: skipped (needs Debian's chromium, Playwright and the console's files)")
+    else:
+        for label, (painted_s, fetched, baseline_s) in console_figures.items():
+            report.ratio(f"{label}: time to a painted chart / page without a chart", painted_s / baseline_s,
+                         detail=f"({painted_s * 1e3:.0f} ms / {baseline_s * 1e3:.0f} ms)")
+            report.absolute(f"{label}: time to a painted chart", f"{painted_s * 1e3:.0f} ms",
+                            f"< {TARGET_PAINT_S * 1e3:.0f} ms", painted_s < TARGET_PAINT_S)
+            report.absolute(f"{label}: bytes fetched for it", f"{fetched:,} B", f"< {TARGET_BYTES:,} B",
+                            fetched < TARGET_BYTES)
+    return report
+
+
+def console(work: Path, scale: float) -> dict[str, tuple[float, int, float]] | None:
+    """Per page: (seconds to a painted chart, bytes fetched by the page, seconds for the baseline
+    page), or None when the browser or the console is missing."""
+    if shutil.which("chromium") is None:
+        return None
+    try:
+        from .console_pages import measure
+
+        return measure(work, max(10_000, int(CHART_POINTS * scale)))
+    except ImportError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(1 if run().failures else 0)

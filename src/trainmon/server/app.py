@@ -1,0 +1,530 @@
+"""The server: the JSON API over the operations layer, live updates as Server-Sent Events, the
+Prometheus exposition and the console's pages, as one ASGI application.
+
+Every route is a door onto :mod:`trainmon.api` (or a read the CLI makes too); the routes and their
+parameters are listed once, in :data:`ROUTES`, which also makes the OpenAPI document."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .. import api
+from ..api import sagemaker, trainmon
+from ..api.shapes import snake_case
+from ..cloudwatch.model import job_metric_key
+from ..errors import TrainmonError, ValidationException
+from ..store import Store
+from . import auth, downsample, live, prometheus
+from .jsonio import NotFound, body, error_reply, reply
+
+CONSOLE = Path(__file__).resolve().parent.parent / "console"
+RECORD_CONTEXT_MOST = 200
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str = "string"  # "string", "integer", "number", "boolean"
+    help: str = ""
+    where: str = "query"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str
+    summary: str
+    handler: Callable[[Request, Store], Awaitable[Any]]
+    params: tuple[Param, ...] = ()
+    body: str | None = None  # what the JSON body holds
+    stream: bool = False  # answers with Server-Sent Events
+    tags: tuple[str, ...] = field(default=("jobs",))
+
+
+# -- parameters -----------------------------------------------------------------------------------
+
+
+def _int(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValidationException(f"{name} must be a whole number from {low} to {high}, not {text!r}.") from None
+    if not low <= value <= high:
+        raise ValidationException(f"{name} must be from {low} to {high}, not {value}.")
+    return value
+
+
+def _json_param(request: Request, name: str) -> Any:
+    text = request.query_params.get(name)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ValidationException(f"{name} must be JSON.") from None
+
+
+async def _call(work: Callable[[], Any]) -> Any:
+    """Store work on a worker thread, so the event loop serves others meanwhile."""
+    return await anyio.to_thread.run_sync(work)
+
+
+# -- jobs -----------------------------------------------------------------------------------------
+
+
+async def list_jobs(request: Request, store: Store) -> Any:
+    q = request.query_params
+    request_ = {"MaxResults": _int(request, "limit", 50, 1, 100), "SortBy": q.get("sort", "CreationTime"),
+                "SortOrder": q.get("order", "Descending")}
+    for param, member in (("status", "StatusEquals"), ("name", "NameContains"), ("token", "NextToken")):
+        if q.get(param):
+            request_[member] = q[param]
+
+    def work() -> dict[str, Any]:
+        answer = sagemaker.list_training_jobs(store, **request_)
+        for summary in answer["TrainingJobSummaries"]:
+            row = store.get_job(summary["TrainingJobName"])
+            summary["FinalMetrics"] = {name: value for name, value, _ in store.final_metrics(row.id)} if row else {}
+            if row is not None:
+                summary["TrainingStartTime"] = row.doc.get("TrainingStartTime")
+                summary["HyperParameters"] = row.doc.get("HyperParameters", {})
+        return answer
+
+    return await _call(work)
+
+
+async def create_job(request: Request, store: Store) -> Any:
+    request_ = await body(request)
+    return await _call(lambda: sagemaker.create_training_job(store, **request_))
+
+
+async def describe_job(request: Request, store: Store) -> Any:
+    name = request.path_params["name"]
+
+    def work() -> dict[str, Any]:
+        description, metrics = trainmon.describe_with_metrics(store, name)
+        return {"Job": description, "Metrics": metrics}
+
+    return await _call(work)
+
+
+async def stop_job(request: Request, store: Store) -> Any:
+    return await _call(lambda: sagemaker.stop_training_job(store, TrainingJobName=request.path_params["name"]))
+
+
+async def delete_job(request: Request, store: Store) -> Any:
+    return await _call(lambda: sagemaker.delete_training_job(store, TrainingJobName=request.path_params["name"]))
+
+
+async def test_definitions(request: Request, store: Store) -> Any:
+    request_ = await body(request)
+    return await _call(lambda: trainmon.dry_run_definitions(store, **request_))
+
+
+# -- metrics --------------------------------------------------------------------------------------
+
+
+def _range(request: Request) -> tuple[int | None, int | None]:
+    return _int(request, "start", None, 0, 2**62), _int(request, "end", None, 0, 2**62)
+
+
+async def metric_points(request: Request, store: Store) -> Any:
+    name, metric = request.path_params["name"], request.path_params["metric"]
+    width = _int(request, "width", 1000, 1, downsample.MAX_WIDTH)
+    start, end = _range(request)
+    host = request.query_params.get("host") or None
+
+    def work() -> dict[str, Any]:
+        row = sagemaker.job(store, name)
+        columns = store.point_columns(row.id, metric, host=host, start_ms=start, end_ms=end)
+        assert width is not None
+        kept = downsample.keep(columns.stamps, columns.values, width, start, end)
+        streams = {s.id: {"Name": s.name, "Host": s.host} for s in store.streams(row.id)}
+        return {"MetricName": metric, "Count": len(columns.stamps),
+                **downsample.chart_payload(columns.stamps[kept], columns.values[kept]),
+                "Stream": columns.streams[kept].tolist(), "Record": (columns.seqs[kept] + 1).tolist(),
+                "Streams": {str(k): v for k, v in streams.items()}}
+
+    return await _call(work)
+
+
+async def metric_statistics(request: Request, store: Store) -> Any:
+    name, metric = request.path_params["name"], request.path_params["metric"]
+    period = _int(request, "period", 60, 1, 86_400 * 30)
+    statistic = request.query_params.get("stat", "Average")
+    start, end = _range(request)
+
+    def work() -> dict[str, Any]:
+        row = sagemaker.job(store, name)
+        key = job_metric_key(row.name, metric)
+        begin = start if start is not None else int(row.creation_time * 1000)
+        finish = end if end is not None else int(row.last_modified_time * 1000) + 60_000
+        request_: dict[str, Any] = {"Namespace": key.namespace, "MetricName": metric,
+                                    "Dimensions": [{"Name": k, "Value": v} for k, v in key.dimensions],
+                                    "StartTime": begin / 1000, "EndTime": finish / 1000, "Period": period}
+        if re.fullmatch(r"p\d+(\.\d+)?", statistic):
+            request_["ExtendedStatistics"] = [statistic]
+        else:
+            request_["Statistics"] = [statistic]
+        return api.cloudwatch.get_metric_statistics(store, **request_)
+
+    return await _call(work)
+
+
+async def system_metrics(request: Request, store: Store) -> Any:
+    name = request.path_params["name"]
+    return await _call(lambda: trainmon.list_job_system_metrics(store, TrainingJobName=name))
+
+
+async def system_points(request: Request, store: Store) -> Any:
+    name, host, metric = (request.path_params[k] for k in ("name", "host", "metric"))
+    width = _int(request, "width", 1000, 1, downsample.MAX_WIDTH)
+    start, end = _range(request)
+
+    def work() -> dict[str, Any]:
+        import numpy as np
+
+        from ..cloudwatch.statistics import concat_columns
+
+        row = sagemaker.job(store, name)
+        keys = trainmon.system_metric_keys(store, row.name, host, [metric])
+        if not keys:
+            raise NotFound(f"job {row.name} has no system metric {metric} on host {host}.")
+        by_unit = store.metric_columns(keys[0], start or 0, end or 2**62)
+        if not by_unit:
+            return {"MetricName": metric, "Host": host, "Count": 0, "Unit": None,
+                    **downsample.chart_payload(np.empty(0, np.int64), np.empty(0))}
+        columns = concat_columns(list(by_unit.values()))
+        values = columns.total / columns.sample_count
+        assert width is not None
+        kept = downsample.keep(columns.timestamp_ms, values, width, start, end)
+        return {"MetricName": metric, "Host": host, "Count": len(values), "Unit": next(iter(by_unit)),
+                **downsample.chart_payload(columns.timestamp_ms[kept], values[kept])}
+
+    return await _call(work)
+
+
+async def profile_summary(request: Request, store: Store) -> Any:
+    name = request.path_params["name"]
+    return await _call(lambda: trainmon.get_profile_summary(store, TrainingJobName=name))
+
+
+# -- logs -----------------------------------------------------------------------------------------
+
+
+async def job_logs(request: Request, store: Store) -> Any:
+    """A page of records; with ``text`` or ``regex``, only those that hold it (reading on through
+    at most ``scan`` records, so a search never stalls the server)."""
+    name = request.path_params["name"]
+    q = request.query_params
+    limit = _int(request, "limit", 500, 1, 10_000)
+    tail = _int(request, "tail", None, 0, 10_000_000)
+    after = _json_param(request, "after")
+    text, pattern = q.get("text") or None, q.get("regex") or None
+    scan = _int(request, "scan", 200_000, 1, 10_000_000)
+    matcher = None
+    if pattern is not None:
+        from ..parsing.engines import Matcher, unsafe_reason
+
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValidationException(f"regex {pattern!r} is not a valid regular expression: {exc}.") from None
+        reason = unsafe_reason(pattern)
+        if reason:
+            raise ValidationException(f"regex {pattern!r} cannot be searched in bounded time: {reason}.")
+        matcher = Matcher(pattern)
+
+    def work() -> dict[str, Any]:
+        assert limit is not None and scan is not None
+        request_: dict[str, Any] = {"TrainingJobName": name, "Limit": limit if matcher is None and text is None
+                                    else min(10_000, max(limit, 1000))}
+        for key, value in (("Host", q.get("host") or None), ("After", after), ("TailRecords", tail)):
+            if value is not None:
+                request_[key] = value
+        if matcher is None and text is None:
+            return trainmon.get_job_log_records(store, **request_)
+        found: list[dict[str, Any]] = []
+        scanned = 0
+        while True:
+            page = trainmon.get_job_log_records(store, **request_)
+            for record in page["Records"]:
+                message = record["Message"]
+                if (text is None or text in message) and (matcher is None or matcher.search(message) is not None):
+                    found.append(record)
+            scanned += len(page["Records"])
+            request_["After"] = page["After"]
+            request_.pop("TailRecords", None)
+            if len(found) >= limit or page["Complete"] or scanned >= scan:
+                return {**page, "Records": found[:limit], "Scanned": scanned}
+
+    return await _call(work)
+
+
+async def log_record(request: Request, store: Store) -> Any:
+    """A record (``stream``, ``record``: 1-based, as a chart point names it) and ``context``
+    records on each side."""
+    name = request.path_params["name"]
+    stream_id = _int(request, "stream", None, 0, 2**62)
+    record = _int(request, "record", None, 1, 2**62)
+    context = _int(request, "context", 10, 0, RECORD_CONTEXT_MOST)
+    if stream_id is None or record is None:
+        raise ValidationException("stream and record are required.")
+
+    def work() -> dict[str, Any]:
+        assert context is not None and record is not None
+        row = sagemaker.job(store, name)
+        stream = next((s for s in store.streams(row.id) if s.id == stream_id), None)
+        if stream is None:
+            raise NotFound(f"job {row.name} has no log stream {stream_id}.")
+        events = store.events(stream.id, after_seq=max(-1, record - 2 - context), limit=2 * context + 1)
+        return {"LogStreamName": stream.name, "Host": stream.host, "Record": record,
+                "Records": [{"Record": e.seq + 1, "Timestamp": e.timestamp_ms, "Message": e.message}
+                            for e in events]}
+
+    return await _call(work)
+
+
+# -- live -----------------------------------------------------------------------------------------
+
+
+async def job_events(request: Request, store: Store) -> Any:
+    name = request.path_params["name"]
+    await _call(lambda: sagemaker.job(store, name))  # an unknown job is an error, not an empty stream
+    follow = live.JobFollower(store, name, since_ms=_int(request, "since", None, 0, 2**62),
+                              log_after=_json_param(request, "after"), log_tail=request.query_params.get("logs") != "0")
+    return live.stream(request, follow, request.app.state.settings.poll_s)
+
+
+async def jobs_events(request: Request, store: Store) -> Any:
+    return live.stream(request, live.JobsFollower(store), request.app.state.settings.poll_s)
+
+
+# -- every operation, as it is --------------------------------------------------------------------
+
+
+async def operation(request: Request, store: Store) -> Any:
+    service, name = request.path_params["service"], request.path_params["operation"]
+    found = api.SERVICES.get(service, {}).get(name)
+    if found is None:
+        known = ", ".join(f"{s}/{o}" for s, ops in api.SERVICES.items() for o in ops)
+        raise NotFound(f"there is no operation {service}/{name}; the operations are {known}.")
+    request_ = await body(request)
+    return await _call(lambda: found(store, **request_))
+
+
+ROUTES: tuple[Endpoint, ...] = (
+    Endpoint("GET", "/api/jobs", "List jobs, newest first, with their final metrics", list_jobs, (
+        Param("status", help="InProgress, Completed, Failed, Stopping or Stopped"),
+        Param("name", help="part of the job's name"), Param("sort", help="CreationTime, Name or Status"),
+        Param("order", help="Ascending or Descending"), Param("limit", "integer", "1 to 100 (50)"),
+        Param("token", help="the NextToken of the page before"))),
+    Endpoint("POST", "/api/jobs", "Create and start a job", create_job, body="a CreateTrainingJob request"),
+    Endpoint("GET", "/api/jobs/{name}", "A job's description and what its metric definitions did", describe_job,
+             (Param("name", where="path"),)),
+    Endpoint("POST", "/api/jobs/{name}/stop", "Stop a job", stop_job, (Param("name", where="path"),)),
+    Endpoint("DELETE", "/api/jobs/{name}", "Delete a finished job and its data", delete_job,
+             (Param("name", where="path"),)),
+    Endpoint("GET", "/api/jobs/{name}/metrics/{metric}/points",
+             "A metric's points for a chart: per pixel the first, last, lowest and highest point and any non-finite "
+             "one", metric_points, (
+                 Param("name", where="path"), Param("metric", where="path"),
+                 Param("width", "integer", "buckets (pixels), 1 to 10000 (1000)"),
+                 Param("start", "integer", "epoch ms"), Param("end", "integer", "epoch ms (excluded)"),
+                 Param("host", help="one host's points (algo-N)")), tags=("metrics",)),
+    Endpoint("GET", "/api/jobs/{name}/metrics/{metric}/statistics", "A statistic of a metric per period",
+             metric_statistics, (
+                 Param("name", where="path"), Param("metric", where="path"),
+                 Param("period", "integer", "seconds (60)"),
+                 Param("stat", help="Average, Sum, Minimum, Maximum, SampleCount or a percentile such as p99"),
+                 Param("start", "integer", "epoch ms"), Param("end", "integer", "epoch ms")), tags=("metrics",)),
+    Endpoint("GET", "/api/jobs/{name}/system", "The system metrics of a job's hosts", system_metrics,
+             (Param("name", where="path"),), tags=("metrics",)),
+    Endpoint("GET", "/api/jobs/{name}/system/{host}/{metric}/points", "A host's system metric for a chart",
+             system_points, (Param("name", where="path"), Param("host", where="path"),
+                             Param("metric", where="path"), Param("width", "integer"), Param("start", "integer"),
+                             Param("end", "integer")), tags=("metrics",)),
+    Endpoint("GET", "/api/jobs/{name}/profile", "The profiler's data per host and metric", profile_summary,
+             (Param("name", where="path"),), tags=("metrics",)),
+    Endpoint("GET", "/api/jobs/{name}/logs", "A page of a job's log records, or those that hold a text or match a "
+             "regex", job_logs, (
+                 Param("name", where="path"), Param("host"), Param("limit", "integer", "1 to 10000 (500)"),
+                 Param("tail", "integer", "start each stream at its last N records"),
+                 Param("after", help="JSON: the After of the page before"), Param("text", help="plain text to find"),
+                 Param("regex", help="a regular expression to match, in bounded time"),
+                 Param("scan", "integer", "records to read through at most (200000)")), tags=("logs",)),
+    Endpoint("GET", "/api/jobs/{name}/record", "A log record and the records around it", log_record, (
+        Param("name", where="path"), Param("stream", "integer", "a log stream's id"),
+        Param("record", "integer", "1-based"), Param("context", "integer", "records each side (10)")),
+        tags=("logs",)),
+    Endpoint("GET", "/api/jobs/{name}/events", "Live: status, new points and new log records (Server-Sent Events)",
+             job_events, (Param("name", where="path"), Param("since", "integer", "points after this epoch ms"),
+                          Param("after", help="JSON: log positions to go on from"),
+                          Param("logs", help="0: no log records")), stream=True, tags=("live",)),
+    Endpoint("GET", "/api/events", "Live: every job's status (Server-Sent Events)", jobs_events, stream=True,
+             tags=("live",)),
+    Endpoint("POST", "/api/definitions/test", "Metric definitions applied to sample log text", test_definitions,
+             body="MetricDefinitions and LogText (TestMetricDefinitions)", tags=("definitions",)),
+    Endpoint("POST", "/api/{service}/{operation}", "Any operation of the operations layer, by its API name",
+             operation, (Param("service", where="path", help="sagemaker, cloudwatch, logs or trainmon"),
+                         Param("operation", where="path", help="CreateTrainingJob, GetMetricData, ...")),
+             body="the operation's request, as boto3 takes it", tags=("operations",)),
+)
+
+
+def _route(endpoint: Endpoint) -> Route:
+    async def handle(request: Request) -> Response:
+        store: Store = request.app.state.store
+        try:
+            answer = await endpoint.handler(request, store)
+        except TrainmonError as exc:
+            return error_reply(exc)
+        return answer if isinstance(answer, Response) else reply(answer)
+
+    handle.__name__ = snake_case(endpoint.handler.__name__)
+    return Route(endpoint.path, handle, methods=[endpoint.method])
+
+
+# -- pages ----------------------------------------------------------------------------------------
+
+
+async def page(request: Request) -> Response:
+    index = CONSOLE / "index.html"
+    if not index.exists():
+        return HTMLResponse("<p>The console's files are missing from this installation.</p>", 500)
+    return FileResponse(index, headers=_PAGE_HEADERS)
+
+
+_PAGE_HEADERS = {
+    # only this server's scripts run: a job that prints <script> shows those characters
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+                               "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+_LOGIN = """<!doctype html><meta charset="utf-8"><title>trainmon: sign in</title>
+<style>body{font:15px system-ui,sans-serif;margin:15vh auto;max-width:24rem;color:#222}
+input{font:inherit;width:100%;box-sizing:border-box;padding:.4rem;margin:.5rem 0}
+button{font:inherit;padding:.4rem 1rem}.error{color:#b00}</style>
+<h1>trainmon</h1><p>This server needs its access token (printed when it first started; it is in the data
+directory's <code>server-token</code>).</p>{error}
+<form method="post" action="/login"><input name="token" type="password" autocomplete="current-password"
+placeholder="access token" autofocus><button>Sign in</button></form>"""
+
+
+async def login(request: Request) -> Response:
+    token: str | None = request.app.state.settings.token
+    if request.method == "GET":
+        return HTMLResponse(_LOGIN.replace("{error}", ""), headers=_PAGE_HEADERS)
+    form = parse_qs((await request.body())[:4096].decode("utf-8", "replace"))  # one field: no form parser needed
+    given = (form.get("token") or [""])[0].strip()
+
+    if token is None or hmac.compare_digest(given.encode(), token.encode()):
+        response: Response = RedirectResponse("/", 303)
+        if token is not None:
+            response.set_cookie(auth.COOKIE, token, httponly=True, samesite="strict",
+                                secure=request.url.scheme == "https")
+        return response
+    return HTMLResponse(_LOGIN.replace("{error}", '<p class="error">That is not the token.</p>'), 401,
+                        headers=_PAGE_HEADERS)
+
+
+async def openapi(request: Request) -> Response:
+    from .openapi import document
+
+    return reply(document(ROUTES))
+
+
+async def metrics(request: Request) -> Response:
+    store: Store = request.app.state.store
+    text = await _call(lambda: prometheus.exposition(store))
+    return Response(text, media_type=prometheus.CONTENT_TYPE)
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 404
+    if status == 405:
+        return error_reply(_MethodNotAllowed(f"{request.method} is not a method of {request.url.path}."))
+    return error_reply(NotFound(f"there is nothing at {request.url.path}; the API is described at /api/openapi.json."))
+
+
+class _MethodNotAllowed(TrainmonError):
+    code = "MethodNotAllowed"
+    http_status = 405
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    return error_reply(TrainmonError(f"the server failed on this request: {type(exc).__name__}: {exc}"))
+
+
+# -- the application ------------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    token: str | None = None  # required of every request when set
+    poll_s: float = 0.25  # how often live streams look for news
+    maintain: bool = True  # run the store's maintainer
+
+
+def create_app(store: Store, settings: Settings | None = None) -> Any:
+    """The server's ASGI application over ``store`` (which it closes when it stops)."""
+    settings = settings or Settings()
+    routes: list[Any] = [_route(endpoint) for endpoint in ROUTES]
+    routes += [
+        Route("/api/openapi.json", openapi, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/", page, methods=["GET"]),
+        Route("/jobs/{rest:path}", page, methods=["GET"]),
+        Route("/compare", page, methods=["GET"]),
+        Route("/new", page, methods=["GET"]),
+    ]
+    uplot = CONSOLE / "node_modules" / "uplot" / "dist"
+    if uplot.is_dir():
+        routes.append(Mount("/static/uplot", StaticFiles(directory=uplot)))
+    routes.append(Mount("/static", StaticFiles(directory=CONSOLE / "static", check_dir=False)))
+    maintainer = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        nonlocal maintainer
+        if settings.maintain:
+            from ..runtime.maintenance import Maintainer
+
+            maintainer = Maintainer(store)
+            maintainer.start()
+        try:
+            yield
+        finally:
+            if maintainer is not None:
+                await asyncio.to_thread(maintainer.stop)
+            store.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={404: not_found, 405: not_found, Exception: internal_error})
+    app.state.store = store
+    app.state.settings = settings
+    return auth.Guard(app, settings.token)
+

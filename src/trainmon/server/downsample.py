@@ -1,0 +1,63 @@
+"""Points for a chart ``width`` pixels wide: of each pixel's points, the first, the last, the lowest
+and the highest finite ones, and the first NaN, +Infinity and -Infinity, so no spike and no
+non-finite value is ever hidden, however many points a series holds. The points kept are real
+points (each still knows the log record it came from), in time order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+MAX_WIDTH = 10_000
+
+
+def keep(stamps: np.ndarray, values: np.ndarray, width: int, start_ms: int | None = None,
+         end_ms: int | None = None) -> np.ndarray:
+    """The indices to draw of points sorted by ``stamps``, over ``width`` buckets of equal time
+    between ``start_ms`` and ``end_ms`` (default: the first and the last point)."""
+    count = len(stamps)
+    if count <= 4 * width:
+        return np.arange(count)
+    low = int(stamps[0]) if start_ms is None else start_ms
+    high = int(stamps[-1]) + 1 if end_ms is None else end_ms
+    span = max(high - low, 1)
+    bucket = np.clip((stamps - low) * width // span, 0, width - 1)
+    starts = np.flatnonzero(np.diff(bucket, prepend=-1))  # the first point of each non-empty bucket
+    ends = np.append(starts[1:], count) - 1
+    chosen = [starts, ends]
+    segment = np.repeat(np.arange(len(starts)), ends - starts + 1)  # each point's bucket, counted from 0
+    finite = np.isfinite(values)
+    if finite.any():
+        for extreme, fill in ((np.minimum, np.inf), (np.maximum, -np.inf)):
+            masked = np.where(finite, values, fill)
+            best = extreme.reduceat(masked, starts)
+            hits = np.flatnonzero((masked == best[segment]) & finite)
+            chosen.append(_first_per_bucket(hits, segment))
+    if not finite.all():
+        for mask in (np.isnan(values), values == np.inf, values == -np.inf):
+            chosen.append(_first_per_bucket(np.flatnonzero(mask), segment))
+    return np.unique(np.concatenate(chosen))
+
+
+def _first_per_bucket(indices: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """Of ascending ``indices``, the first in each bucket."""
+    if not len(indices):
+        return indices
+    buckets = segment[indices]
+    return indices[np.flatnonzero(np.diff(buckets, prepend=-1))]
+
+
+def chart_payload(stamps: np.ndarray, values: np.ndarray) -> dict[str, Any]:
+    """Times (epoch ms) and values for a chart: a non-finite value is null in ``Values``, and named
+    in ``NonFinite`` (by position)."""
+    finite = np.isfinite(values)
+    shown: list[float | None] = values.tolist()
+    special: dict[str, str] = {}
+    if not finite.all():
+        for index in np.flatnonzero(~finite).tolist():
+            value = shown[index]
+            assert value is not None
+            special[str(index)] = "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+            shown[index] = None
+    return {"Timestamps": stamps.tolist(), "Values": shown, "NonFinite": special}

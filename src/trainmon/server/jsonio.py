@@ -1,0 +1,82 @@
+"""JSON in and out of the server: one error shape everywhere, times as epoch seconds (as AWS's JSON
+protocols send them), non-finite numbers as the strings "NaN", "Infinity" and "-Infinity"."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..errors import TrainmonError, ValidationException
+
+MAX_BODY_BYTES = 20 << 20  # TestMetricDefinitions takes 16 MiB of sample text
+
+
+class PayloadTooLarge(TrainmonError):
+    code = "PayloadTooLarge"
+    http_status = 413
+
+
+class NotFound(TrainmonError):
+    code = "NotFound"
+    http_status = 404
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if hasattr(value, "item"):  # a numpy scalar
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float as its name."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(value: Any) -> bytes:
+    try:
+        text = json.dumps(value, default=_plain, allow_nan=False, separators=(",", ":"))
+    except ValueError:  # a NaN or an infinity somewhere: rare, so only then walk the value
+        text = json.dumps(_finite(value), default=_plain, allow_nan=False, separators=(",", ":"))
+    return text.encode()
+
+
+def reply(value: Any, status: int = 200) -> Response:
+    return Response(dumps(value), status, media_type="application/json")
+
+
+def error_reply(exc: TrainmonError) -> Response:
+    return reply({"error": {"code": exc.code, "message": exc.message}}, exc.http_status)
+
+
+async def body(request: Request) -> dict[str, Any]:
+    """The request's JSON object (an empty body is an empty object)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES >> 20} MiB.")
+    data = b""
+    async for piece in request.stream():
+        data += piece
+        if len(data) > MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES >> 20} MiB.")
+    if not data.strip():
+        return {}
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValidationException(f"the request body is not JSON: {exc}.") from None
+    if not isinstance(value, dict):
+        raise ValidationException("the request body must be a JSON object.")
+    return value

@@ -1,0 +1,177 @@
+"""Live updates as Server-Sent Events: a follower looks at the store every ``poll_s`` and sends
+what is new. Every server process reads the same store, so any of them can follow any job.
+
+A job's stream sends ``status`` (on connecting and on each change), ``points`` (each metric's new
+points, with the log record of each), ``log`` (new records, with the positions to resume from)
+and, once the job has ended and everything it wrote was sent, ``end``. The jobs' stream sends
+``job`` whenever a job's status or final metrics change and ``deleted`` when one goes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from ..api import sagemaker
+from ..api import trainmon as trainmon_api
+from ..api.times import as_datetimes
+from ..jobs.status import TERMINAL
+from ..store import JobRow, Store
+from .downsample import chart_payload
+from .jsonio import dumps
+
+POINTS_PER_EVENT = 20_000  # per metric; more come in the next poll
+RECORDS_PER_EVENT = 2_000
+HEARTBEAT_S = 15.0
+
+Event = tuple[str, Any]
+
+
+class Follower(Protocol):
+    finished: bool
+
+    def poll(self) -> list[Event]: ...
+
+
+def status_of(row: JobRow) -> dict[str, Any]:
+    doc = row.doc
+    fields = {"TrainingJobName": row.name, "TrainingJobStatus": row.status, "SecondaryStatus": doc["SecondaryStatus"],
+              "LastModifiedTime": row.last_modified_time}
+    for name in ("FailureReason", "TrainingStartTime", "TrainingEndTime", "SecondaryStatusTransitions"):
+        if name in doc:
+            fields[name] = doc[name]
+    return as_datetimes(fields)
+
+
+class JobFollower:
+    """What is new in one job since the last poll."""
+
+    def __init__(self, store: Store, name: str, *, since_ms: int | None, log_after: Any, log_tail: bool) -> None:
+        self.store = store
+        self.name = name
+        self.finished = False
+        self._status: tuple[Any, ...] | None = None
+        self._counts: dict[str, int] = {}
+        self._since = since_ms  # points after this time; None: only those stored from now on
+        self._cursor: dict[str, tuple[int, int, int]] = {}  # per metric: the last point sent (ms, stream, seq)
+        self._logs = log_tail or log_after is not None
+        self._after: dict[str, int] | None = dict(log_after) if isinstance(log_after, dict) else None
+        self._job_id: int | None = None
+
+    def poll(self) -> list[Event]:
+        row = self.store.get_job(self.name)
+        if row is None:
+            self.finished = True
+            return [("deleted", {"TrainingJobName": self.name})]
+        events: list[Event] = []
+        ended = row.status in TERMINAL  # read before the data, so nothing written after is missed
+        if self._job_id is None:
+            self._start(row)
+        status = (row.status, row.doc["SecondaryStatus"], row.last_modified_time)
+        if status != self._status:
+            self._status = status
+            events.append(("status", status_of(row)))
+        events.extend(self._points(row))
+        if self._logs:
+            events.extend(self._records())
+        if ended and not any(kind in ("points", "log") for kind, _ in events):
+            self.finished = True
+            events.append(("end", {"TrainingJobStatus": row.status}))
+        return events
+
+    def _start(self, row: JobRow) -> None:
+        self._job_id = row.id
+        summaries = self.store.metric_summaries(row.id)
+        if self._since is None:  # only what is stored from now on
+            self._counts = {name: count for name, (count, _, _) in summaries.items()}
+            for name in summaries:
+                columns = self.store.point_columns(row.id, name, start_ms=None)
+                if len(columns.stamps):
+                    self._cursor[name] = (int(columns.stamps[-1]), int(columns.streams[-1]), int(columns.seqs[-1]))
+        if self._logs and self._after is None:
+            self._after = {s.name: s.records - 1 for s in self.store.streams(row.id)}
+
+    def _points(self, row: JobRow) -> list[Event]:
+        import numpy as np
+
+        news: dict[str, Any] = {}
+        for name, (count, _, _) in sorted(self.store.metric_summaries(row.id).items()):
+            if count == self._counts.get(name):
+                continue
+            cursor = self._cursor.get(name)
+            start = cursor[0] if cursor is not None else (self._since + 1 if self._since is not None else None)
+            columns = self.store.point_columns(row.id, name, start_ms=start)
+            stamps, streams, seqs = columns.stamps, columns.streams, columns.seqs
+            fresh = np.ones(len(stamps), bool)
+            if cursor is not None:  # after the cursor in (time, stream, record) order
+                ms, stream, seq = cursor
+                fresh = (stamps > ms) | ((stamps == ms) & ((streams > stream) | ((streams == stream) & (seqs > seq))))
+            chosen = np.flatnonzero(fresh)[:POINTS_PER_EVENT]
+            if len(chosen) == int(fresh.sum()):
+                self._counts[name] = count  # all of them sent (else the rest go in the next poll)
+            if not len(chosen):
+                continue
+            last = chosen[-1]
+            self._cursor[name] = (int(stamps[last]), int(streams[last]), int(seqs[last]))
+            news[name] = {**chart_payload(stamps[chosen], columns.values[chosen]),
+                          "Stream": streams[chosen].tolist(), "Record": (seqs[chosen] + 1).tolist()}
+        return [("points", news)] if news else []
+
+    def _records(self) -> list[Event]:
+        page = trainmon_api.get_job_log_records(self.store, TrainingJobName=self.name, After=self._after,
+                                                Limit=RECORDS_PER_EVENT)
+        self._after = page["After"]
+        if not page["Records"]:
+            return []
+        return [("log", {"Records": page["Records"], "After": page["After"]})]
+
+
+class JobsFollower:
+    """Every job's status and final metrics, as they change."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.finished = False
+        self._seen: dict[str, tuple[Any, ...]] | None = None
+
+    def poll(self) -> list[Event]:
+        rows = self.store.list_jobs()
+        seen: dict[str, tuple[Any, ...]] = {}
+        events: list[Event] = []
+        for row in rows:
+            finals = tuple(self.store.final_metrics(row.id)) if row.status not in TERMINAL or self._seen is None \
+                or row.name not in self._seen else self._seen[row.name][-1]
+            state = (row.status, row.doc["SecondaryStatus"], row.last_modified_time, finals)
+            seen[row.name] = state
+            if self._seen is not None and self._seen.get(row.name) != state:
+                events.append(("job", {**sagemaker.summary(row),
+                                       "FinalMetrics": {name: value for name, value, _ in finals}}))
+        if self._seen is not None:
+            events.extend(("deleted", {"TrainingJobName": name}) for name in self._seen.keys() - seen.keys())
+        self._seen = seen
+        return events
+
+
+def stream(request: Request, follower: Follower, poll_s: float) -> StreamingResponse:
+    return StreamingResponse(_events(request, follower, poll_s), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _events(request: Request, follower: Follower, poll_s: float) -> AsyncIterator[bytes]:
+    quiet_s = 0.0
+    yield b"retry: 1000\n\n"
+    while not follower.finished:
+        events = await anyio.to_thread.run_sync(follower.poll)
+        for kind, data in events:
+            yield b"event: " + kind.encode() + b"\ndata: " + dumps(data) + b"\n\n"
+        quiet_s = 0.0 if events else quiet_s + poll_s
+        if quiet_s >= HEARTBEAT_S:
+            quiet_s = 0.0
+            yield b": still here\n\n"
+        if follower.finished or await request.is_disconnected():
+            return
+        await asyncio.sleep(poll_s)

@@ -1,0 +1,51 @@
+"""The OpenAPI document of the server's JSON API, made from the route table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+
+if TYPE_CHECKING:
+    from .app import Endpoint
+
+ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["code", "message"],
+    "properties": {"code": {"type": "string", "description": "ValidationException, ResourceNotFound, ..."},
+                   "message": {"type": "string"}}}}}
+
+
+def document(routes: Iterable[Endpoint]) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for endpoint in routes:
+        operation: dict[str, Any] = {
+            "summary": endpoint.summary, "tags": list(endpoint.tags),
+            "operationId": endpoint.handler.__name__,
+            "parameters": [{"name": p.name, "in": p.where, "required": p.where == "path",
+                            "description": p.help, "schema": {"type": p.kind}} for p in endpoint.params],
+            "responses": {
+                "200": {"description": "Server-Sent Events" if endpoint.stream else "the answer",
+                        "content": {"text/event-stream" if endpoint.stream else "application/json": {
+                            "schema": {"type": "string"} if endpoint.stream else {"type": "object"}}}},
+                "default": {"description": "an error, in the one shape every error has",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+            },
+        }
+        if endpoint.body:
+            operation["requestBody"] = {"description": endpoint.body, "required": True,
+                                        "content": {"application/json": {"schema": {"type": "object"}}}}
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = operation
+    paths["/metrics"] = {"get": {"summary": "Prometheus exposition of running jobs", "tags": ["metrics"],
+                                 "operationId": "metrics",
+                                 "responses": {"200": {"description": "text format 0.0.4",
+                                                       "content": {"text/plain": {"schema": {"type": "string"}}}}}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "trainmon", "version": __version__,
+                 "description": "trainmon's JSON API: jobs, metrics, logs and live updates. On an address other "
+                                "than loopback every request needs the access token (Authorization: Bearer)."},
+        "paths": paths,
+        "components": {"schemas": {"Error": ERROR},
+                       "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}}},
+    }

@@ -1,0 +1,360 @@
+"""The server's JSON API, live events, /metrics and access rules, against a real ``trainmon server``
+on a free loopback port, with real training jobs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainmon.server.downsample import chart_payload, keep
+
+from .conftest import ServerProcess, StoreTarget, start_server
+
+PY = sys.executable
+
+JOB_SCRIPT = """
+import os, sys, time
+stop = sys.argv[1]
+for step in range(int(sys.argv[2])):
+    print(f"step={step} loss={1 / (step + 1):.4f} <b>bold</b>", flush=True)
+    if step == 3:
+        print("loss=nan", flush=True)
+    time.sleep(0.02)
+while not os.path.exists(stop):
+    time.sleep(0.05)
+"""
+
+
+def job_request(name: str, script: Path, stop: Path, steps: int = 20, **extra: Any) -> dict[str, Any]:
+    return {"TrainingJobName": name,
+            "AlgorithmSpecification": {"TrainingInputMode": "File",
+                                       "ContainerEntrypoint": [PY, str(script), str(stop), str(steps)],
+                                       "MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"},
+                                                             {"Name": "step", "Regex": r"step=(\d+)"}]},
+            "HyperParameters": {"lr": "0.1"}, "ProfilerConfig": {"DisableProfiler": True}, **extra}
+
+
+@pytest.fixture
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        yield client
+
+
+def wait_for(client: httpx.Client, name: str, done: Any) -> dict[str, Any]:
+    """Follow the job's event stream until ``done(event, data)`` holds; the events seen so far."""
+    seen: dict[str, Any] = {"status": [], "points": {}, "log": []}
+    for event, data in events(client, f"/api/jobs/{name}/events?since=0"):
+        if event == "status":
+            seen["status"].append(data["SecondaryStatus"])
+        elif event == "points":
+            for metric, points in data.items():
+                seen["points"].setdefault(metric, []).extend(zip(points["Timestamps"], points["Values"], strict=True))
+        elif event == "log":
+            seen["log"].extend(data["Records"])
+        if done(event, data, seen):
+            return seen
+    raise AssertionError(f"the stream ended first: {seen}")
+
+
+def events(client: httpx.Client, path: str) -> Iterator[tuple[str, Any]]:
+    with client.stream("GET", path) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        event = None
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                yield str(event), json.loads(line[6:])
+
+
+def start_job(client: httpx.Client, script: Any, tmp_path: Path, name: str, steps: int = 20) -> Path:
+    stop = tmp_path / f"{name}.stop"
+    path = script(JOB_SCRIPT)
+    answer = client.post("/api/jobs", json=job_request(name, path, stop, steps))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["TrainingJobArn"].endswith(f"training-job/{name}")
+    return stop
+
+
+# -- a job through the API, on each backend ---------------------------------------------------------
+
+
+def test_a_job_through_the_api_from_start_to_end(store_target: StoreTarget, script: Any, tmp_path: Path) -> None:
+    server = start_server(store_target.home, database_url=store_target.database_url)
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            stop = start_job(client, script, tmp_path, "api-job")
+            seen = wait_for(client, "api-job", lambda e, d, s: len(s["points"].get("loss", [])) >= 21)
+            assert "Training" in seen["status"]
+            losses = seen["points"]["loss"]
+            assert [v for _, v in losses][:5] == [1.0, 0.5, 0.3333, 0.25, None]  # NaN is null in Values
+            assert any(r["Message"] == "step=0 loss=1.0000 <b>bold</b>" for r in seen["log"])
+
+            page = client.get("/api/jobs/api-job/metrics/loss/points", params={"width": 2}).json()
+            assert page["Count"] == 21 and page["NonFinite"]  # 21 points: 4 per bucket at most, the NaN kept
+            assert len(page["Timestamps"]) < 21 and "NaN" in page["NonFinite"].values()
+            record = client.get("/api/jobs/api-job/record", params={
+                "stream": page["Stream"][0], "record": page["Record"][0], "context": 1}).json()
+            assert record["Host"] == "algo-1" and record["Records"][0]["Message"].startswith("step=0 loss=1.0000")
+
+            found = client.get("/api/jobs/api-job/logs", params={"regex": r"step=1\d "}).json()
+            assert [r["Message"].split()[0] for r in found["Records"]] == [f"step=1{n}" for n in range(10)]
+            found = client.get("/api/jobs/api-job/logs", params={"text": "loss=nan"}).json()
+            assert [r["Record"] for r in found["Records"]] == [5]
+
+            described = client.get("/api/jobs/api-job").json()
+            assert described["Job"]["HyperParameters"] == {"lr": "0.1"}
+            assert {m["MetricName"]: m["Points"] for m in described["Metrics"]["Metrics"]}["loss"] == 21
+
+            assert client.post("/api/jobs/api-job/stop").json() == {}
+            wait_for(client, "api-job", lambda e, d, s: e == "end")
+            stop.touch()
+            listed = client.get("/api/jobs", params={"status": "Stopped"}).json()["TrainingJobSummaries"]
+            assert [j["TrainingJobName"] for j in listed] == ["api-job"]
+            assert listed[0]["FinalMetrics"]["step"] == 19.0
+            statistics = client.get("/api/jobs/api-job/metrics/step/statistics",
+                                    params={"period": 3600, "stat": "Maximum"}).json()
+            assert [d["Maximum"] for d in statistics["Datapoints"]] == [19.0]
+
+            assert client.delete("/api/jobs/api-job").json() == {}
+            assert client.get("/api/jobs").json()["TrainingJobSummaries"] == []
+    finally:
+        assert server.stop() == 0, "".join(server.output)
+
+
+def test_lists_filter_sort_and_page(http: httpx.Client, script: Any, tmp_path: Path) -> None:
+    stops = [start_job(http, script, tmp_path, name, steps=1) for name in ("beta", "alpha", "gamma")]
+    for stop in stops:
+        stop.touch()
+    names = [j["TrainingJobName"] for j in http.get("/api/jobs", params={"sort": "Name", "order": "Ascending"})
+             .json()["TrainingJobSummaries"]]
+    assert names == ["alpha", "beta", "gamma"]
+    first = http.get("/api/jobs", params={"sort": "Name", "order": "Ascending", "limit": 2}).json()
+    rest = http.get("/api/jobs", params={"sort": "Name", "order": "Ascending", "token": first["NextToken"]}).json()
+    assert [j["TrainingJobName"] for j in first["TrainingJobSummaries"] + rest["TrainingJobSummaries"]] == names
+    assert [j["TrainingJobName"] for j in http.get("/api/jobs", params={"name": "amm"}).json()[
+        "TrainingJobSummaries"]] == ["gamma"]
+
+
+def test_every_operation_is_reachable_by_its_api_name(http: httpx.Client) -> None:
+    answer = http.post("/api/cloudwatch/PutMetricData", json={
+        "Namespace": "Custom", "MetricData": [{"MetricName": "m", "Value": 1.5, "Timestamp": time.time()}]})
+    assert answer.status_code == 200, answer.text
+    listed = http.post("/api/cloudwatch/ListMetrics", json={"Namespace": "Custom"}).json()
+    assert [m["MetricName"] for m in listed["Metrics"]] == ["m"]
+    missing = http.post("/api/cloudwatch/NoSuchThing", json={})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "NotFound"
+
+
+def test_the_definitions_dry_run(http: httpx.Client) -> None:
+    answer = http.post("/api/definitions/test", json={
+        "MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"}], "LogText": "loss=1\nloss=x\nloss=0.5\n"})
+    assert [(p["Line"], p["Value"]) for p in answer.json()["Points"]] == [(1, 1.0), (3, 0.5)]
+    bad = http.post("/api/definitions/test", json={"MetricDefinitions": [{"Name": "loss", "Regex": "loss=("}],
+                                                   "LogText": "x"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "ValidationException"
+
+
+# -- errors: one shape everywhere -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs", "status", "code"), [
+    ("GET", "/api/jobs/nope", {}, 400, "ValidationException"),
+    ("GET", "/nothing/here", {}, 404, "NotFound"),
+    ("GET", "/api/jobs/a/b/c", {}, 404, "NotFound"),
+    ("PUT", "/api/jobs", {}, 405, "MethodNotAllowed"),
+    ("POST", "/api/jobs", {"content": b"{not json"}, 400, "ValidationException"),
+    ("POST", "/api/jobs", {"json": [1, 2]}, 400, "ValidationException"),
+    ("POST", "/api/jobs", {"json": {"TrainingJobName": "x"}}, 400, "ValidationException"),
+    ("GET", "/api/jobs", {"params": {"limit": "many"}}, 400, "ValidationException"),
+    ("GET", "/api/jobs", {"params": {"status": "Sleeping"}}, 400, "ValidationException"),
+    ("POST", "/api/definitions/test", {"content": b"x" * (21 << 20)}, 413, "PayloadTooLarge"),
+])
+def test_errors_have_one_shape(http: httpx.Client, method: str, path: str, kwargs: dict[str, Any], status: int,
+                               code: str) -> None:
+    answer = http.request(method, path, **kwargs)
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == code and error["message"]
+
+
+def test_a_hostile_search_regex_is_refused_or_bounded(http: httpx.Client, script: Any, tmp_path: Path) -> None:
+    start_job(http, script, tmp_path, "hostile", steps=2).touch()
+    refused = http.get("/api/jobs/hostile/logs", params={"regex": "(a+)+$"})
+    assert refused.status_code in (200, 400)
+    if refused.status_code == 400:
+        assert "bounded time" in refused.json()["error"]["message"]
+    invalid = http.get("/api/jobs/hostile/logs", params={"regex": "("})
+    assert invalid.status_code == 400 and "not a valid regular expression" in invalid.json()["error"]["message"]
+
+
+# -- the OpenAPI document and /metrics ------------------------------------------------------------
+
+
+def test_the_openapi_document_describes_every_route(http: httpx.Client) -> None:
+    from trainmon.server.app import ROUTES
+
+    document = http.get("/api/openapi.json").json()
+    assert document["openapi"].startswith("3.")
+    for endpoint in ROUTES:
+        assert endpoint.method.lower() in document["paths"][endpoint.path]
+    assert document["components"]["schemas"]["Error"]["required"] == ["error"]
+
+
+def test_prometheus_scrapes_running_jobs(http: httpx.Client, script: Any, tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    stop = start_job(http, script, tmp_path, "scraped", steps=6)
+    wait_for(http, "scraped", lambda e, d, s: len(s["points"].get("step", [])) >= 6)
+    answer = http.get("/metrics")
+    assert answer.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(answer.text) for s in family.samples}
+    assert samples[("trainmon_job_metric", (("job", "scraped"), ("metric", "step")))] == 5.0
+    assert samples[("trainmon_jobs", (("status", "InProgress"),))] == 1.0
+    stop.touch()
+
+
+# -- who may talk to the server -------------------------------------------------------------------
+
+
+def test_a_request_from_another_site_changes_nothing(http: httpx.Client, script: Any, tmp_path: Path) -> None:
+    stop = start_job(http, script, tmp_path, "guarded", steps=1)
+    for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}, {"Origin": "null"}):
+        answer = http.post("/api/jobs/guarded/stop", headers=headers)
+        assert answer.status_code == 403 and answer.json()["error"]["code"] == "Forbidden"
+    assert http.get("/api/jobs/guarded").json()["Job"]["TrainingJobStatus"] == "InProgress"
+    same = http.post("/api/jobs/guarded/stop", headers={"Origin": str(http.base_url).rstrip("/")})
+    assert same.status_code == 200
+    stop.touch()
+
+
+def test_an_address_other_than_loopback_needs_the_token(home: Path) -> None:
+    server = start_server(home, "--host", "0.0.0.0")
+    try:
+        printed = "".join(server.output)
+        token = (home / "server-token").read_text().strip()
+        assert token in printed and stat.S_IMODE((home / "server-token").stat().st_mode) == 0o600
+        url = server.url.replace("0.0.0.0", "127.0.0.1")
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for path in ("/api/jobs", "/api/events", "/metrics", "/api/openapi.json"):
+                refused = client.get(path)
+                assert refused.status_code == 401 and refused.json()["error"]["code"] == "Unauthorized"
+            assert client.get("/").status_code == 303  # a page sends the visitor to sign in
+            assert client.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 303
+            assert client.get("/api/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+            assert client.post("/login", data={"token": "wrong"}).status_code == 401
+            signed_in = client.post("/login", data={"token": token})
+            assert signed_in.status_code == 303 and "httponly" in signed_in.headers["set-cookie"].lower()
+            assert client.get("/api/jobs").status_code == 200  # the cookie
+    finally:
+        server.stop()
+    again = start_server(home, "--host", "0.0.0.0")  # the same token, not printed again
+    try:
+        assert token not in "".join(again.output)
+    finally:
+        again.stop()
+
+
+@pytest.mark.parametrize("problem", ["missing", "readable by others", "empty"])
+def test_a_server_without_a_usable_token_refuses_to_start(home: Path, tmp_path: Path, problem: str) -> None:
+    token_file = tmp_path / "token"
+    if problem != "missing":
+        token_file.write_text("" if problem == "empty" else "a-token-of-enough-length-here")
+        token_file.chmod(0o644 if problem == "readable by others" else 0o600)
+    with pytest.raises(AssertionError, match="did not start") as info:
+        start_server(home, "--host", "0.0.0.0", "--token-file", str(token_file))
+    assert {"missing": "No such file", "readable by others": "chmod 600", "empty": "empty"}[problem] in str(info.value)
+
+
+# -- processes: several servers, restarts ---------------------------------------------------------
+
+
+def test_servers_over_one_store_see_the_same_jobs_and_jobs_outlive_them(home: Path, script: Any,
+                                                                        tmp_path: Path) -> None:
+    first, second = start_server(home), start_server(home)
+    try:
+        with httpx.Client(base_url=first.url, timeout=60) as one, httpx.Client(base_url=second.url, timeout=60) as two:
+            stop = start_job(one, script, tmp_path, "shared", steps=3)
+            assert [j["TrainingJobName"] for j in two.get("/api/jobs").json()["TrainingJobSummaries"]] == ["shared"]
+            wait_for(two, "shared", lambda e, d, s: len(s["points"].get("step", [])) >= 3)
+    finally:
+        assert first.stop() == 0
+    try:  # the job's supervisor is its own process: it goes on without the server that started it
+        with httpx.Client(base_url=second.url, timeout=60) as two:
+            assert two.get("/api/jobs/shared").json()["Job"]["TrainingJobStatus"] == "InProgress"
+            stop.touch()
+            wait_for(two, "shared", lambda e, d, s: e == "end")
+            assert two.get("/api/jobs/shared").json()["Job"]["TrainingJobStatus"] == "Completed"
+    finally:
+        second.stop()
+
+
+# -- downsampling ---------------------------------------------------------------------------------
+
+
+def test_downsampling_keeps_every_pixels_extremes_and_non_finite_points() -> None:
+    stamps = np.arange(100_000, dtype=np.int64)
+    values = np.sin(stamps / 500.0)
+    values[[123, 45_678]] = [50.0, -50.0]
+    values[[7, 99_998]] = [np.nan, np.inf]
+    kept = keep(stamps, values, 100)
+    assert len(kept) <= 7 * 100
+    assert {0, 7, 123, 45_678, 99_998, 99_999} <= set(kept.tolist())
+    payload = chart_payload(stamps[kept], values[kept])
+    assert payload["NonFinite"] == {str(kept.tolist().index(7)): "NaN", str(kept.tolist().index(99_998)): "Infinity"}
+    assert keep(stamps[:50], values[:50], 100).tolist() == list(range(50))  # few points: all of them
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.just(float("nan"))),
+                min_size=1, max_size=400), st.integers(1, 30))
+def test_downsampling_matches_the_plain_rule(values: list[float], width: int) -> None:
+    """Per bucket: its first and last point, a lowest and a highest finite one, the first of each
+    non-finite kind, and nothing else."""
+    column = np.array(values, dtype=np.float64)
+    stamps = np.arange(len(column), dtype=np.int64) * 3
+    kept = set(keep(stamps, column, width).tolist())
+    if len(column) <= 4 * width:
+        assert kept == set(range(len(column)))
+        return
+    span = int(stamps[-1]) + 1
+    buckets: dict[int, list[int]] = {}
+    for index, ts in enumerate(stamps.tolist()):
+        buckets.setdefault(min(ts * width // span, width - 1), []).append(index)
+    for members in buckets.values():
+        mine = kept & set(members)
+        assert {members[0], members[-1]} <= mine
+        finite = [i for i in members if math.isfinite(column[i])]
+        if finite:
+            assert min(column[i] for i in mine if math.isfinite(column[i])) == min(column[i] for i in finite)
+            assert max(column[i] for i in mine if math.isfinite(column[i])) == max(column[i] for i in finite)
+        for kind in (math.isnan, lambda v: v == math.inf, lambda v: v == -math.inf):
+            of_kind = [i for i in members if kind(column[i])]
+            if of_kind:
+                assert of_kind[0] in mine
+        assert len(mine) <= 7
+
+
+def test_the_server_says_what_to_install_when_its_packages_are_missing(home: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "uvicorn.py").write_text("raise ImportError('no uvicorn here', name='uvicorn')\n")
+    import subprocess
+
+    result = subprocess.run([PY, "-m", "trainmon", "server", "--port", "0"], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(blocker)}, timeout=60)
+    assert result.returncode == 1 and "pip install 'trainmon[server]'" in result.stderr
