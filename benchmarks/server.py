@@ -112,31 +112,36 @@ def load(url: str, work: Path) -> dict[str, tuple[float, float, int]]:
         "describe": "/api/jobs/load-3",
         "statistics": "/api/jobs/load-3/metrics/loss/statistics?period=60&stat=p99",
     }
-    results = {}
-    for label, path in paths.items():
-        times: list[float] = []
-        failed = [0]
-
-        def client_loop() -> None:
-            with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
-                stop = time.monotonic() + LOAD_SECONDS
-                while time.monotonic() < stop:
-                    started = time.perf_counter()
-                    ok = client.get(path).status_code == 200
-                    times.append(time.perf_counter() - started)
-                    failed[0] += not ok
-
-        threads = [threading.Thread(target=client_loop) for _ in range(LOAD_THREADS)]
-        began = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        results[label] = (len(times) / (time.perf_counter() - began), percentile(times, 0.99), failed[0])
+    results = {label: _hammer(url, path) for label, path in paths.items()}
     with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
         for n in range(LOAD_JOBS):
             client.post(f"/api/jobs/load-{n}/stop")
     return results
+
+
+def _hammer(url: str, path: str) -> tuple[float, float, int]:
+    """LOAD_THREADS clients asking for ``path`` for LOAD_SECONDS: (requests/s, p99 s, failed)."""
+    import httpx
+
+    times: list[float] = []
+    failed: list[int] = []
+
+    def client_loop() -> None:
+        with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+            stop = time.monotonic() + LOAD_SECONDS
+            while time.monotonic() < stop:
+                started = time.perf_counter()
+                ok = client.get(path).status_code == 200
+                times.append(time.perf_counter() - started)
+                failed.append(not ok)
+
+    threads = [threading.Thread(target=client_loop) for _ in range(LOAD_THREADS)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(times) / (time.perf_counter() - began), percentile(times, 0.99), sum(failed)
 
 
 def run(scale: float = 1.0) -> Report:

@@ -199,6 +199,10 @@ def test_readme_tour_runs(tmp_path: Path) -> None:
         for line in body.replace("\\\n", " ").splitlines():
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
+            if line.startswith("trainmon server"):  # it serves until stopped: see that it serves the tour's job
+                _serve_once(line, work, env)
+                ran += 1
+                continue
             result = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True,
                                     timeout=90)
             assert result.returncode == 0, f"README command failed ({result.returncode}): {line}\n{result.stderr}"
@@ -210,6 +214,29 @@ def test_readme_tour_runs(tmp_path: Path) -> None:
     stopped = subprocess.run(["trainmon", "list", "--json"], cwd=work, env=env, capture_output=True, text=True,
                              timeout=60)
     assert '"TrainingJobStatus": "Stopped"' in stopped.stdout
+
+
+def _serve_once(line: str, work: Path, env: dict[str, str]) -> None:
+    """Start the tour's ``trainmon server`` on a free port, ask it for the jobs, stop it with Ctrl-C."""
+    import json
+    import signal
+    import urllib.request
+
+    server = subprocess.Popen(["bash", "-c", f"exec {line} --port 0"], cwd=work, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        assert server.stdout is not None
+        first = server.stdout.readline()
+        found = re.search(r"(http://\S+)/ ", first)
+        assert found, f"README command failed: {line}\n{first}{server.stdout.read()}"
+        with urllib.request.urlopen(found.group(1) + "/api/jobs", timeout=60) as answer:
+            jobs = json.load(answer)["TrainingJobSummaries"]
+        assert "my-job" in [job["TrainingJobName"] for job in jobs]
+    finally:
+        server.send_signal(signal.SIGINT)
+        assert server.wait(60) == 0
+        if server.stdout is not None:
+            server.stdout.close()
 
 
 def test_python_page_examples_run(tmp_path: Path) -> None:

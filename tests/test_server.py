@@ -358,3 +358,19 @@ def test_the_server_says_what_to_install_when_its_packages_are_missing(home: Pat
     result = subprocess.run([PY, "-m", "trainmon", "server", "--port", "0"], capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(blocker)}, timeout=60)
     assert result.returncode == 1 and "pip install 'trainmon[server]'" in result.stderr
+
+
+def test_a_metric_named_with_a_slash_is_charted_and_a_running_jobs_statistics_reach_now(
+        http: httpx.Client, script: Any, tmp_path: Path) -> None:
+    stop = tmp_path / "slash.stop"
+    path = script(JOB_SCRIPT)
+    request = job_request("slash", path, stop, steps=5)
+    request["AlgorithmSpecification"]["MetricDefinitions"] = [{"Name": "train/loss", "Regex": r"loss=(\S+)"}]
+    assert http.post("/api/jobs", json=request).status_code == 200
+    wait_for(http, "slash", lambda e, d, s: len(s["points"].get("train/loss", [])) >= 6)  # five and a NaN
+    points = http.get("/api/jobs/slash/metrics/train%2Floss/points").json()
+    assert points["MetricName"] == "train/loss" and points["Count"] == 6
+    statistics = http.get("/api/jobs/slash/metrics/train%2Floss/statistics",  # a running job: up to now
+                          params={"period": 3600, "stat": "SampleCount"}).json()
+    assert sum(d["SampleCount"] for d in statistics["Datapoints"]) == 5  # the NaN is not a datapoint
+    stop.touch()

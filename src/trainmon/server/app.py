@@ -11,6 +11,7 @@ import contextlib
 import hmac
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ from urllib.parse import parse_qs
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -178,7 +181,7 @@ async def metric_statistics(request: Request, store: Store) -> Any:
         row = sagemaker.job(store, name)
         key = job_metric_key(row.name, metric)
         begin = start if start is not None else int(row.creation_time * 1000)
-        finish = end if end is not None else int(row.last_modified_time * 1000) + 60_000
+        finish = end if end is not None else int(time.time() * 1000) + 60_000
         request_: dict[str, Any] = {"Namespace": key.namespace, "MetricName": metric,
                                     "Dimensions": [{"Name": k, "Value": v} for k, v in key.dimensions],
                                     "StartTime": begin / 1000, "EndTime": finish / 1000, "Period": period}
@@ -345,14 +348,14 @@ ROUTES: tuple[Endpoint, ...] = (
     Endpoint("POST", "/api/jobs/{name}/stop", "Stop a job", stop_job, (Param("name", where="path"),)),
     Endpoint("DELETE", "/api/jobs/{name}", "Delete a finished job and its data", delete_job,
              (Param("name", where="path"),)),
-    Endpoint("GET", "/api/jobs/{name}/metrics/{metric}/points",
+    Endpoint("GET", "/api/jobs/{name}/metrics/{metric:path}/points",
              "A metric's points for a chart: per pixel the first, last, lowest and highest point and any non-finite "
              "one", metric_points, (
                  Param("name", where="path"), Param("metric", where="path"),
                  Param("width", "integer", "buckets (pixels), 1 to 10000 (1000)"),
                  Param("start", "integer", "epoch ms"), Param("end", "integer", "epoch ms (excluded)"),
                  Param("host", help="one host's points (algo-N)")), tags=("metrics",)),
-    Endpoint("GET", "/api/jobs/{name}/metrics/{metric}/statistics", "A statistic of a metric per period",
+    Endpoint("GET", "/api/jobs/{name}/metrics/{metric:path}/statistics", "A statistic of a metric per period",
              metric_statistics, (
                  Param("name", where="path"), Param("metric", where="path"),
                  Param("period", "integer", "seconds (60)"),
@@ -523,6 +526,7 @@ def create_app(store: Store, settings: Settings | None = None) -> Any:
             store.close()
 
     app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(GZipMiddleware, minimum_size=1024)],  # never on event streams
                     exception_handlers={404: not_found, 405: not_found, Exception: internal_error})
     app.state.store = store
     app.state.settings = settings

@@ -148,7 +148,8 @@ class JobsFollower:
             state = (row.status, row.doc["SecondaryStatus"], row.last_modified_time, finals)
             seen[row.name] = state
             if self._seen is not None and self._seen.get(row.name) != state:
-                events.append(("job", {**sagemaker.summary(row),
+                events.append(("job", {**sagemaker.summary(row), "TrainingStartTime": row.doc.get("TrainingStartTime"),
+                                       "HyperParameters": row.doc.get("HyperParameters", {}),
                                        "FinalMetrics": {name: value for name, value, _ in finals}}))
         if self._seen is not None:
             events.extend(("deleted", {"TrainingJobName": name}) for name in self._seen.keys() - seen.keys())

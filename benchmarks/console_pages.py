@@ -1,0 +1,94 @@
+"""The console in headless Chromium: time to the first painted chart of a metric with a million
+points, and the bytes fetched for it (see server.py's docstring)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .common import table
+
+COMPARED = 10
+CHART_READY = """(selector) => {
+  const charts = [...document.querySelectorAll(selector)];
+  return charts.length > 0 && charts.every((c) => c.dataset.loading === "0" && +c.dataset.points > 0
+                                                && c.querySelector("canvas"));
+}"""
+PAGE_READY = "() => document.querySelector('.empty, section.chart') !== null"
+FETCHED = """(part) => performance.getEntriesByType("navigation").concat(performance.getEntriesByType("resource"))
+  .filter((e) => e.name.includes(part)).reduce((sum, e) => sum + e.transferSize, 0)"""
+
+
+def _jobs(home: Path, points: int) -> None:
+    """Jobs ``big-0`` .. ``big-9`` with ``points`` points of ``loss`` each (a noisy falling curve
+    with a spike and a NaN), and ``empty`` with none, written straight into the store."""
+    import numpy as np
+
+    from trainmon.api.sagemaker import register_job
+    from trainmon.store import Batch, open_store
+
+    store = open_store(home)
+    try:
+        rng = np.random.default_rng(7)
+        start = int(time.time() * 1000) - points * 100
+        for name in [f"big-{n}" for n in range(COMPARED)] + ["empty"]:
+            job = register_job(store, {"TrainingJobName": name, "ProfilerConfig": {"DisableProfiler": True},
+                                       "HyperParameters": {"lr": str(0.1 * (1 + len(name)))},
+                                       "AlgorithmSpecification": {"TrainingInputMode": "File",
+                                                                  "ContainerEntrypoint": ["true"]}})
+            if name == "empty":
+                break
+            stream = store.add_stream(job.id, "algo-1", f"{name}/algo-1-1", start)
+            values = np.exp(-np.arange(points) / (points / 4)) + rng.normal(0, 0.02, points)
+            values[points // 3] = 5.0
+            for first in range(0, points, 100_000):
+                rows = range(first, min(points, first + 100_000))
+                store.write_batch(Batch(job.id, points=[
+                    ("loss", start + i * 100, None if i == points // 2 else float(values[i]), "algo-1", stream.id, i)
+                    for i in rows]))
+    finally:
+        store.close()
+
+
+def _open(page: object, url: str, ready: str, argument: str | None = None) -> tuple[float, int, int]:
+    """Seconds until ``ready`` holds after navigating to ``url``; bytes fetched in all and for points."""
+    started = time.perf_counter()
+    page.goto(url, wait_until="commit")  # type: ignore[attr-defined]
+    page.wait_for_function(ready, arg=argument, polling="raf", timeout=120_000)  # type: ignore[attr-defined]
+    elapsed = time.perf_counter() - started
+    return (elapsed, page.evaluate(FETCHED, ""),  # type: ignore[attr-defined]
+            page.evaluate(FETCHED, "/points"))  # type: ignore[attr-defined]
+
+
+def measure(work: Path, points: int) -> dict[str, tuple[float, int, float]]:
+    from playwright.sync_api import sync_playwright
+
+    from .server import running_server
+
+    home = work / "console-home"
+    _jobs(home, points)
+    results: dict[str, tuple[float, int, float]] = {}
+    rows = []
+    with running_server(home) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        try:
+            def fresh() -> object:
+                return browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+
+            _open(fresh(), f"{url}/jobs/empty", PAGE_READY)  # warm the server's caches and the browser
+            baseline, base_bytes, _ = _open(fresh(), f"{url}/jobs/empty", PAGE_READY)
+            rows.append(["job page, no points (baseline)", f"{baseline * 1e3:.0f}", f"{base_bytes:,}", "-"])
+            for label, path in (("job page, 1 metric", "/jobs/big-0"),
+                                (f"compare {COMPARED} jobs", "/compare?jobs=" + ",".join(
+                                    f"big-{n}" for n in range(COMPARED)))):
+                page = fresh()
+                painted, fetched, data = _open(page, url + path, CHART_READY, "section.chart[data-metric=loss]")
+                shown = page.evaluate("() => +document.querySelector('section.chart[data-metric=loss]').dataset.points")  # type: ignore[attr-defined]
+                rows.append([f"{label}, {points:,} points each", f"{painted * 1e3:.0f}", f"{fetched:,}", f"{data:,}"])
+                results[label] = (painted, fetched, baseline)
+                if not shown:
+                    raise AssertionError(f"{label}: the chart shows no points")
+        finally:
+            browser.close()
+    table(["page", "ms to painted chart", "bytes fetched (all)", "bytes of points"], rows)
+    return results

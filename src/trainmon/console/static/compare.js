@@ -1,0 +1,201 @@
+// The compare page: one metric of several jobs in one chart, their final metrics, and the
+// hyperparameters that differ between them.
+
+import {get, jobPath} from "./api.js";
+import {navigate} from "./router.js";
+import {Chart, COLORS} from "./chart.js";
+import {h, clear, fmtNum, statusBadge, section, TERMINAL} from "./dom.js";
+import {metricSource} from "./job.js";
+
+export function mount(root, {jobs: names}) {
+  document.title = "Compare · trainmon";
+  let chart = null;
+  let timer = null;
+  clear(root, h("p", {class: "muted"}, "Loading…"));
+  const start = async () => {
+    if (!names.length) {
+      clear(
+        root,
+        h("h1", {}, "Compare"),
+        h("p", {}, "Choose jobs to compare on the ", h("a", {href: "/"}, "jobs page"), "."),
+      );
+      return;
+    }
+    const answers = await Promise.all(
+      names.map((n) =>
+        get(jobPath(n)).then(
+          (a) => ({name: n, ...a}),
+          (e) => ({name: n, error: e}),
+        ),
+      ),
+    );
+    const jobs = answers.filter((a) => !a.error);
+    const missing = answers.filter((a) => a.error);
+    const metricsOf = (a) => (a.Metrics.Metrics || []).map((m) => m.MetricName);
+    const all = [...new Set(jobs.flatMap(metricsOf))].sort();
+    const common = all.filter((m) => jobs.every((a) => metricsOf(a).includes(m)));
+    const choices = [...common, ...all.filter((m) => !common.includes(m))];
+    const metricSelect = h(
+      "select",
+      {name: "metric", onchange: () => showChart(metricSelect.value)},
+      choices.map((m) => h("option", {value: m}, m + (common.includes(m) ? "" : " (not in every job)"))),
+    );
+    const chartBox = h("div", {class: "compare-chart"});
+    const more = h("input", {type: "text", name: "add-job", list: "compare-job-names", placeholder: "another job"});
+    const known = h("datalist", {id: "compare-job-names"});
+    get("/api/jobs", {limit: 100}).then(
+      (answer) =>
+        known.append(
+          ...answer.TrainingJobSummaries.filter((j) => !names.includes(j.TrainingJobName)).map((j) =>
+            h("option", {value: j.TrainingJobName}),
+          ),
+        ),
+      () => {},
+    );
+    const add = h(
+      "form",
+      {
+        class: "add-job",
+        onsubmit: (e) => {
+          e.preventDefault();
+          const name = more.value.trim();
+          if (name && !names.includes(name))
+            navigate(`/compare?jobs=${[...names, name].map(encodeURIComponent).join(",")}`);
+        },
+      },
+      more,
+      known,
+      h("button", {type: "submit"}, "Add"),
+    );
+    clear(
+      root,
+      h("div", {class: "page-head"}, h("h1", {}, `Compare ${jobs.length} jobs`)),
+      missing.length ? h("p", {class: "error"}, missing.map((a) => `${a.name}: ${a.error.message}`).join("; ")) : null,
+      h(
+        "div",
+        {class: "legend-jobs"},
+        jobs.map((a, i) =>
+          h(
+            "span",
+            {class: "job-chip"},
+            h("span", {class: "swatch", style: `background:${COLORS[i % COLORS.length]}`}),
+            h("a", {href: `/jobs/${encodeURIComponent(a.name)}`}, a.name),
+            " ",
+            statusBadge(a.Job.TrainingJobStatus),
+          ),
+        ),
+        add,
+      ),
+      h(
+        "section",
+        {class: "panel"},
+        h("div", {class: "toolbar"}, h("label", {}, "Metric ", metricSelect)),
+        choices.length ? chartBox : h("p", {class: "muted"}, "These jobs have no metrics yet."),
+      ),
+      section("Final metrics", finalsTable(jobs, all)),
+      section("Hyperparameters that differ", hyperparameterTable(jobs)),
+    );
+
+    function showChart(metric) {
+      if (chart) chart.destroy();
+      const origin = (a) => 1000 * (a.Job.TrainingStartTime || a.Job.CreationTime);
+      chart = new Chart({
+        key: "compare",
+        title: metric,
+        attrs: {"data-metric": metric, "data-compare": ""},
+        x: "start",
+        xMetrics: all.filter((m) => m !== metric),
+        sources: jobs.map((a, i) =>
+          metricSource(a.name, metric, {origin: origin(a), label: a.name, color: COLORS[i % COLORS.length]}),
+        ),
+      });
+      chartBox.replaceChildren(chart.el);
+      chart.fetch();
+    }
+    if (choices.length) showChart(choices[0]);
+    if (jobs.some((a) => !TERMINAL.has(a.Job.TrainingJobStatus))) {
+      timer = setInterval(() => chart && !chart.view && chart.fetch(), 10000); // running jobs grow
+    }
+  };
+  start().catch((exc) => clear(root, h("p", {class: "error"}, exc.message)));
+  return () => {
+    clearInterval(timer);
+    if (chart) chart.destroy();
+  };
+}
+
+function finalsTable(jobs, metrics) {
+  if (!metrics.length) return h("p", {class: "muted"}, "No metrics.");
+  const value = (a, m) => (a.Metrics.Metrics || []).find((x) => x.MetricName === m)?.FinalValue;
+  return h(
+    "table",
+    {class: "compare-finals"},
+    h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        h("th", {}, "Job"),
+        metrics.map((m) => h("th", {class: "num"}, m)),
+      ),
+    ),
+    h(
+      "tbody",
+      {},
+      jobs.map((a) =>
+        h(
+          "tr",
+          {"data-job": a.name},
+          h("td", {}, a.name),
+          metrics.map((m) => h("td", {class: "num"}, fmtNum(value(a, m)))),
+        ),
+      ),
+    ),
+  );
+}
+
+function hyperparameterTable(jobs) {
+  const keys = [...new Set(jobs.flatMap((a) => Object.keys(a.Job.HyperParameters || {})))].sort();
+  const differ = keys.filter((k) => new Set(jobs.map((a) => (a.Job.HyperParameters || {})[k] ?? null)).size > 1);
+  const same = keys.length - differ.length;
+  const note = h(
+    "p",
+    {class: "muted"},
+    same ? `${same} other hyperparameter${same === 1 ? " is" : "s are"} the same in every job.` : "",
+  );
+  if (!differ.length)
+    return [
+      h("p", {class: "muted"}, jobs.length > 1 ? "None: every job has the same hyperparameters." : "Only one job."),
+      note,
+    ];
+  return [
+    h(
+      "table",
+      {class: "compare-hyperparameters"},
+      h(
+        "thead",
+        {},
+        h(
+          "tr",
+          {},
+          h("th", {}, "Name"),
+          jobs.map((a) => h("th", {}, a.name)),
+        ),
+      ),
+      h(
+        "tbody",
+        {},
+        differ.map((k) =>
+          h(
+            "tr",
+            {"data-hyperparameter": k},
+            h("td", {}, k),
+            jobs.map((a) => h("td", {}, (a.Job.HyperParameters || {})[k] ?? "–")),
+          ),
+        ),
+      ),
+    ),
+    note,
+  ];
+}

@@ -1,0 +1,140 @@
+// DOM building and formatting. Every piece of data reaches the page as text (a text node or
+// textContent), never as HTML: a job that prints "<script>" shows those characters.
+
+/** An element: h("td", {class: "num", "data-x": 1, onclick: fn}, "text", child, [more]). */
+export function h(tag, props = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
+    else if (key === "class") el.className = value;
+    else if (key === "value" || key === "checked" || key === "disabled" || key === "selected") el[key] = value;
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children) {
+    if (child === undefined || child === null || child === false) continue;
+    if (Array.isArray(child)) append(el, child);
+    else el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+/** Empty ``el`` and put ``children`` in it (nulls skipped, strings as text). */
+export function clear(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+/** A number as people read it; documents carry non-finite values as the strings "NaN", "Infinity". */
+export function fmtNum(value) {
+  if (value === undefined || value === null || value === "") return "–";
+  if (typeof value === "string") return value;
+  if (!Number.isFinite(value)) return String(value);
+  if (Number.isInteger(value) && Math.abs(value) < 1e15) return String(value);
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs < 1e-4 || abs >= 1e9)) return value.toExponential(3);
+  return String(Number(value.toPrecision(6)));
+}
+
+const pad = (n) => String(n).padStart(2, "0");
+
+/** Epoch seconds as a local date and time. */
+export function fmtTime(seconds) {
+  if (seconds === undefined || seconds === null) return "–";
+  const d = new Date(seconds * 1000);
+  return (
+    `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+    `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`
+  );
+}
+
+export function fmtClock(ms) {
+  const d = new Date(ms);
+  const millis = String(d.getMilliseconds()).padStart(3, "0");
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${millis}`;
+}
+
+/** Seconds as 12s, 3m05s, 2h01m. */
+export function fmtDuration(seconds) {
+  if (seconds === undefined || seconds === null || !Number.isFinite(seconds)) return "–";
+  const sign = seconds < 0 ? "-" : "";
+  let s = Math.abs(seconds);
+  if (s < 60) return sign + (s < 10 && !Number.isInteger(s) ? s.toFixed(1) : Math.round(s)) + "s";
+  s = Math.round(s);
+  if (s < 3600) return `${sign}${Math.floor(s / 60)}m${pad(s % 60)}s`;
+  if (s < 86400) return `${sign}${Math.floor(s / 3600)}h${pad(Math.floor(s / 60) % 60)}m`;
+  return `${sign}${Math.floor(s / 86400)}d${pad(Math.floor(s / 3600) % 24)}h`;
+}
+
+export const TERMINAL = new Set(["Completed", "Failed", "Stopped"]);
+
+export function statusBadge(status) {
+  return h("span", {class: "status", "data-status": status || "Unknown"}, status || "Unknown");
+}
+
+export function debounce(fn, ms) {
+  let timer = null;
+  const wrapped = (...args) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => fn(...args), ms);
+  };
+  wrapped.cancel = () => clearTimeout(timer);
+  return wrapped;
+}
+
+/** ``fn`` at most once per ``ms``, and once more after the last call (a live stream's renders). */
+export function throttle(fn, ms) {
+  let timer = null;
+  let last = 0;
+  const wrapped = () => {
+    if (timer) return;
+    const wait = Math.max(0, last + ms - Date.now());
+    timer = setTimeout(() => {
+      timer = null;
+      last = Date.now();
+      fn();
+    }, wait);
+  };
+  wrapped.cancel = () => {
+    clearTimeout(timer);
+    timer = null;
+  };
+  return wrapped;
+}
+
+/** A table from a header row and rows of cells (strings, numbers or nodes). */
+export function table(headers, rows, props = {}) {
+  return h(
+    "table",
+    props,
+    h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        headers.map((x) => h("th", {}, x)),
+      ),
+    ),
+    h(
+      "tbody",
+      {},
+      rows.map((cells) =>
+        h(
+          "tr",
+          {},
+          cells.map((c) => h("td", typeof c === "number" ? {class: "num"} : {}, typeof c === "number" ? fmtNum(c) : c)),
+        ),
+      ),
+    ),
+  );
+}
+
+export function section(title, ...children) {
+  return h("section", {class: "panel"}, h("h2", {}, title), ...children);
+}

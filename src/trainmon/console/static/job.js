@@ -1,0 +1,644 @@
+// The job page: status and its timeline, the failure, hyperparameters, metric definitions and what
+// they matched, final metrics, a live chart per metric, system metrics, the profile and the log.
+
+import {get, post, jobPath, liveStream, series, statisticSeries, ApiError} from "./api.js";
+import {Chart} from "./chart.js";
+import {h, clear, fmtNum, fmtTime, fmtDuration, statusBadge, table, section, throttle, TERMINAL} from "./dom.js";
+import {LogPane} from "./logs.js";
+
+const LOG_TAIL = 500;
+
+/** A chart source over one metric (or system metric) of job ``name``. */
+export function metricSource(name, metric, {origin, label, color, others} = {}) {
+  return {
+    label: label || metric,
+    color,
+    origin,
+    points: async (start, end, width) =>
+      series(await get(jobPath(name, "metrics", metric, "points"), {width, start, end})),
+    statistics: async (stat, period, start, end) =>
+      statisticSeries(await get(jobPath(name, "metrics", metric, "statistics"), {stat, period, start, end}), stat),
+    xSeries: async (other, start, end, width) => {
+      const live = others && others(other);
+      if (start === undefined && live) return live;
+      return series(await get(jobPath(name, "metrics", other, "points"), {width: width || 2000, start, end}));
+    },
+  };
+}
+
+function systemSource(name, host, metric, origin) {
+  return {
+    label: host,
+    origin,
+    points: async (start, end, width) =>
+      series(await get(jobPath(name, "system", host, metric, "points"), {width, start, end})),
+    statistics: async () => {
+      throw new ApiError(400, "ValidationException", "statistics are for training metrics");
+    },
+    xSeries: async () => null,
+  };
+}
+
+export function mount(root, {name}) {
+  const page = new JobPage(root, name);
+  page.start();
+  return () => page.dispose();
+}
+
+class JobPage {
+  constructor(root, name) {
+    this.root = root;
+    this.name = name;
+    this.charts = new Map(); // metric -> Chart
+    this.systemCharts = [];
+    this.disposed = false;
+    this.after = null; // log positions
+    this.timers = [];
+    this.refreshSoon = throttle(() => this.refresh(), 1500);
+    this.showTablesSoon = throttle(() => this.showTables(), 1000);
+  }
+
+  async start() {
+    document.title = `${this.name} · trainmon`;
+    clear(this.root, h("p", {class: "muted"}, "Loading…"));
+    let answer;
+    try {
+      answer = await get(jobPath(this.name));
+    } catch (exc) {
+      clear(this.root, h("h1", {}, this.name), h("p", {class: "error"}, exc.message));
+      return;
+    }
+    if (this.disposed) return;
+    this.build(answer);
+    await Promise.all([this.loadCharts(answer), this.loadLog()]);
+    if (this.disposed) return;
+    this.follow();
+    this.loadSystem();
+    this.loadProfile();
+    // the definitions' counts come from the server: look again now and then while the job runs
+    this.timers.push(
+      setInterval(() => {
+        if (!TERMINAL.has(this.job.TrainingJobStatus)) this.refresh();
+      }, 5000),
+    );
+    this.timers.push(
+      setInterval(() => {
+        const duration = this.overview.querySelector("[data-fact=Duration]");
+        if (duration && !TERMINAL.has(this.job.TrainingJobStatus)) duration.textContent = this.duration();
+      }, 1000),
+    );
+  }
+
+  dispose() {
+    this.disposed = true;
+    if (this.stream) this.stream.close();
+    for (const timer of this.timers) clearInterval(timer);
+    this.refreshSoon.cancel();
+    this.showTablesSoon.cancel();
+    for (const chart of [...this.charts.values(), ...this.systemCharts]) chart.destroy();
+  }
+
+  origin() {
+    const job = this.job;
+    return 1000 * (job.TrainingStartTime || job.CreationTime);
+  }
+
+  // -- the page -------------------------------------------------------------------------------
+
+  build({Job: job, Metrics: metrics}) {
+    this.job = job;
+    this.metrics = metrics;
+    this.head = h("div", {class: "job-head"});
+    this.overview = h("div", {class: "job-overview"});
+    this.tables = h("div", {class: "grid"});
+    this.chartsEl = h("div", {class: "charts"});
+    this.systemEl = h("div", {class: "system"});
+    this.profileEl = h("div", {class: "profile"});
+    this.logs = new LogPane({multiHost: (job.ResourceConfig?.InstanceCount || 1) > 1});
+    this.dialog = this.stopDialog();
+    clear(
+      this.root,
+      this.head,
+      this.overview,
+      this.tables,
+      h("section", {class: "panel"}, h("h2", {}, "Metrics"), this.chartsEl),
+      this.systemEl,
+      this.profileEl,
+      this.logSection(),
+      this.dialog,
+    );
+    this.showJob();
+  }
+
+  showJob() {
+    const job = this.job;
+    const stoppable = !TERMINAL.has(job.TrainingJobStatus) && job.TrainingJobStatus !== "Stopping";
+    clear(
+      this.head,
+      h(
+        "div",
+        {},
+        h("a", {href: "/", class: "muted back"}, "← Jobs"),
+        h("h1", {}, job.TrainingJobName),
+        h(
+          "div",
+          {class: "status-line"},
+          statusBadge(job.TrainingJobStatus),
+          " ",
+          h("span", {class: "secondary", "data-secondary": job.SecondaryStatus}, job.SecondaryStatus),
+        ),
+      ),
+      h(
+        "div",
+        {class: "actions"},
+        h("a", {class: "button", href: `/compare?jobs=${encodeURIComponent(job.TrainingJobName)}`}, "Compare…"),
+        stoppable
+          ? h("button", {type: "button", class: "danger", name: "stop", onclick: () => this.dialog.showModal()}, "Stop")
+          : null,
+      ),
+    );
+    const start = job.TrainingStartTime;
+    const command = this.metrics.Command || [];
+    clear(
+      this.overview,
+      h(
+        "dl",
+        {class: "facts"},
+        fact("Created", fmtTime(job.CreationTime)),
+        fact("Started", fmtTime(start)),
+        fact("Ended", fmtTime(job.TrainingEndTime)),
+        fact("Duration", this.duration()),
+        fact("Instances", job.ResourceConfig?.InstanceCount ?? 1),
+        fact("Max runtime", fmtDuration(job.StoppingCondition?.MaxRuntimeInSeconds)),
+        fact("Command", h("code", {}, command.join(" "))),
+      ),
+      job.FailureReason ? h("div", {class: "failure"}, h("strong", {}, "Failure: "), job.FailureReason) : null,
+      this.timeline(job),
+    );
+    this.showTables();
+  }
+
+  duration() {
+    const job = this.job;
+    if (!job.TrainingStartTime) return "–";
+    const end = job.TrainingEndTime || (TERMINAL.has(job.TrainingJobStatus) ? job.LastModifiedTime : Date.now() / 1000);
+    return fmtDuration(end - job.TrainingStartTime);
+  }
+
+  timeline(job) {
+    const transitions = job.SecondaryStatusTransitions || [];
+    if (!transitions.length) return null;
+    const now = Date.now() / 1000;
+    const spans = transitions.map((t) =>
+      Math.max(0, (t.EndTime ?? (TERMINAL.has(job.TrainingJobStatus) ? t.StartTime : now)) - t.StartTime),
+    );
+    const total = spans.reduce((a, b) => a + b, 0) || 1;
+    return h(
+      "div",
+      {class: "timeline"},
+      h(
+        "div",
+        {class: "timeline-bar"},
+        transitions.map((t, i) =>
+          h(
+            "span",
+            {
+              class: "seg",
+              "data-status": t.Status,
+              style: `flex-grow:${Math.max(spans[i] / total, 0.02)}`,
+              title: `${t.Status}: ${fmtDuration(spans[i])}`,
+            },
+            t.Status,
+          ),
+        ),
+      ),
+      table(
+        ["Status", "Started", "Took", "Message"],
+        transitions.map((t, i) => [
+          t.Status,
+          fmtTime(t.StartTime),
+          t.EndTime === undefined ? "…" : fmtDuration(spans[i]),
+          t.StatusMessage || "",
+        ]),
+        {class: "transitions"},
+      ),
+    );
+  }
+
+  showTables() {
+    const job = this.job;
+    const hps = Object.entries(job.HyperParameters || {});
+    const finals = this.metrics.Metrics || [];
+    const definitions = job.AlgorithmSpecification?.MetricDefinitions || [];
+    const diagnostics = new Map((this.metrics.Definitions || []).map((d) => [d.Name, d]));
+    clear(
+      this.tables,
+      section(
+        "Hyperparameters",
+        hps.length ? table(["Name", "Value"], hps, {class: "hyperparameters"}) : h("p", {class: "muted"}, "None."),
+      ),
+      section(
+        "Final metrics",
+        finals.length
+          ? table(
+              ["Metric", "Last", "Min", "Max", "Count"],
+              finals.map((m) => [m.MetricName, m.FinalValue, m.Minimum, m.Maximum, m.Points]),
+              {class: "final-metrics"},
+            )
+          : h("p", {class: "muted"}, "No points yet."),
+      ),
+      section(
+        "Metric definitions",
+        definitions.length
+          ? h(
+              "table",
+              {class: "definitions"},
+              h(
+                "thead",
+                {},
+                h(
+                  "tr",
+                  {},
+                  ["Name", "Regex", "Matches", "Rejected", "Near misses"].map((x) => h("th", {}, x)),
+                ),
+              ),
+              h(
+                "tbody",
+                {},
+                definitions.map((d) => definitionRow(d, diagnostics.get(d.Name))),
+              ),
+            )
+          : h("p", {class: "muted"}, "None: this job's log is not searched for metrics."),
+      ),
+    );
+  }
+
+  stopDialog() {
+    const message = h("p", {class: "error"});
+    const dialog = h(
+      "dialog",
+      {class: "confirm", id: "stop-dialog"},
+      h("h2", {}, "Stop this job?"),
+      h(
+        "p",
+        {},
+        "The job's processes get SIGTERM, then SIGKILL after the grace period. ",
+        h("strong", {}, this.name),
+        " will end as Stopped.",
+      ),
+      message,
+      h(
+        "div",
+        {class: "actions"},
+        h("button", {type: "button", name: "cancel", onclick: () => dialog.close()}, "Cancel"),
+        h(
+          "button",
+          {
+            type: "button",
+            class: "danger",
+            name: "confirm",
+            onclick: async (e) => {
+              e.target.disabled = true;
+              try {
+                await post(jobPath(this.name, "stop"));
+                dialog.close();
+                this.refresh();
+              } catch (exc) {
+                message.textContent = exc.message;
+              } finally {
+                e.target.disabled = false;
+              }
+            },
+          },
+          "Stop job",
+        ),
+      ),
+    );
+    return dialog;
+  }
+
+  async refresh() {
+    try {
+      const answer = await get(jobPath(this.name));
+      const seen = JSON.stringify(answer);
+      if (this.disposed || seen === this.seen) return;
+      this.seen = seen;
+      this.job = answer.Job;
+      this.metrics = answer.Metrics;
+      this.showJob();
+    } catch (exc) {
+      if (exc.status === 404) this.gone();
+    }
+  }
+
+  gone() {
+    clear(this.head, h("h1", {}, this.name), h("p", {class: "error"}, "This job was deleted."));
+  }
+
+  // -- charts ---------------------------------------------------------------------------------
+
+  metricNames() {
+    const defined = (this.job.AlgorithmSpecification?.MetricDefinitions || []).map((d) => d.Name);
+    const have = [...this.charts.keys()];
+    return [...defined.filter((n) => have.includes(n)), ...have.filter((n) => !defined.includes(n)).sort()];
+  }
+
+  chart(metric) {
+    let chart = this.charts.get(metric);
+    if (chart) return chart;
+    chart = new Chart({
+      key: metric,
+      title: metric,
+      attrs: {"data-metric": metric},
+      xMetrics: [],
+      sources: [
+        metricSource(this.name, metric, {origin: this.origin(), others: (m) => this.charts.get(m)?.sources[0].base}),
+      ],
+      onPoint: (point) => this.openRecord(point),
+    });
+    this.charts.set(metric, chart);
+    const names = this.metricNames();
+    const at = names.indexOf(metric);
+    const next = names[at + 1] && this.charts.get(names[at + 1]);
+    if (next && next.el.isConnected) this.chartsEl.insertBefore(chart.el, next.el);
+    else this.chartsEl.append(chart.el);
+    for (const c of this.charts.values()) c.setXMetrics(names);
+    this.chartsEl.querySelector(".empty")?.remove();
+    return chart;
+  }
+
+  async loadCharts({Metrics: metrics}) {
+    const names = (metrics.Metrics || []).filter((m) => m.Points > 0).map((m) => m.MetricName);
+    if (!names.length)
+      this.chartsEl.append(h("p", {class: "muted empty"}, "No points yet: charts appear as the job prints metrics."));
+    const charts = names.map((n) => this.chart(n));
+    await Promise.all(charts.map((c) => c.fetch()));
+  }
+
+  onPoints(news) {
+    for (const [metric, payload] of Object.entries(news)) {
+      const points = series(payload);
+      const known = this.charts.get(metric);
+      const chart = known || this.chart(metric);
+      const added = chart.append(0, points);
+      if (!known) chart.fetch();
+      this.updateFinal(metric, points, added);
+    }
+    for (const chart of this.charts.values()) for (const metric of Object.keys(news)) chart.dependencyChanged(metric);
+    this.showTablesSoon();
+  }
+
+  /** A metric's final value, minimum, maximum and count, kept current from the ``added`` new points
+   * at the end of ``points`` (the server's numbers come at each refresh). */
+  updateFinal(metric, points, added) {
+    const finals = this.metrics.Metrics || (this.metrics.Metrics = []);
+    let row = finals.find((m) => m.MetricName === metric);
+    if (!row) finals.push((row = {MetricName: metric, Points: 0}));
+    for (let j = points.t.length - added; j < points.t.length; j++) {
+      row.Points++;
+      const value = points.v[j];
+      row.FinalValue = points.k[j] || value;
+      if (value === null) continue;
+      if (typeof row.Minimum !== "number" || value < row.Minimum) row.Minimum = value;
+      if (typeof row.Maximum !== "number" || value > row.Maximum) row.Maximum = value;
+    }
+  }
+
+  async loadSystem() {
+    let answer;
+    try {
+      answer = await get(jobPath(this.name, "system"));
+    } catch {
+      return;
+    }
+    if (this.disposed) return;
+    if (!(answer.Metrics || []).length) {
+      // none sampled yet
+      if (!TERMINAL.has(this.job.TrainingJobStatus)) this.timers.push(setTimeout(() => this.loadSystem(), 10000));
+      return;
+    }
+    // one chart per metric, a series per host
+    const byMetric = new Map();
+    for (const m of answer.Metrics) {
+      if (!byMetric.has(m.MetricName)) byMetric.set(m.MetricName, []);
+      byMetric.get(m.MetricName).push(m.Host);
+    }
+    const grid = h("div", {class: "system-grid"});
+    const hosts = new Set(answer.Metrics.map((m) => m.Host));
+    clear(
+      this.systemEl,
+      h(
+        "section",
+        {class: "panel"},
+        h("h2", {}, "System metrics", h("span", {class: "muted"}, ` · ${[...hosts].sort().join(", ")}`)),
+        grid,
+      ),
+    );
+    for (const [metric, names] of [...byMetric].sort(([a], [b]) => a.localeCompare(b))) {
+      const chart = new Chart({
+        key: `system:${metric}`,
+        title: metric,
+        compact: true,
+        attrs: {"data-system": metric},
+        sources: names.sort().map((host) => systemSource(this.name, host, metric, this.origin())),
+      });
+      this.systemCharts.push(chart);
+      grid.append(chart.el);
+      chart.fetch();
+    }
+    // system metrics are not in the live stream: look again now and then while the job runs
+    this.timers.push(
+      setInterval(() => {
+        if (TERMINAL.has(this.job.TrainingJobStatus)) return;
+        for (const chart of this.systemCharts) if (!chart.view) chart.fetch();
+      }, 10000),
+    );
+  }
+
+  async loadProfile() {
+    let answer;
+    try {
+      answer = await get(jobPath(this.name, "profile"));
+    } catch {
+      return; // no profiler: nothing to show
+    }
+    const rows = answer.Metrics || [];
+    if (this.disposed || !rows.length) return;
+    // many rows (a metric per CPU, per host) start folded
+    clear(
+      this.profileEl,
+      h(
+        "details",
+        {class: "panel profile", open: rows.length <= 16},
+        h(
+          "summary",
+          {},
+          h(
+            "h2",
+            {},
+            `Profile (every ${answer.IntervalMilliseconds} ms)`,
+            h("span", {class: "muted"}, ` · ${rows.length} metrics`),
+          ),
+        ),
+        table(
+          ["Host", "Metric", "Samples", "Min", "p50", "p95", "p99", "Max"],
+          rows.map((r) => [r.host, r.metric, r.samples, r.min, r.p50, r.p95, r.p99, r.max]),
+          {class: "profile-table"},
+        ),
+      ),
+    );
+  }
+
+  // -- the log --------------------------------------------------------------------------------
+
+  logSection() {
+    const input = h("input", {type: "search", name: "log-search", placeholder: "Search the log"});
+    const regex = h("input", {type: "checkbox", name: "log-regex"});
+    const error = h("span", {class: "error log-error"});
+    const search = async () => {
+      error.textContent = "";
+      const text = input.value;
+      if (!text) return this.logs.showResults(null);
+      try {
+        const answer = await get(jobPath(this.name, "logs"), {[regex.checked ? "regex" : "text"]: text, limit: 1000});
+        this.logs.showResults(
+          answer.Records,
+          `${answer.Records.length} matching record${answer.Records.length === 1 ? "" : "s"}` +
+            (answer.Complete ? "" : ` (searched ${answer.Scanned} records)`),
+        );
+      } catch (exc) {
+        error.textContent = exc.message;
+      }
+    };
+    input.addEventListener("keydown", (e) => e.key === "Enter" && search());
+    input.addEventListener("search", () => !input.value && this.logs.showResults(null));
+    return h(
+      "section",
+      {class: "panel logs"},
+      h(
+        "div",
+        {class: "log-head"},
+        h("h2", {}, "Log"),
+        h(
+          "div",
+          {class: "log-tools"},
+          input,
+          h("label", {}, regex, " regex"),
+          h("button", {type: "button", name: "search", onclick: search}, "Search"),
+          h(
+            "button",
+            {
+              type: "button",
+              name: "clear",
+              onclick: () => {
+                input.value = "";
+                error.textContent = "";
+                this.logs.showResults(null);
+              },
+            },
+            "Live tail",
+          ),
+          this.logs.status,
+          error,
+        ),
+      ),
+      this.logs.record,
+      this.logs.box,
+    );
+  }
+
+  async loadLog() {
+    try {
+      const answer = await get(jobPath(this.name, "logs"), {tail: LOG_TAIL, limit: 2000});
+      this.after = answer.After;
+      this.logs.append(answer.Records);
+    } catch (exc) {
+      this.logs.status.textContent = exc.message;
+    }
+  }
+
+  async openRecord(point) {
+    try {
+      this.logs.showRecord(
+        await get(jobPath(this.name, "record"), {stream: point.stream, record: point.record, context: 10}),
+      );
+    } catch (exc) {
+      this.logs.status.textContent = exc.message;
+    }
+  }
+
+  // -- live -----------------------------------------------------------------------------------
+
+  /** The time to ask for points after: the newest point the charts have, less a margin for points
+   * stored late (another host's, say); the charts drop the ones they have. (The oldest of the
+   * charts' last points would do too, but a metric printed once at the start would then have the
+   * whole history sent again at each connection.) */
+  since() {
+    let since = -Infinity;
+    for (const chart of this.charts.values()) {
+      const base = chart.sources[0].base;
+      if (base && base.t.length) since = Math.max(since, base.t[base.t.length - 1]);
+    }
+    return Number.isFinite(since)
+      ? Math.max(0, since - 5000)
+      : Math.max(0, Math.floor(this.job.CreationTime * 1000) - 1);
+  }
+
+  follow() {
+    if (TERMINAL.has(this.job.TrainingJobStatus)) return; // all there is was read
+    this.stream = liveStream(
+      () => {
+        const params = new URLSearchParams({since: this.since()});
+        if (this.after) params.set("after", JSON.stringify(this.after));
+        return `${jobPath(this.name, "events")}?${params}`;
+      },
+      {
+        status: (status) => {
+          Object.assign(this.job, status);
+          this.showJob();
+          this.refreshSoon();
+        },
+        points: (news) => this.onPoints(news),
+        log: ({Records, After}) => {
+          this.after = After;
+          this.logs.append(Records);
+        },
+        end: () => this.refresh(),
+        deleted: () => this.gone(),
+      },
+    );
+  }
+}
+
+function fact(label, value) {
+  return h("div", {}, h("dt", {}, label), h("dd", {"data-fact": label}, value));
+}
+
+function definitionRow(definition, stats = {}) {
+  const rejected = Object.entries(stats.Rejected || {});
+  return h(
+    "tr",
+    {"data-definition": definition.Name},
+    h("td", {}, definition.Name),
+    h("td", {}, h("code", {}, definition.Regex)),
+    h(
+      "td",
+      {class: "num"},
+      fmtNum(stats.Matches ?? 0),
+      stats.NonFinite ? h("div", {class: "muted small"}, `${stats.NonFinite} non-finite`) : null,
+    ),
+    h(
+      "td",
+      {},
+      rejected.length ? rejected.map(([why, n]) => h("div", {}, `${n} × ${why}`)) : "–",
+      (stats.RejectedExamples || []).slice(0, 3).map((x) => h("div", {}, h("code", {class: "example"}, x))),
+    ),
+    h(
+      "td",
+      {},
+      (stats.UnmatchedExamples || []).length
+        ? stats.UnmatchedExamples.slice(0, 3).map((x) => h("div", {}, h("code", {class: "example"}, x)))
+        : "–",
+    ),
+  );
+}

@@ -1,0 +1,410 @@
+"""The web console in a real headless Chromium, over a real ``trainmon server`` running real jobs.
+
+Every wait is on a condition (Playwright's expect and wait_for_function), never a sleep, so the
+tests hold on a slow machine; the jobs run until the test lets them end (a stop file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import PY, ServerProcess
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="the console tests need Playwright for Python")
+expect = sync_api.expect
+
+CHROMIUM = os.environ.get("TRAINMON_TEST_CHROMIUM", "/usr/bin/chromium")
+WAIT_MS = 60_000
+SCREENSHOT = Path("/tmp/console-job.png")
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"no Chromium at {CHROMIUM} (set TRAINMON_TEST_CHROMIUM)", allow_module_level=True)
+
+expect.set_options(timeout=WAIT_MS)
+
+# A job that prints a step, a loss and an accuracy every 0.15 s until its stop file exists (or, so
+# that nothing outlives a broken test, five minutes pass); a progress bar between the lines.
+TRAIN = """
+import os, sys, time
+stop = {stop!r}
+print("starting", flush=True)
+for step in range(2000):
+    if os.path.exists(stop):
+        break
+    print(f"step={{step}} loss={{1 / (step + 1):.5f}} acc={{step / 2000:.4f}}", flush=True)
+    if step == 3:
+        print("loss=nan", flush=True)
+    sys.stdout.write("\\rbatch: 50%|#####     | 1/2")
+    sys.stdout.write("\\rbatch: 100%|##########| 2/2\\n")
+    sys.stdout.flush()
+    time.sleep(0.15)
+print("done", flush=True)
+"""
+
+# A short job: ``count`` lines, then it ends.
+SHORT = """
+import time
+for step in range({count}):
+    print(f"step={{step}} loss={{{scale} / (step + 1):.5f}}", flush=True)
+    time.sleep(0.02)
+"""
+
+DEFINITIONS = [{"Name": "loss", "Regex": r"loss=(\S+)"}, {"Name": "step", "Regex": r"step=(\d+)"}]
+
+
+def call(server: ServerProcess, method: str, path: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(server.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def create_job(server: ServerProcess, name: str, path: Path, *, definitions: list[dict[str, str]] = DEFINITIONS,
+               hyperparameters: dict[str, str] | None = None) -> None:
+    call(server, "POST", "/api/jobs", {
+        "TrainingJobName": name,
+        "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": [PY, str(path)],
+                                   "MetricDefinitions": definitions},
+        "HyperParameters": hyperparameters or {},
+    })
+
+
+def wait_status(server: ServerProcess, name: str, wanted: set[str], page: Any) -> dict[str, Any]:
+    """Poll the API (with the page's clock, not a sleep) until the job's status is one of ``wanted``."""
+    for _ in range(600):
+        job: dict[str, Any] = call(server, "GET", f"/api/jobs/{name}")["Job"]
+        if job["TrainingJobStatus"] in wanted:
+            return job
+        page.wait_for_timeout(100)
+    raise AssertionError(f"{name} is still {job['TrainingJobStatus']}, not {wanted}")
+
+
+def chart_points(page: Any, metric: str) -> int:
+    return int(page.locator(f'section.chart[data-metric="{metric}"]').get_attribute("data-points") or 0)
+
+
+def wait_points(page: Any, metric: str, more_than: int) -> int:
+    page.wait_for_function(
+        "([m, n]) => { const s = [...document.querySelectorAll('section.chart')].find(e => e.dataset.metric === m);"
+        " return s && Number(s.dataset.points) > n && s.dataset.loading === '0'; }",
+        arg=[metric, more_than], timeout=WAIT_MS)
+    return chart_points(page, metric)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(WAIT_MS)
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield tab
+    context.close()
+    assert not errors, f"the page raised: {errors}"
+
+
+@pytest.fixture
+def stop_file(tmp_path: Path) -> Iterator[Path]:
+    """The file that ends the TRAIN jobs; made at the end whatever happens, so no job runs on."""
+    path = tmp_path / "stop"
+    yield path
+    path.touch()
+
+
+@pytest.fixture
+def train(script: Callable[[str], Path], stop_file: Path) -> Path:
+    return script(TRAIN.format(stop=str(stop_file)))
+
+
+def test_create_job_and_follow_its_chart(server: ServerProcess, page: Any, train: Path, stop_file: Path,
+                                         tmp_path: Path) -> None:
+    # the form, with two metric definitions tried on pasted sample output
+    page.goto(server.url + "/new")
+    # the command line is split as a shell splits it
+    line = r"""python3 'my dir/train.py' --note "a \"b\" c" plain\ space ''"""
+    words = page.evaluate('async (line) => (await import("/static/create.js")).splitCommand(line)', line)
+    assert words == shlex.split(line) == ["python3", "my dir/train.py", "--note", 'a "b" c', "plain space", ""]
+    page.fill("input[name=name]", "not a name!")
+    page.fill("input[name=command]", f"{shlex.quote(PY)} {shlex.quote(str(train))}")
+    page.click("button[name=add-hyperparameter]")
+    page.fill("[data-row=hyperparameter] input[name=key]", "lr")
+    page.fill("[data-row=hyperparameter] input[name=value]", "0.1")
+    page.fill("input[name=max-runtime]", "600")
+    page.fill("[data-row=metric] input[name=Name]", "loss")
+    page.fill("[data-row=metric] input[name=Regex]", r"loss=(\S+)")
+    page.click("button[name=add-metric]")
+    page.locator("[data-row=metric]").nth(1).locator("input[name=Name]").fill("step")
+    page.locator("[data-row=metric]").nth(1).locator("input[name=Regex]").fill(r"step=(\d+)")
+    page.fill("textarea[name=sample]", "step=1 loss=0.5\nstep=2 loss=oops\nstep=3 loss=0.25\n")
+    loss_row = page.locator(".tester-def[data-name=loss]")
+    expect(loss_row.locator("[data-matches]")).to_have_attribute("data-matches", "2")
+    expect(loss_row).to_contain_text("0.5, 0.25")
+    expect(loss_row).to_contain_text("not a number")  # the rejected "oops"
+    expect(page.locator(".tester-def[data-name=step] [data-matches]")).to_have_attribute("data-matches", "3")
+    # an invalid regex shows the API's message, and a valid one brings the table back
+    page.locator("[data-row=metric]").nth(1).locator("input[name=Regex]").fill("step=(")
+    expect(page.locator(".tester-error")).to_contain_text("does not compile")
+    page.locator("[data-row=metric]").nth(1).locator("input[name=Regex]").fill(r"step=(\d+)")
+    expect(page.locator(".tester-def[data-name=step]")).to_be_visible()
+
+    (tmp_path / "data").mkdir()
+    page.click("button[name=add-channel]")
+    page.fill("[data-row=channel] input[name=channel]", "train")
+    page.fill("[data-row=channel] input[name=path]", str(tmp_path / "data"))
+
+    # the API's refusal shows in the form; once mended, the job starts and its page opens
+    page.click("button[name=create]")
+    expect(page.locator(".form-error")).to_contain_text("ValidationException")
+    expect(page.locator(".form-error")).to_contain_text("not a name!")
+    page.fill("input[name=name]", "chart-job")
+    page.click("button[name=create]")
+    page.wait_for_url("**/jobs/chart-job")
+    job = call(server, "GET", "/api/jobs/chart-job")["Job"]
+    assert job["AlgorithmSpecification"]["MetricDefinitions"] == DEFINITIONS
+    assert job["AlgorithmSpecification"]["ContainerEntrypoint"] == [PY, str(train)]
+    assert job["HyperParameters"] == {"lr": "0.1"}
+    assert job["StoppingCondition"]["MaxRuntimeInSeconds"] == 600
+    assert [(c["ChannelName"], c["DataSource"]["S3DataSource"]["S3Uri"]) for c in job["InputDataConfig"]] == [
+        ("train", str(tmp_path / "data"))]
+    expect(page.locator(".hyperparameters")).to_contain_text("lr")
+    expect(page.locator("tr[data-definition=loss]")).to_contain_text(r"loss=(\S+)")
+
+    # the chart grows while the job runs
+    chart = page.locator('section.chart[data-metric="loss"]')
+    first = wait_points(page, "loss", 5)
+    second = wait_points(page, "loss", first)
+    assert second > first
+    expect(page.locator(".log-lines[data-view=live] .line", has_text="step=3 loss=").first).to_be_visible()
+    # the progress bar's redraws are one line, as a terminal shows them
+    expect(page.locator(".line[data-progress][data-redraws]").first).to_contain_text("batch: 100%")
+    # (a 50% redraw may be the last line for a moment, until its 100% comes; never one before another line)
+    assert page.evaluate("() => [...document.querySelectorAll('.log-lines[data-view=live] .line')]"
+                         ".filter(l => l.textContent.includes('batch: 50%') && l.nextElementSibling).length") == 0
+    # the NaN the job printed is counted, and drawn as a marker
+    expect(chart.locator(".chart-note")).to_contain_text("1 non-finite")
+
+    # zoom: drag over the middle of the plot; a new request for that time range, a narrower x range
+    wait_points(page, "loss", 20)
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/metrics/loss/points" in r.url else None)
+    before = float(chart.get_attribute("data-x-max")) - float(chart.get_attribute("data-x-min"))
+    chart.locator(".u-over").scroll_into_view_if_needed()  # mouse events land only inside the viewport
+    box = chart.locator(".u-over").bounding_box()
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.2, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.4, y, steps=5)
+    page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=5)
+    page.mouse.up()
+    expect(chart).to_have_attribute("data-zoomed", "1")
+    page.wait_for_function("() => window.trainmonCharts.loss.requests > 1 && "
+                           "document.querySelector('section.chart[data-metric=loss]').dataset.loading === '0'")
+    zoomed = [url for url in requests if "start=" in url and "end=" in url]
+    assert zoomed, requests
+    after = float(chart.get_attribute("data-x-max")) - float(chart.get_attribute("data-x-min"))
+    assert after < before * 0.6, (before, after)
+    asked_range = dict(re.findall(r"[?&](start|end)=(\d+)", zoomed[-1]))
+    assert 0 < int(asked_range["end"]) - int(asked_range["start"]) < before * 1000
+
+    # click a point (the zoomed view holds still while the job goes on): its log record opens
+    point = page.evaluate("() => { const c = window.trainmonCharts.loss; for (let i = 0; i < c.points; i++) {"
+                          " const p = c.pointAt(i); if (p && !p.kind && p.x > 0) return p; } return null; }")
+    assert point is not None
+    page.mouse.move(point["x"], point["y"])  # hovering shows the point's value in the legend
+    expect(chart.locator(".u-legend .u-series").nth(1).locator(".u-value")).to_have_text(re.compile(r"^\d"))
+    page.mouse.click(point["x"], point["y"])
+    target = page.locator("#record-view .line.target")
+    expect(target).to_have_attribute("data-record", str(point["record"]))
+    record = call(server, "GET",
+                  f"/api/jobs/chart-job/record?stream={point['stream']}&record={point['record']}&context=0")
+    message = record["Records"][0]["Message"]
+    assert message.startswith("step=") and "loss=" in message
+    expect(target.locator(".msg")).to_have_text(message)
+    assert page.locator("#record-view .line").count() > 1  # with the records around it
+
+    # pan: shift-drag to the right shows earlier times, fetched anew
+    x_min = float(chart.get_attribute("data-x-min"))
+    asked = page.evaluate("() => window.trainmonCharts.loss.requests")
+    chart.scroll_into_view_if_needed()
+    chart.locator(".u-over").scroll_into_view_if_needed()  # mouse events land only inside the viewport
+    box = chart.locator(".u-over").bounding_box()  # the record's opening scrolled the page
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    page.keyboard.down("Shift")
+    page.mouse.move(box["x"] + box["width"] * 0.3, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.5, y, steps=5)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    page.wait_for_function("([n]) => window.trainmonCharts.loss.requests > n && "
+                           "document.querySelector('section.chart[data-metric=loss]').dataset.loading === '0'",
+                           arg=[asked])
+    assert float(chart.get_attribute("data-x-min")) < x_min
+    assert chart.get_attribute("data-zoomed") == "1"
+
+    # a statistic per period instead of the raw points
+    chart.locator("select[name=stat]").select_option("Maximum")
+    page.wait_for_function("() => window.trainmonCharts.loss.stat === 'Maximum'"
+                           " && window.trainmonCharts.loss.points > 0")
+    expect(chart.locator(".chart-note")).to_contain_text("Maximum per period")
+    chart.locator("select[name=stat]").select_option("raw")
+
+    # x as the step metric's value: a range of steps, not of epoch seconds
+    chart.locator("button[name=reset]").click()
+    expect(chart).to_have_attribute("data-zoomed", "0")
+    chart.locator("select[name=x]").select_option("metric:step")
+    expect(chart).to_have_attribute("data-x-mode", "metric:step")
+    page.wait_for_function("() => { const c = window.trainmonCharts.loss; return c.x === 'metric:step' && c.points > 0"
+                           " && c.xMax !== null && c.xMax < 100000; }")
+    steps = call(server, "GET", "/api/jobs/chart-job/metrics/step/points")
+    x_max = float(chart.get_attribute("data-x-max"))
+    assert 0 <= float(chart.get_attribute("data-x-min")) < x_max <= max(steps["Values"]) + 2
+
+    # log y and smoothing keep the chart drawn
+    chart.locator("select[name=y]").select_option("log")
+    chart.locator("input[name=smooth]").fill("0.6")
+    page.wait_for_function("() => window.trainmonCharts.loss.log && window.trainmonCharts.loss.smooth === 0.6"
+                           " && window.trainmonCharts.loss.points > 0")
+    chart.locator("select[name=y]").select_option("linear")
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    stop_file.touch()
+    expect(page.locator(".job-head .status")).to_have_text("Completed")
+    assert call(server, "GET", "/api/jobs/chart-job")["Job"]["TrainingJobStatus"] == "Completed"
+
+
+def test_compare_two_jobs(server: ServerProcess, page: Any, script: Callable[[str], Path]) -> None:
+    create_job(server, "compare-a", script(SHORT.format(count=30, scale=1)),
+               hyperparameters={"lr": "0.1", "seed": "1"})
+    create_job(server, "compare-b", script(SHORT.format(count=20, scale=2)),
+               hyperparameters={"lr": "0.3", "seed": "1"})
+    for name in ("compare-a", "compare-b"):
+        wait_status(server, name, {"Completed"}, page)
+
+    page.goto(server.url + "/")
+    # sort by a header, filter by name
+    expect(page.locator("tr[data-job]")).to_have_count(2)
+    page.click("th[data-sort=name]")
+    expect(page.locator("tr[data-job]").first).to_have_attribute("data-job", "compare-a")
+    expect(page.locator("th[data-sort=name]")).to_have_attribute("aria-sort", "ascending")
+    page.click("th[data-sort=name]")
+    expect(page.locator("tr[data-job]").first).to_have_attribute("data-job", "compare-b")
+    page.fill("input[name=filter-name]", "-b")
+    expect(page.locator("tr[data-job]")).to_have_count(1)
+    page.fill("input[name=filter-name]", "")
+    expect(page.locator("tr[data-job]")).to_have_count(2)
+    for name in ("compare-a", "compare-b"):
+        row = page.locator(f'tr[data-job="{name}"]')
+        expect(row.locator(".status")).to_have_text("Completed")
+        row.locator("input[name=select]").check()
+    page.click("button[name=compare]")
+    page.wait_for_url(re.compile(r".*/compare\?jobs=compare-(a,compare-b|b,compare-a)$"))
+    page.wait_for_function("() => { const c = window.trainmonCharts.compare; return c && c.series.length === 2"
+                           " && c.series.every(s => s.points > 0); }")
+    counts = {s["label"]: s["points"] for s in page.evaluate("() => window.trainmonCharts.compare.series")}
+    assert counts == {"compare-a": 30, "compare-b": 20}
+    # x is the time since each job's start: both series start near 0
+    assert page.evaluate("() => window.trainmonCharts.compare.xMin") < 5
+    expect(page.locator('tr[data-hyperparameter="lr"]')).to_contain_text("0.3")
+    assert page.locator('tr[data-hyperparameter="seed"]').count() == 0  # the same in both
+    finals = call(server, "GET", "/api/jobs/compare-a")["Job"]["FinalMetricDataList"]
+    loss_a = next(m["Value"] for m in finals if m["MetricName"] == "loss")
+    assert loss_a == pytest.approx(1 / 30, abs=1e-5)
+    expect(page.locator('.compare-finals tr[data-job="compare-a"]')).to_contain_text(str(loss_a))
+
+    # the x axis as the step metric
+    page.locator("section.chart select[name=x]").select_option("metric:step")
+    page.wait_for_function("() => { const c = window.trainmonCharts.compare; return c.x === 'metric:step'"
+                           " && c.series.every(s => s.points > 0) && c.xMax <= 29; }")
+
+
+def test_stop_a_job(server: ServerProcess, page: Any, train: Path) -> None:
+    create_job(server, "stop-me", train)
+    # a jobs page open meanwhile sees the status change live
+    watcher = page.context.new_page()
+    watcher.goto(server.url + "/")
+    expect(watcher.locator('tr[data-job="stop-me"] .status')).to_have_text("InProgress")
+
+    page.goto(server.url + "/jobs/stop-me")
+    expect(page.locator(".job-head .secondary")).to_have_text("Training")
+    page.click("button[name=stop]")
+    dialog = page.locator("dialog#stop-dialog")
+    expect(dialog).to_be_visible()
+    dialog.locator("button[name=cancel]").click()
+    expect(dialog).to_be_hidden()
+    assert call(server, "GET", "/api/jobs/stop-me")["Job"]["TrainingJobStatus"] == "InProgress"
+    page.click("button[name=stop]")
+    dialog.locator("button[name=confirm]").click()
+    expect(dialog).to_be_hidden()
+    assert call(server, "GET", "/api/jobs/stop-me")["Job"]["TrainingJobStatus"] in {"Stopping", "Stopped"}
+    expect(page.locator(".job-head .status")).to_have_text(re.compile("Stopping|Stopped"))
+    job = wait_status(server, "stop-me", {"Stopped"}, page)
+    assert job["SecondaryStatus"] == "Stopped"
+    expect(page.locator(".job-head .status")).to_have_text("Stopped")
+    expect(page.locator("button[name=stop]")).to_have_count(0)
+    expect(watcher.locator('tr[data-job="stop-me"] .status')).to_have_text("Stopped")
+
+
+XSS_SCRIPT = """
+print("<script>window.__xss=1</script>", flush=True)
+print('<img src=x onerror="window.__xss=2">', flush=True)
+for i in range(5):
+    print(f"xss={i}", flush=True)
+"""
+XSS_METRIC = '<img src=x onerror="window.__xss=4">'
+XSS_VALUE = "<script>window.__xss=3</script>"
+
+
+def test_job_output_is_text_not_markup(server: ServerProcess, page: Any, script: Callable[[str], Path]) -> None:
+    create_job(server, "xss", script(XSS_SCRIPT), definitions=[{"Name": XSS_METRIC, "Regex": r"xss=(\S+)"}],
+               hyperparameters={"<b>name</b>": XSS_VALUE})
+    wait_status(server, "xss", {"Completed"}, page)
+    job = call(server, "GET", "/api/jobs/xss")
+    assert job["Job"]["AlgorithmSpecification"]["MetricDefinitions"][0]["Name"] == XSS_METRIC
+
+    # one window throughout (the console's own navigation), so any script that ran would have left its mark
+    page.goto(server.url + "/")
+    expect(page.locator('tr[data-job="xss"] .status')).to_have_text("Completed")
+    expect(page.locator("table.jobs thead")).to_contain_text(XSS_METRIC)
+    page.click('tr[data-job="xss"] a')
+    page.wait_for_url("**/jobs/xss")
+    log = page.locator(".log-lines[data-view=live]")
+    expect(log).to_contain_text("<script>window.__xss=1</script>")
+    expect(log).to_contain_text('<img src=x onerror="window.__xss=2">')
+    expect(page.locator(".hyperparameters")).to_contain_text("<b>name</b>")
+    expect(page.locator(".hyperparameters")).to_contain_text(XSS_VALUE)
+    expect(page.locator("tr[data-definition]")).to_contain_text(XSS_METRIC)
+    chart = page.locator("section.chart").first
+    expect(chart.locator("h3")).to_have_text(XSS_METRIC)
+    expect(chart.locator(".u-legend")).to_contain_text(XSS_METRIC)
+    expect(chart).to_have_attribute("data-points", "5")
+    # a search shows the same text
+    page.fill("input[name=log-search]", "onerror")
+    page.press("input[name=log-search]", "Enter")
+    expect(page.locator(".log-lines[data-view=search]")).to_contain_text('<img src=x onerror="window.__xss=2">')
+    # and the compare page
+    page.click("a.button:has-text('Compare')")
+    page.wait_for_url("**/compare?jobs=xss")
+    expect(page.locator("section.chart h3")).to_have_text(XSS_METRIC)
+    assert page.evaluate("() => window.__xss") is None
+    # the page's Content-Security-Policy would stop those scripts anyway: that no element was made
+    # of the job's text is what shows it was set as text
+    assert page.locator("main img, main script").count() == 0
