@@ -25,6 +25,7 @@ def _jobs(home: Path, points: int) -> None:
     import numpy as np
 
     from trainmon.api.sagemaker import register_job
+    from trainmon.runtime.jobstate import set_status
     from trainmon.store import Batch, open_store
 
     store = open_store(home)
@@ -36,6 +37,7 @@ def _jobs(home: Path, points: int) -> None:
                                        "HyperParameters": {"lr": str(0.1 * (1 + len(name)))},
                                        "AlgorithmSpecification": {"TrainingInputMode": "File",
                                                                   "ContainerEntrypoint": ["true"]}})
+            set_status(store, name, "Completed")  # a finished job: the page reads it and follows nothing
             if name == "empty":
                 break
             stream = store.add_stream(job.id, "algo-1", f"{name}/algo-1-1", start)
@@ -58,6 +60,59 @@ def _open(page: object, url: str, ready: str, argument: str | None = None) -> tu
     elapsed = time.perf_counter() - started
     return (elapsed, page.evaluate(FETCHED, ""),  # type: ignore[attr-defined]
             page.evaluate(FETCHED, "/points"))  # type: ignore[attr-defined]
+
+
+OBSERVE_ARRIVALS = """(metric) => {
+  window.arrivals = [];
+  let seen = 0;
+  const note = () => {
+    const chart = window.trainmonCharts[metric];
+    const now = Date.now() / 1000;
+    for (; chart && seen < chart.points; seen++) {
+      const point = chart.pointAt(seen);
+      if (point && point.value !== null) window.arrivals.push(now - point.value);
+    }
+  };
+  const watch = () => {
+    const section = document.querySelector(`section.chart[data-metric="${metric}"]`);
+    if (!section) return setTimeout(watch, 20);
+    new MutationObserver(note).observe(section, {attributes: true, attributeFilter: ["data-points"]});
+    note();
+  };
+  watch();
+}"""
+
+
+def live_in_chart(url: str, work: Path, count: int, interval_ms: float) -> list[float]:
+    """Seconds from a job's print to the point being in its open chart, for each point after the
+    page opened: the job prints its own time, the page notes when each point joins the chart."""
+    import sys
+
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    from .latency import JOBS
+
+    command = [sys.executable, str(JOBS), "stamped", "--report", str(work / "chart-live.json"), "--count",
+               str(count), "--interval-ms", str(interval_ms), "--delay-s", "3.0"]
+    with httpx.Client(base_url=url, timeout=60) as client:
+        client.post("/api/jobs", json={
+            "TrainingJobName": "chart-live", "ProfilerConfig": {"DisableProfiler": True},
+            "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": command,
+                                       "MetricDefinitions": [{"Name": "sent", "Regex": r"t=([0-9.]+)"}]}},
+                    ).raise_for_status()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"{url}/jobs/chart-live")
+            page.evaluate(OBSERVE_ARRIVALS, "sent")
+            page.wait_for_function("(n) => window.arrivals && window.arrivals.length >= n", arg=count,
+                                   timeout=120_000)
+            arrivals: list[float] = page.evaluate("() => window.arrivals")
+        finally:
+            browser.close()
+    return arrivals
 
 
 def measure(work: Path, points: int) -> dict[str, tuple[float, int, float]]:

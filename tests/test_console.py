@@ -408,3 +408,21 @@ def test_job_output_is_text_not_markup(server: ServerProcess, page: Any, script:
     # the page's Content-Security-Policy would stop those scripts anyway: that no element was made
     # of the job's text is what shows it was set as text
     assert page.locator("main img, main script").count() == 0
+
+
+def test_system_metrics_and_the_profile_are_charted(server: Any, page: Any) -> None:
+    """A profiled job's page: a chart per system metric and per profiler metric, each holding the
+    samples the API has."""
+    call(server, "POST", "/api/jobs", {
+        "TrainingJobName": "profiled",
+        "AlgorithmSpecification": {"TrainingInputMode": "File",
+                                   "ContainerEntrypoint": [PY, "-c", "import time; time.sleep(1.5)"]},
+        "ProfilerConfig": {"ProfilingIntervalInMilliseconds": 100}})
+    page.goto(f"{server.url}/jobs/profiled")
+    wait_status(server, "profiled", {"Completed"}, page)
+    page.reload()
+    cpu = page.locator('section.chart[data-profile="job_cpu_pct"]')
+    expect(cpu).to_have_attribute("data-loading", "0", timeout=WAIT_MS)
+    samples = call(server, "GET", "/api/jobs/profiled/profile/algo-1/job_cpu_pct/points")["Count"]
+    assert samples > 5 and int(cpu.get_attribute("data-points")) == samples
+    assert page.locator("section.chart[data-system]").count() > 0

@@ -374,3 +374,39 @@ def test_a_metric_named_with_a_slash_is_charted_and_a_running_jobs_statistics_re
                           params={"period": 3600, "stat": "SampleCount"}).json()
     assert sum(d["SampleCount"] for d in statistics["Datapoints"]) == 5  # the NaN is not a datapoint
     stop.touch()
+
+
+def test_values_for_display_keep_a_millionth_of_their_span() -> None:
+    from trainmon.server.downsample import DISPLAY_STEPS, for_display
+
+    rng = np.random.default_rng(3)
+    for values in (rng.normal(0.5, 0.02, 1000), 1e6 + rng.normal(0, 1e-3, 1000), rng.normal(0, 1e9, 1000),
+                   np.full(10, 0.123456789123), np.array([np.nan, np.inf, 2.5, -np.inf])):
+        shown = for_display(values)
+        finite = np.isfinite(values)
+        span = np.ptp(values[finite]) or abs(values[finite]).max()
+        assert np.array_equal(np.isnan(shown), np.isnan(values)) and np.array_equal(shown[~finite & ~np.isnan(values)],
+                                                                                    values[~finite & ~np.isnan(values)])
+        assert np.all(np.abs(shown[finite] - values[finite]) <= span / DISPLAY_STEPS)
+        assert len(json.dumps(shown[finite].tolist())) <= len(json.dumps(values[finite].tolist()))
+    assert for_display(np.array([0.0, 0.0])).tolist() == [0.0, 0.0]
+
+
+def test_profile_data_at_full_resolution(http: httpx.Client, script: Any, tmp_path: Path) -> None:
+    """Every profiler sample of a host's metric, as the profile archive holds it."""
+    import trainmon
+
+    request = job_request("profiled", script(JOB_SCRIPT), tmp_path / "never", steps=30)
+    request["AlgorithmSpecification"]["ContainerEntrypoint"] = [PY, "-c", "import time; time.sleep(1.5)"]
+    request["ProfilerConfig"] = {"ProfilingIntervalInMilliseconds": 100}
+    assert http.post("/api/jobs", json=request).status_code == 200
+    wait_for(http, "profiled", lambda e, d, s: e == "end")
+    summary = http.get("/api/jobs/profiled/profile").json()["Metrics"]
+    cpu = next(row for row in summary if row["metric"] == "job_cpu_pct")
+    points = http.get("/api/jobs/profiled/profile/algo-1/job_cpu_pct/points", params={"width": 5000}).json()
+    frame = trainmon.profile("profiled").dataframe()
+    expected = frame[(frame.metric == "job_cpu_pct") & (frame.host == "algo-1")]
+    assert points["Count"] == cpu["samples"] == len(expected) > 5
+    assert points["Timestamps"] == [int(t.timestamp() * 1000) for t in expected["timestamp"]]
+    missing = http.get("/api/jobs/profiled/profile/algo-1/no_such_metric/points").json()
+    assert missing["Count"] == 0

@@ -33,7 +33,7 @@ from ..api import sagemaker, trainmon
 from ..api.shapes import snake_case
 from ..cloudwatch.model import job_metric_key
 from ..errors import TrainmonError, ValidationException
-from ..store import Store
+from ..store import Store, profiles
 from . import auth, downsample, live, prometheus
 from .jsonio import NotFound, body, error_reply, reply
 
@@ -156,17 +156,20 @@ async def metric_points(request: Request, store: Store) -> Any:
     width = _int(request, "width", 1000, 1, downsample.MAX_WIDTH)
     start, end = _range(request)
     host = request.query_params.get("host") or None
+    records = request.query_params.get("records") != "0"
 
     def work() -> dict[str, Any]:
         row = sagemaker.job(store, name)
         columns = store.point_columns(row.id, metric, host=host, start_ms=start, end_ms=end)
         assert width is not None
         kept = downsample.keep(columns.stamps, columns.values, width, start, end)
-        streams = {s.id: {"Name": s.name, "Host": s.host} for s in store.streams(row.id)}
-        return {"MetricName": metric, "Count": len(columns.stamps),
-                **downsample.chart_payload(columns.stamps[kept], columns.values[kept]),
-                "Stream": columns.streams[kept].tolist(), "Record": (columns.seqs[kept] + 1).tolist(),
-                "Streams": {str(k): v for k, v in streams.items()}}
+        answer = {"MetricName": metric, "Count": len(columns.stamps),
+                  **downsample.chart_payload(columns.stamps[kept], downsample.for_display(columns.values[kept]))}
+        if records:
+            streams = {s.id: {"Name": s.name, "Host": s.host} for s in store.streams(row.id)}
+            answer |= {"Stream": columns.streams[kept].tolist(), "Record": (columns.seqs[kept] + 1).tolist(),
+                       "Streams": {str(k): v for k, v in streams.items()}}
+        return answer
 
     return await _call(work)
 
@@ -222,7 +225,7 @@ async def system_points(request: Request, store: Store) -> Any:
         assert width is not None
         kept = downsample.keep(columns.timestamp_ms, values, width, start, end)
         return {"MetricName": metric, "Host": host, "Count": len(values), "Unit": next(iter(by_unit)),
-                **downsample.chart_payload(columns.timestamp_ms[kept], values[kept])}
+                **downsample.chart_payload(columns.timestamp_ms[kept], downsample.for_display(values[kept]))}
 
     return await _call(work)
 
@@ -230,6 +233,33 @@ async def system_points(request: Request, store: Store) -> Any:
 async def profile_summary(request: Request, store: Store) -> Any:
     name = request.path_params["name"]
     return await _call(lambda: trainmon.get_profile_summary(store, TrainingJobName=name))
+
+
+async def profile_points(request: Request, store: Store) -> Any:
+    name, host, metric = (request.path_params[k] for k in ("name", "host", "metric"))
+    width = _int(request, "width", 1000, 1, downsample.MAX_WIDTH)
+    start, end = _range(request)
+
+    def work() -> dict[str, Any]:
+        from ..jobs.status import profiler_settings
+
+        row = sagemaker.job(store, name)
+        settings = profiler_settings(row.doc)
+        if settings is None:
+            raise NotFound(f"job {row.name} ran without the profiler.")
+        try:
+            stamps, values = profiles.Profile(row.name, settings["S3OutputPath"]).columns(host, metric)
+        except ImportError:
+            raise ValidationException("reading profiles needs pyarrow: pip install 'trainmon[profiler]'") from None
+        if start is not None or end is not None:
+            inside = (stamps >= (start or 0)) & (stamps < (end or 2**62))
+            stamps, values = stamps[inside], values[inside]
+        assert width is not None
+        kept = downsample.keep(stamps, values, width, start, end)
+        return {"MetricName": metric, "Host": host, "Count": len(stamps),
+                **downsample.chart_payload(stamps[kept], downsample.for_display(values[kept]))}
+
+    return await _call(work)
 
 
 # -- logs -----------------------------------------------------------------------------------------
@@ -354,7 +384,8 @@ ROUTES: tuple[Endpoint, ...] = (
                  Param("name", where="path"), Param("metric", where="path"),
                  Param("width", "integer", "buckets (pixels), 1 to 10000 (1000)"),
                  Param("start", "integer", "epoch ms"), Param("end", "integer", "epoch ms (excluded)"),
-                 Param("host", help="one host's points (algo-N)")), tags=("metrics",)),
+                 Param("host", help="one host's points (algo-N)"),
+                Param("records", help="0: without each point's log record")), tags=("metrics",)),
     Endpoint("GET", "/api/jobs/{name}/metrics/{metric:path}/statistics", "A statistic of a metric per period",
              metric_statistics, (
                  Param("name", where="path"), Param("metric", where="path"),
@@ -369,6 +400,10 @@ ROUTES: tuple[Endpoint, ...] = (
                              Param("end", "integer")), tags=("metrics",)),
     Endpoint("GET", "/api/jobs/{name}/profile", "The profiler's data per host and metric", profile_summary,
              (Param("name", where="path"),), tags=("metrics",)),
+    Endpoint("GET", "/api/jobs/{name}/profile/{host}/{metric:path}/points",
+             "A host's profiler metric at full resolution, for a chart", profile_points,
+             (Param("name", where="path"), Param("host", where="path"), Param("metric", where="path"),
+              Param("width", "integer"), Param("start", "integer"), Param("end", "integer")), tags=("metrics",)),
     Endpoint("GET", "/api/jobs/{name}/logs", "A page of a job's log records, or those that hold a text or match a "
              "regex", job_logs, (
                  Param("name", where="path"), Param("host"), Param("limit", "integer", "1 to 10000 (500)"),

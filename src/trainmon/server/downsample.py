@@ -48,6 +48,24 @@ def _first_per_bucket(indices: np.ndarray, segment: np.ndarray) -> np.ndarray:
     return indices[np.flatnonzero(np.diff(buckets, prepend=-1))]
 
 
+DISPLAY_STEPS = 2**20  # values are shown to a millionth of the range they span
+
+
+def for_display(values: np.ndarray) -> np.ndarray:
+    """``values`` rounded to the decimal place that keeps a millionth of their span (of their
+    size, when they are all one value): no chart could draw the difference, and the text is half
+    as long. Zooming in asks again, so the rounding follows the range shown."""
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return values
+    low, high = float(finite.min()), float(finite.max())
+    scale = (high - low) or max(abs(low), abs(high))
+    if scale == 0:
+        return values
+    decimals = int(np.ceil(-np.log10(scale / DISPLAY_STEPS)))
+    return np.round(values, decimals) if decimals < 300 else values
+
+
 def chart_payload(stamps: np.ndarray, values: np.ndarray) -> dict[str, Any]:
     """Times (epoch ms) and values for a chart: a non-finite value is null in ``Values``, and named
     in ``NonFinite`` (by position)."""

@@ -9,6 +9,7 @@ and, once the job has ended and everything it wrote was sent, ``end``. The jobs'
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -56,7 +57,7 @@ class JobFollower:
         self.finished = False
         self._status: tuple[Any, ...] | None = None
         self._counts: dict[str, int] = {}
-        self._since = since_ms  # points after this time; None: only those stored from now on
+        self._since = since_ms if since_ms is not None else int(time.time() * 1000)  # None: points from now on
         self._cursor: dict[str, tuple[int, int, int]] = {}  # per metric: the last point sent (ms, stream, seq)
         self._logs = log_tail or log_after is not None
         self._after: dict[str, int] | None = dict(log_after) if isinstance(log_after, dict) else None
@@ -85,13 +86,6 @@ class JobFollower:
 
     def _start(self, row: JobRow) -> None:
         self._job_id = row.id
-        summaries = self.store.metric_summaries(row.id)
-        if self._since is None:  # only what is stored from now on
-            self._counts = {name: count for name, (count, _, _) in summaries.items()}
-            for name in summaries:
-                columns = self.store.point_columns(row.id, name, start_ms=None)
-                if len(columns.stamps):
-                    self._cursor[name] = (int(columns.stamps[-1]), int(columns.streams[-1]), int(columns.seqs[-1]))
         if self._logs and self._after is None:
             self._after = {s.name: s.records - 1 for s in self.store.streams(row.id)}
 
@@ -103,7 +97,7 @@ class JobFollower:
             if count == self._counts.get(name):
                 continue
             cursor = self._cursor.get(name)
-            start = cursor[0] if cursor is not None else (self._since + 1 if self._since is not None else None)
+            start = cursor[0] if cursor is not None else self._since + 1
             columns = self.store.point_columns(row.id, name, start_ms=start)
             stamps, streams, seqs = columns.stamps, columns.streams, columns.seqs
             fresh = np.ones(len(stamps), bool)

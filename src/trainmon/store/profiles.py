@@ -200,6 +200,28 @@ class Profile:
         frame = frame[["timestamp", "host", "metric", "value"]]
         return frame.sort_values(["timestamp", "host", "metric"], kind="stable").reset_index(drop=True)
 
+    def columns(self, host: str, metric: str) -> tuple[Any, Any]:
+        """One host's metric at full resolution: (timestamps in epoch ms, values), in time order."""
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        fs, _ = _filesystem(self.location)
+        stamps, values = [], []
+        for name in self.files():
+            if name.rsplit("/", 2)[-2] != host:
+                continue
+            with fs.open(name, "rb") as handle:
+                table = pq.read_table(handle, columns=["timestamp_ms", "value"], filters=[("metric", "==", metric)])
+            stamps.append(table.column("timestamp_ms").to_numpy().astype(np.int64))
+            values.append(table.column("value").to_numpy(zero_copy_only=False).astype(np.float64))
+        if not stamps:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        joined, order = np.concatenate(stamps), None
+        if len(joined) > 1 and not bool((joined[1:] >= joined[:-1]).all()):
+            order = np.argsort(joined, kind="stable")
+        merged = np.concatenate(values)
+        return (joined, merged) if order is None else (joined[order], merged[order])
+
     def summary(self) -> list[dict[str, Any]]:
         """Per host and metric: samples, min, p50, p95, p99, max (NaN left out; percentiles
         interpolated linearly between the closest ranks, as numpy's)."""

@@ -8,9 +8,9 @@
 // promise of columns (see api.series). For tests, each chart's state is on its <section>
 // (data-points, data-x-min, data-x-max, data-zoomed, data-loading) and in window.trainmonCharts[key].
 
-import uPlot from "/static/uplot/uPlot.esm.js";
 import {h, fmtNum, fmtDuration, fmtTime, debounce, throttle} from "./dom.js";
 
+const uPlot = window.uPlot; // the minified build, loaded by index.html before the modules
 export const charts = (window.trainmonCharts = window.trainmonCharts || {});
 export const COLORS = ["#2563eb", "#dc2626", "#059669", "#9333ea", "#ea580c", "#0891b2", "#db2777", "#65a30d"];
 const STATS = ["raw", "Average", "Minimum", "Maximum", "Sum", "SampleCount", "p50", "p90", "p99"];

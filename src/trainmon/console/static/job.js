@@ -9,13 +9,16 @@ import {LogPane} from "./logs.js";
 const LOG_TAIL = 500;
 
 /** A chart source over one metric (or system metric) of job ``name``. */
-export function metricSource(name, metric, {origin, label, color, others} = {}) {
+export function metricSource(name, metric, {origin, label, color, others, overlaid} = {}) {
+  // Overlaid on other jobs' series (compare), a series gets a bucket per two pixels and no log
+  // records: each spike still shows, in half the bytes.
+  const detail = overlaid ? (width) => ({width: Math.max(1, Math.ceil(width / 2)), records: 0}) : (width) => ({width});
   return {
     label: label || metric,
     color,
     origin,
     points: async (start, end, width) =>
-      series(await get(jobPath(name, "metrics", metric, "points"), {width, start, end})),
+      series(await get(jobPath(name, "metrics", metric, "points"), {...detail(width), start, end})),
     statistics: async (stat, period, start, end) =>
       statisticSeries(await get(jobPath(name, "metrics", metric, "statistics"), {stat, period, start, end}), stat),
     xSeries: async (other, start, end, width) => {
@@ -23,6 +26,14 @@ export function metricSource(name, metric, {origin, label, color, others} = {}) 
       if (start === undefined && live) return live;
       return series(await get(jobPath(name, "metrics", other, "points"), {width: width || 2000, start, end}));
     },
+  };
+}
+
+function profileSource(name, host, metric, origin) {
+  return {
+    ...systemSource(name, host, metric, origin),
+    points: async (start, end, width) =>
+      series(await get(jobPath(name, "profile", host, metric, "points"), {width, start, end})),
   };
 }
 
@@ -47,6 +58,7 @@ export function mount(root, {name}) {
 
 class JobPage {
   constructor(root, name) {
+    this.openedAt = Date.now();
     this.root = root;
     this.name = name;
     this.charts = new Map(); // metric -> Chart
@@ -464,6 +476,7 @@ class JobPage {
     }
     const rows = answer.Metrics || [];
     if (this.disposed || !rows.length) return;
+    const grid = h("div", {class: "system-grid"});
     // many rows (a metric per CPU, per host) start folded
     clear(
       this.profileEl,
@@ -485,8 +498,24 @@ class JobPage {
           rows.map((r) => [r.host, r.metric, r.samples, r.min, r.p50, r.p95, r.p99, r.max]),
           {class: "profile-table"},
         ),
+        grid,
       ),
     );
+    // every sample, at the profiler's own resolution: a chart per metric, a series per host
+    const byMetric = new Map();
+    for (const r of rows) byMetric.set(r.metric, [...(byMetric.get(r.metric) || []), r.host]);
+    for (const [metric, hosts] of [...byMetric].sort(([a], [b]) => a.localeCompare(b))) {
+      const chart = new Chart({
+        key: `profile:${metric}`,
+        title: metric,
+        compact: true,
+        attrs: {"data-profile": metric},
+        sources: hosts.sort().map((host) => profileSource(this.name, host, metric, this.origin())),
+      });
+      this.systemCharts.push(chart);
+      grid.append(chart.el);
+      chart.fetch();
+    }
   }
 
   // -- the log --------------------------------------------------------------------------------
@@ -579,9 +608,8 @@ class JobPage {
       const base = chart.sources[0].base;
       if (base && base.t.length) since = Math.max(since, base.t[base.t.length - 1]);
     }
-    return Number.isFinite(since)
-      ? Math.max(0, since - 5000)
-      : Math.max(0, Math.floor(this.job.CreationTime * 1000) - 1);
+    // No points yet: whatever was stored before the page opened, the charts' first fetch has.
+    return Math.max(0, (Number.isFinite(since) ? since : this.openedAt) - 5000);
   }
 
   follow() {
