@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import sys
 import time
@@ -33,18 +34,31 @@ for step in range(int(sys.argv[2])):
     if step == 3:
         print("loss=nan", flush=True)
     time.sleep(0.02)
-while not os.path.exists(stop):
+deadline = time.monotonic() + 600  # a test that failed before making the stop file leaves no job behind
+while not os.path.exists(stop) and time.monotonic() < deadline:
     time.sleep(0.05)
 """
 
 
+_STOP_FILES: list[Path] = []  # of the jobs the running test started
+
+
 def job_request(name: str, script: Path, stop: Path, steps: int = 20, **extra: Any) -> dict[str, Any]:
+    _STOP_FILES.append(stop)
     return {"TrainingJobName": name,
             "AlgorithmSpecification": {"TrainingInputMode": "File",
                                        "ContainerEntrypoint": [PY, str(script), str(stop), str(steps)],
                                        "MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"},
                                                              {"Name": "step", "Regex": r"step=(\d+)"}]},
             "HyperParameters": {"lr": "0.1"}, "ProfilerConfig": {"DisableProfiler": True}, **extra}
+
+
+@pytest.fixture(autouse=True)
+def _stop_every_job() -> Iterator[None]:
+    """The jobs of a test end with it, passed or failed: every stop file is made at teardown."""
+    yield
+    while _STOP_FILES:
+        _STOP_FILES.pop().touch()
 
 
 @pytest.fixture
@@ -410,3 +424,15 @@ def test_profile_data_at_full_resolution(http: httpx.Client, script: Any, tmp_pa
     assert points["Timestamps"] == [int(t.timestamp() * 1000) for t in expected["timestamp"]]
     missing = http.get("/api/jobs/profiled/profile/algo-1/no_such_metric/points").json()
     assert missing["Count"] == 0
+
+
+def test_the_console_preloads_every_module_it_has() -> None:
+    """index.html names each module for the browser to fetch at once (not one import level after
+    another): a module added to static/ must be named there too."""
+    from trainmon.server.app import CONSOLE
+
+    index = (CONSOLE / "index.html").read_text(encoding="utf-8")
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="/static/([\w.-]+\.js)"', index))
+    modules = {path.name for path in (CONSOLE / "static").glob("*.js")} - {"app.js"}
+    assert preloaded == modules
+    assert '<script type="module" src="/static/app.js">' in index
