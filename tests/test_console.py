@@ -399,7 +399,13 @@ def test_job_output_is_text_not_markup(server: ServerProcess, page: Any, script:
     # a search shows the same text
     page.fill("input[name=log-search]", "onerror")
     page.press("input[name=log-search]", "Enter")
-    expect(page.locator(".log-lines[data-view=search]")).to_contain_text('<img src=x onerror="window.__xss=2">')
+    found = page.locator(".log-lines[data-view=search] .line").filter(has_text="onerror").first
+    expect(found).to_contain_text('<img src=x onerror="window.__xss=2">')
+    # its number opens it with the records around it, as text too
+    found.locator(".ln").click()
+    target = page.locator("#record-view .line.target")
+    expect(target).to_contain_text('<img src=x onerror="window.__xss=2">')
+    expect(target).to_have_attribute("data-record", found.get_attribute("data-record"))
     # and the compare page
     page.click("a.button:has-text('Compare')")
     page.wait_for_url("**/compare?jobs=xss")

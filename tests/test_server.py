@@ -123,6 +123,8 @@ def test_a_job_through_the_api_from_start_to_end(store_target: StoreTarget, scri
             record = client.get("/api/jobs/api-job/record", params={
                 "stream": page["Stream"][0], "record": page["Record"][0], "context": 1}).json()
             assert record["Host"] == "algo-1" and record["Records"][0]["Message"].startswith("step=0 loss=1.0000")
+            by_host = client.get("/api/jobs/api-job/record", params={"host": "algo-1", "record": 5, "context": 1})
+            assert [r["Message"] for r in by_host.json()["Records"]][1] == "loss=nan"  # as a log line names it
 
             found = client.get("/api/jobs/api-job/logs", params={"regex": r"step=1\d "}).json()
             assert [r["Message"].split()[0] for r in found["Records"]] == [f"step=1{n}" for n in range(10)]

@@ -319,17 +319,19 @@ async def log_record(request: Request, store: Store) -> Any:
     records on each side."""
     name = request.path_params["name"]
     stream_id = _int(request, "stream", None, 0, 2**62)
+    host = request.query_params.get("host") or None
     record = _int(request, "record", None, 1, 2**62)
     context = _int(request, "context", 10, 0, RECORD_CONTEXT_MOST)
-    if stream_id is None or record is None:
-        raise ValidationException("stream and record are required.")
+    if (stream_id is None and host is None) or record is None:
+        raise ValidationException("record and a stream (its id) or a host (its newest stream) are required.")
 
     def work() -> dict[str, Any]:
         assert context is not None and record is not None
         row = sagemaker.job(store, name)
-        stream = next((s for s in store.streams(row.id) if s.id == stream_id), None)
+        streams = [s for s in store.streams(row.id) if s.id == stream_id or (stream_id is None and s.host == host)]
+        stream = max(streams, key=lambda s: s.id, default=None)
         if stream is None:
-            raise NotFound(f"job {row.name} has no log stream {stream_id}.")
+            raise NotFound(f"job {row.name} has no log stream {stream_id if stream_id is not None else host}.")
         events = store.events(stream.id, after_seq=max(-1, record - 2 - context), limit=2 * context + 1)
         return {"LogStreamName": stream.name, "Host": stream.host, "Record": record,
                 "Records": [{"Record": e.seq + 1, "Timestamp": e.timestamp_ms, "Message": e.message}
@@ -413,6 +415,7 @@ ROUTES: tuple[Endpoint, ...] = (
                  Param("scan", "integer", "records to read through at most (200000)")), tags=("logs",)),
     Endpoint("GET", "/api/jobs/{name}/record", "A log record and the records around it", log_record, (
         Param("name", where="path"), Param("stream", "integer", "a log stream's id"),
+        Param("host", help="or a host: its newest log stream"),
         Param("record", "integer", "1-based"), Param("context", "integer", "records each side (10)")),
         tags=("logs",)),
     Endpoint("GET", "/api/jobs/{name}/events", "Live: status, new points and new log records (Server-Sent Events)",

@@ -126,7 +126,10 @@ class JobPage {
     this.chartsEl = h("div", {class: "charts"});
     this.systemEl = h("div", {class: "system"});
     this.profileEl = h("div", {class: "profile"});
-    this.logs = new LogPane({multiHost: (job.ResourceConfig?.InstanceCount || 1) > 1});
+    this.logs = new LogPane({
+      multiHost: (job.ResourceConfig?.InstanceCount || 1) > 1,
+      onOpen: (record) => this.openRecord({host: record.Host, record: record.Record}),
+    });
     this.dialog = this.stopDialog();
     clear(
       this.root,
@@ -589,7 +592,12 @@ class JobPage {
   async openRecord(point) {
     try {
       this.logs.showRecord(
-        await get(jobPath(this.name, "record"), {stream: point.stream, record: point.record, context: 10}),
+        await get(jobPath(this.name, "record"), {
+          stream: point.stream,
+          host: point.stream === undefined ? point.host : undefined,
+          record: point.record,
+          context: 10,
+        }),
       );
     } catch (exc) {
       this.logs.status.textContent = exc.message;

@@ -24,8 +24,9 @@ export function progressKey(message) {
 }
 
 export class LogPane {
-  constructor({multiHost = false} = {}) {
+  constructor({multiHost = false, onOpen = null} = {}) {
     this.multiHost = multiHost;
+    this.onOpen = onOpen; // a click on a record's number opens it with its context
     this.live = h("div", {class: "log-lines", "data-view": "live"});
     this.results = h("div", {class: "log-lines", "data-view": "search", hidden: true});
     this.status = h("span", {class: "log-status muted"});
@@ -42,14 +43,12 @@ export class LogPane {
   line(record, key) {
     const props = {class: "line", "data-record": record.Record, "data-host": record.Host};
     if (key !== null) props["data-progress"] = "";
+    const number = {class: "ln", title: `${fmtClock(record.Timestamp)} · open with the records around it`};
+    if (this.onOpen) number.onclick = () => this.onOpen(record);
     return h(
       "div",
       props,
-      h(
-        "span",
-        {class: "ln", title: fmtClock(record.Timestamp)},
-        (this.multiHost ? record.Host + " " : "") + record.Record,
-      ),
+      h("span", number, (this.multiHost ? record.Host + " " : "") + record.Record),
       h("span", {class: "msg"}, record.Message),
     );
   }
