@@ -468,6 +468,34 @@ def test_full_disk_gives_a_clear_error_and_keeps_what_was_written(small_disk: Pa
         store.close()
 
 
+def test_a_store_on_a_full_disk_can_still_be_read(small_disk: Path) -> None:
+    """Once the last writer closed it, SQLite cannot make WAL mode's files on a full disk: the store
+    opens for reading only, and a write says so."""
+    from trainmon.api.sagemaker import register_job
+    from trainmon.errors import StoreError
+
+    request = {"TrainingJobName": "kept", "ProfilerConfig": {"DisableProfiler": True},
+               "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}}
+    store = open_store(small_disk)
+    register_job(store, request)
+    store.close()
+    with open(small_disk / "filler", "wb") as filler:  # every byte left
+        with pytest.raises(OSError):
+            while True:
+                filler.write(b"x" * 65536)
+                filler.flush()
+        filler.truncate(filler.tell())
+    store = open_store(small_disk)
+    try:
+        assert store.get_job("kept") is not None
+        with pytest.raises(StoreError, match="readonly"):
+            register_job(store, {**request, "TrainingJobName": "more"})
+    finally:
+        store.close()
+    listed = run_cli("list", env={"TRAINMON_HOME": str(small_disk)})
+    assert listed.returncode == 0 and "kept" in listed.stdout, listed.stderr
+
+
 def test_relative_commands_run_from_the_callers_directory(home: Path, tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("print('loss=0.5')\n")
     result = subprocess.run([sys.executable, "-m", "trainmon", "run", "--name", "relative", "--metric",

@@ -211,11 +211,31 @@ class SqliteStore(SqlStore):
             except (sqlite3.OperationalError, StoreError) as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     self._db.close()
+                    if self._open_read_only():
+                        return
                     raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
                 time.sleep(0.05)
             except sqlite3.Error as exc:
                 self._db.close()
                 raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+
+    def _open_read_only(self) -> bool:
+        """On a full disk SQLite cannot make the files WAL mode needs (``-shm``, ``-wal``) once the
+        last writer closed them. The file then holds everything, so it can still be read: open it
+        as unchanging, for reading only (a write says the database is read-only). False when that
+        is not so (another process has the store open, or it needs a migration)."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        if (wal.exists() and wal.stat().st_size > 0) or not self.path.exists():  # an empty one is the failed open's
+            return False
+        try:
+            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
+                                       isolation_level=None, check_same_thread=False)
+            current = self._db.execute("PRAGMA user_version").fetchone()[0] == len(_MIGRATIONS)
+        except sqlite3.Error:
+            return False
+        if not current:
+            self._db.close()
+        return bool(current)
 
     def close(self) -> None:
         with self._lock:
