@@ -271,6 +271,7 @@ def test_an_address_other_than_loopback_needs_the_token(home: Path) -> None:
                 assert refused.status_code == 401 and refused.json()["error"]["code"] == "Unauthorized"
             assert client.get("/").status_code == 303  # a page sends the visitor to sign in
             assert client.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 303
+            assert client.get("/api/jobs", params={"token": token}).status_code == 401  # never in a URL
             assert client.get("/api/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
             assert client.post("/login", data={"token": "wrong"}).status_code == 401
             signed_in = client.post("/login", data={"token": token})

@@ -14,7 +14,6 @@ import secrets
 import socket
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -95,11 +94,7 @@ def presented_token(scope: Scope) -> str | None:
     authorization = _header(scope, b"authorization") or ""
     if authorization.lower().startswith("bearer "):
         return authorization[7:].strip()
-    cookie = _cookie(scope, COOKIE)
-    if cookie:
-        return cookie
-    query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")  # EventSource sends no header
-    return query[0] if query else None
+    return _cookie(scope, COOKIE) or None  # (never the URL: a token there ends up in logs and histories)
 
 
 def same_origin(scope: Scope) -> bool:
