@@ -484,3 +484,32 @@ def test_the_metrics_of_one_record_keep_their_order_through_sealing(store_target
         assert [(p.name, p.seq) for p in store.points(job.id)] == before
     finally:
         store.close()
+
+
+def test_chunks_are_sealed_and_read_by_many_threads_at_once() -> None:
+    """A process seals and reads chunks on several threads (a server's requests, its maintainer):
+    each thread's chunks come back exactly."""
+    import threading
+
+    from trainmon.store import codec
+
+    rng = np.random.default_rng(11)
+    columns = [[np.cumsum(rng.integers(1, 100, 20_000)), rng.normal(0, 1, 20_000)] for _ in range(8)]
+    blobs = [codec.seal(c) for c in columns]
+    wrong: list[int] = []
+    start = threading.Barrier(8)
+
+    def work(index: int) -> None:
+        start.wait()
+        for _ in range(30):
+            again = codec.unpack(codec.seal(columns[index]))
+            read = codec.unpack(blobs[index])
+            if not all(np.array_equal(a, b) for a, b in zip(again + read, columns[index] * 2, strict=True)):
+                wrong.append(index)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []

@@ -23,6 +23,7 @@ Unpacking either form gives the same arrays back exactly (NaN payloads included)
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,8 +40,19 @@ _SEALED_COLUMN = struct.Struct("<BBqI")  # encoding, parameter, first value, enc
 _WIDTHS = (np.int8, np.int16, np.int32, np.int64)
 _MAX_EXACT = 2.0**53
 _LEVEL = 3
-_compressor = zstandard.ZstdCompressor(level=_LEVEL)
-_decompressor = zstandard.ZstdDecompressor()
+_zstd = threading.local()  # zstandard's (de)compressors may not be used by two threads at once
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    if not hasattr(_zstd, "compressor"):
+        _zstd.compressor = zstandard.ZstdCompressor(level=_LEVEL)
+    return _zstd.compressor  # type: ignore[no-any-return]
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    if not hasattr(_zstd, "decompressor"):
+        _zstd.decompressor = zstandard.ZstdDecompressor()
+    return _zstd.decompressor  # type: ignore[no-any-return]
 
 
 def pack(columns: Sequence[np.ndarray]) -> bytes:
@@ -66,13 +78,13 @@ def seal(columns: Sequence[np.ndarray]) -> bytes:
             encoding, parameter, first, body = _float_column(column.astype(np.float64), columns[:index])
         header.append(_SEALED_COLUMN.pack(encoding, parameter, first, len(body)))
         bodies.append(body)
-    return bytes([SEALED]) + _compressor.compress(b"".join(header + bodies))
+    return bytes([SEALED]) + _compressor().compress(b"".join(header + bodies))
 
 
 def unpack(blob: bytes) -> list[np.ndarray]:
     """The columns of a packed or sealed chunk."""
     if blob[0] == SEALED:
-        return _unseal(_decompressor.decompress(blob[1:]))
+        return _unseal(_decompressor().decompress(blob[1:]))
     _, rows, count = _HEAD.unpack_from(blob)
     offset = _HEAD.size
     columns = []
