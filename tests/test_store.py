@@ -732,3 +732,32 @@ def _open_and_close(url: str, home: str) -> str:
 def test_processes_opening_a_new_postgres_database_at_once_migrate_it_once(tmp_path: Path, postgres_url: str) -> None:
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         assert pool.starmap(_open_and_close, [(postgres_url, str(tmp_path))] * 4) == ["ok"] * 4
+
+
+def test_a_metrics_points_as_columns_read_by_many_threads_at_once(any_store: Store) -> None:
+    """point_columns: every point, in time order and then by stream and record, however many
+    threads read at once (the server's chart requests decode outside the store's lock)."""
+    import numpy as np
+
+    job = new_job(any_store, "columns")
+    streams = [any_store.add_stream(job.id, host, f"columns/{host}-1", 1000) for host in ("algo-1", "algo-2")]
+    for first in range(0, 6000, 1000):  # two hosts, interleaved in time, in several batches
+        any_store.write_batch(Batch(job.id, points=[
+            ("loss", 10_000 + i // 2, float(i), f"algo-{1 + i % 2}", streams[i % 2].id, i // 2)
+            for i in range(first, first + 1000)]))
+    expected = sorted((10_000 + i // 2, streams[i % 2].id, i // 2, float(i)) for i in range(6000))
+    results: list[Any] = []
+
+    def read() -> None:
+        columns = any_store.point_columns(job.id, "loss")
+        results.append(list(zip(columns.stamps.tolist(), columns.streams.tolist(), columns.seqs.tolist(),
+                                columns.values.tolist(), strict=True)))
+
+    threads = [threading.Thread(target=read) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [expected] * 6
+    window = any_store.point_columns(job.id, "loss", host="algo-2", start_ms=10_100, end_ms=10_200)
+    assert window.stamps.tolist() == list(range(10_100, 10_200)) and np.all(window.streams == streams[1].id)

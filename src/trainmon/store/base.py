@@ -430,8 +430,9 @@ class SqlStore:
                       end_ms: int | None = None) -> PointColumns:
         from . import series
 
-        return self._reading(lambda sql: series.point_columns(sql, job_id, name, host=host, start_ms=start_ms,
-                                                              end_ms=end_ms))
+        rows = self._reading(lambda sql: series.point_rows(sql, job_id, name, host=host, start_ms=start_ms,
+                                                           end_ms=end_ms))
+        return series.point_columns(rows, start_ms, end_ms)  # decoded outside the store's lock: reads overlap
 
     def metric_names(self, job_id: int) -> list[str]:
         return [row[0] for row in self._read(

@@ -326,6 +326,12 @@ class RawChunk:
 
 
 def _chunks(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | None, end_ms: int | None) -> list[RawChunk]:
+    return _decoded(_chunk_rows(sql, condition, args, start_ms, end_ms), start_ms, end_ms)
+
+
+def _chunk_rows(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | None,
+                end_ms: int | None) -> list[tuple[Any, ...]]:
+    """The chunk rows that may hold points in the range, as stored (decoding them needs no lock)."""
     where, values = condition, list(args)
     if start_ms is not None:
         where += " AND last_ms >= ?"
@@ -333,10 +339,12 @@ def _chunks(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | None,
     if end_ms is not None:
         where += " AND first_ms < ?"
         values.append(end_ms)
+    return sql.rows(f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE {where} ORDER BY id", values)
+
+
+def _decoded(rows: list[tuple[Any, ...]], start_ms: int | None, end_ms: int | None) -> list[RawChunk]:
     found = []
-    for id_, kind, host, stream, unit, _, _, data, series in sql.rows(
-        f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE {where} ORDER BY id", values
-    ):
+    for id_, kind, host, stream, unit, _, _, data, series in rows:
         columns = codec.unpack(bytes(data))
         if start_ms is not None or end_ms is not None:
             stamps = columns[0]
@@ -386,15 +394,20 @@ def job_points(sql: Sql, job_id: int, *, names: list[str] | None, host: str | No
             for i in order.tolist()]
 
 
-def point_columns(sql: Sql, job_id: int, name: str, *, host: str | None, start_ms: int | None,
-                  end_ms: int | None) -> PointColumns:
-    """One metric's points of a job as columns, in time order, then by log stream and position."""
+def point_rows(sql: Sql, job_id: int, name: str, *, host: str | None, start_ms: int | None,
+               end_ms: int | None) -> list[tuple[Any, ...]]:
+    """The chunk rows of one metric of a job, for :func:`point_columns` (which needs no transaction)."""
     condition = "kind = 0 AND series_id IN (SELECT id FROM series WHERE job_id = ? AND name = ?)"
     args: list[Any] = [job_id, name]
     if host:
         condition += " AND host = ?"
         args.append(host)
-    chunks = _chunks(sql, condition, args, start_ms, end_ms)
+    return _chunk_rows(sql, condition, args, start_ms, end_ms)
+
+
+def point_columns(rows: list[tuple[Any, ...]], start_ms: int | None, end_ms: int | None) -> PointColumns:
+    """The points of :func:`point_rows` as columns, in time order, then by log stream and position."""
+    chunks = _decoded(rows, start_ms, end_ms)
     if not chunks:
         empty = np.empty(0, np.int64)
         return PointColumns(empty, np.empty(0, np.float64), empty, empty)
