@@ -13,9 +13,15 @@
     │   ├── InvalidParameterValue       InvalidParameterValue
     │   ├── MissingParameter            MissingParameter
     │   └── InvalidParameterCombination InvalidParameterCombination
-    └── LogsError                       (CloudWatch Logs codes)  400
-        ├── LogResourceNotFound         ResourceNotFoundException
-        └── InvalidParameterException   InvalidParameterException
+    ├── LogsError                       (CloudWatch Logs codes)  400
+    │   ├── LogResourceNotFound         ResourceNotFoundException
+    │   └── InvalidParameterException   InvalidParameterException
+    └── HttpError                       (the server's own)
+        ├── Unauthorized                Unauthorized             401
+        ├── Forbidden                   Forbidden                403
+        ├── NotFound                    NotFound                 404
+        ├── MethodNotAllowed            MethodNotAllowed         405
+        └── PayloadTooLarge             PayloadTooLarge          413
 
 * SageMaker answers a missing training job with ``ValidationException`` "Requested resource
   not found." and boto3's waiter relies on it; :meth:`ResourceNotFound.for_job` builds that form.
@@ -129,3 +135,32 @@ class InvalidParameterException(LogsError):
 
 # boto3 code catches ``botocore.exceptions.ClientError``; ours is the same base under that name.
 ClientError = TrainmonError
+
+
+class HttpError(TrainmonError):
+    """What only the server answers: a request it cannot take, whatever operation it names."""
+
+
+class Unauthorized(HttpError):
+    code = "Unauthorized"
+    http_status = 401
+
+
+class Forbidden(HttpError):
+    code = "Forbidden"
+    http_status = 403
+
+
+class NotFound(HttpError):
+    code = "NotFound"
+    http_status = 404
+
+
+class MethodNotAllowed(HttpError):
+    code = "MethodNotAllowed"
+    http_status = 405
+
+
+class PayloadTooLarge(HttpError):
+    code = "PayloadTooLarge"
+    http_status = 413

@@ -32,10 +32,10 @@ from .. import api
 from ..api import sagemaker, trainmon
 from ..api.shapes import snake_case
 from ..cloudwatch.model import job_metric_key
-from ..errors import TrainmonError, ValidationException
+from ..errors import MethodNotAllowed, NotFound, TrainmonError, ValidationException
 from ..store import Store, profiles
 from . import auth, downsample, live, prometheus
-from .jsonio import NotFound, body, error_reply, reply
+from .jsonio import body, error_reply, reply
 
 CONSOLE = Path(__file__).resolve().parent.parent / "console"
 RECORD_CONTEXT_MOST = 200
@@ -506,13 +506,9 @@ async def metrics(request: Request) -> Response:
 async def not_found(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 404
     if status == 405:
-        return error_reply(_MethodNotAllowed(f"{request.method} is not a method of {request.url.path}."))
+        return error_reply(MethodNotAllowed(f"{request.method} is not a method of {request.url.path}."))
     return error_reply(NotFound(f"there is nothing at {request.url.path}; the API is described at /api/openapi.json."))
 
-
-class _MethodNotAllowed(TrainmonError):
-    code = "MethodNotAllowed"
-    http_status = 405
 
 
 async def internal_error(request: Request, exc: Exception) -> Response:

@@ -18,7 +18,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import config
-from ..errors import TrainmonError
+from ..errors import Forbidden, TrainmonError, Unauthorized
 from .jsonio import dumps
 
 COOKIE = "trainmon_token"
@@ -26,15 +26,6 @@ TOKEN_FILE = "server-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 OPEN_PATHS = frozenset({"/login"})  # the one page a visitor without the token may see
 
-
-class Forbidden(TrainmonError):
-    code = "Forbidden"
-    http_status = 403
-
-
-class Unauthorized(TrainmonError):
-    code = "Unauthorized"
-    http_status = 401
 
 
 def is_loopback(host: str) -> bool:

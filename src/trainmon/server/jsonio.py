@@ -11,19 +11,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import TrainmonError, ValidationException
+from ..errors import PayloadTooLarge, TrainmonError, ValidationException
 
 MAX_BODY_BYTES = 20 << 20  # TestMetricDefinitions takes 16 MiB of sample text
 
-
-class PayloadTooLarge(TrainmonError):
-    code = "PayloadTooLarge"
-    http_status = 413
-
-
-class NotFound(TrainmonError):
-    code = "NotFound"
-    http_status = 404
 
 
 def _plain(value: Any) -> Any:
