@@ -51,24 +51,13 @@ def main(argv: list[str] | None = None) -> int:
           + (f", scale {args.scale:g}" if args.scale != 1.0 else ""))
     start = time.perf_counter()
     reports: list[Report] = []
+    modules = {"extraction": extraction, "capture": capture, "latency": latency, "monitor": monitor,
+               "store": store, "series": series, "readback": readback, "server": server}
     for name in names:
-        if name == "extraction":
-            reports.append(extraction.run(args.scale))
-        elif name == "capture":
+        if name == "capture":
             reports.append(capture.run(args.scale, args.flood_mb))
-        elif name == "latency":
-            reports.append(latency.run(args.scale))
-        elif name == "monitor":
-            reports.append(monitor.run(args.scale))
-        elif name == "store":
-            reports.append(store.run(args.scale))
-        elif name == "series":
-            reports.append(series.run(args.scale))
-        elif name == "readback":
-            reports.append(readback.run(args.scale))
-        elif name == "server":
-            reports.append(server.run(args.scale))
-
+        else:
+            reports.append(modules[name].run(args.scale))
     print()
     print(f"Summary ({time.perf_counter() - start:.0f} s)")
     print("-------")

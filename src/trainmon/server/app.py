@@ -77,6 +77,13 @@ def _int(request: Request, name: str, default: int | None, low: int, high: int) 
     return value
 
 
+def _width(request: Request) -> int:
+    """A chart's width in pixels: the buckets its points are kept by."""
+    width = _int(request, "width", 1000, 1, downsample.MAX_WIDTH)
+    assert width is not None
+    return width
+
+
 def _json_param(request: Request, name: str) -> Any:
     text = request.query_params.get(name)
     if not text:
@@ -153,7 +160,7 @@ def _range(request: Request) -> tuple[int | None, int | None]:
 
 async def metric_points(request: Request, store: Store) -> Any:
     name, metric = request.path_params["name"], request.path_params["metric"]
-    width = _int(request, "width", 1000, 1, downsample.MAX_WIDTH)
+    width = _width(request)
     start, end = _range(request)
     host = request.query_params.get("host") or None
     records = request.query_params.get("records") != "0"
@@ -161,10 +168,8 @@ async def metric_points(request: Request, store: Store) -> Any:
     def work() -> dict[str, Any]:
         row = sagemaker.job(store, name)
         columns = store.point_columns(row.id, metric, host=host, start_ms=start, end_ms=end)
-        assert width is not None
-        kept = downsample.keep(columns.stamps, columns.values, width, start, end)
-        answer = {"MetricName": metric, "Count": len(columns.stamps),
-                  **downsample.chart_payload(columns.stamps[kept], downsample.for_display(columns.values[kept]))}
+        kept, shown = downsample.chart(columns.stamps, columns.values, width, start, end)
+        answer = {"MetricName": metric, **shown}
         if records:
             streams = {s.id: {"Name": s.name, "Host": s.host} for s in store.streams(row.id)}
             answer |= {"Stream": columns.streams[kept].tolist(), "Record": (columns.seqs[kept] + 1).tolist(),
@@ -204,7 +209,7 @@ async def system_metrics(request: Request, store: Store) -> Any:
 
 async def system_points(request: Request, store: Store) -> Any:
     name, host, metric = (request.path_params[k] for k in ("name", "host", "metric"))
-    width = _int(request, "width", 1000, 1, downsample.MAX_WIDTH)
+    width = _width(request)
     start, end = _range(request)
 
     def work() -> dict[str, Any]:
@@ -217,15 +222,12 @@ async def system_points(request: Request, store: Store) -> Any:
         if not keys:
             raise NotFound(f"job {row.name} has no system metric {metric} on host {host}.")
         by_unit = store.metric_columns(keys[0], start or 0, end or 2**62)
-        if not by_unit:
-            return {"MetricName": metric, "Host": host, "Count": 0, "Unit": None,
-                    **downsample.chart_payload(np.empty(0, np.int64), np.empty(0))}
-        columns = concat_columns(list(by_unit.values()))
-        values = columns.total / columns.sample_count
-        assert width is not None
-        kept = downsample.keep(columns.timestamp_ms, values, width, start, end)
-        return {"MetricName": metric, "Host": host, "Count": len(values), "Unit": next(iter(by_unit)),
-                **downsample.chart_payload(columns.timestamp_ms[kept], downsample.for_display(values[kept]))}
+        stamps, values = np.empty(0, np.int64), np.empty(0)
+        if by_unit:
+            columns = concat_columns(list(by_unit.values()))
+            stamps, values = columns.timestamp_ms, columns.total / columns.sample_count
+        _, shown = downsample.chart(stamps, values, width, start, end)
+        return {"MetricName": metric, "Host": host, "Unit": next(iter(by_unit), None), **shown}
 
     return await _call(work)
 
@@ -237,7 +239,7 @@ async def profile_summary(request: Request, store: Store) -> Any:
 
 async def profile_points(request: Request, store: Store) -> Any:
     name, host, metric = (request.path_params[k] for k in ("name", "host", "metric"))
-    width = _int(request, "width", 1000, 1, downsample.MAX_WIDTH)
+    width = _width(request)
     start, end = _range(request)
 
     def work() -> dict[str, Any]:
@@ -254,10 +256,8 @@ async def profile_points(request: Request, store: Store) -> Any:
         if start is not None or end is not None:
             inside = (stamps >= (start or 0)) & (stamps < (end or 2**62))
             stamps, values = stamps[inside], values[inside]
-        assert width is not None
-        kept = downsample.keep(stamps, values, width, start, end)
-        return {"MetricName": metric, "Host": host, "Count": len(stamps),
-                **downsample.chart_payload(stamps[kept], downsample.for_display(values[kept]))}
+        _, shown = downsample.chart(stamps, values, width, start, end)
+        return {"MetricName": metric, "Host": host, **shown}
 
     return await _call(work)
 

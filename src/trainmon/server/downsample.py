@@ -79,3 +79,11 @@ def chart_payload(stamps: np.ndarray, values: np.ndarray) -> dict[str, Any]:
             special[str(index)] = "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
             shown[index] = None
     return {"Timestamps": stamps.tolist(), "Values": shown, "NonFinite": special}
+
+
+def chart(stamps: np.ndarray, values: np.ndarray, width: int, start_ms: int | None = None,
+          end_ms: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    """A chart's answer for points sorted by time: the indices kept (:func:`keep`) and ``Count``,
+    ``Timestamps``, ``Values`` (:func:`for_display`) and ``NonFinite`` of those points."""
+    kept = keep(stamps, values, width, start_ms, end_ms)
+    return kept, {"Count": len(stamps), **chart_payload(stamps[kept], for_display(values[kept]))}

@@ -137,8 +137,10 @@ class JobsFollower:
         seen: dict[str, tuple[Any, ...]] = {}
         events: list[Event] = []
         for row in rows:
-            finals = tuple(self.store.final_metrics(row.id)) if row.status not in TERMINAL or self._seen is None \
-                or row.name not in self._seen else self._seen[row.name][-1]
+            known = (self._seen or {}).get(row.name)
+            # the final metrics of a job seen ended already no longer change (read once more as it ends)
+            finals = known[-1] if known is not None and known[0] in TERMINAL else tuple(
+                self.store.final_metrics(row.id))
             state = (row.status, row.doc["SecondaryStatus"], row.last_modified_time, finals)
             seen[row.name] = state
             if self._seen is not None and self._seen.get(row.name) != state:
