@@ -1,5 +1,5 @@
 """SageMaker's training-job operations: CreateTrainingJob, DescribeTrainingJob, ListTrainingJobs,
-StopTrainingJob, DeleteTrainingJob.
+StopTrainingJob, DeleteTrainingJob, and a job's tags (AddTags, ListTags, DeleteTags, by its ARN).
 
 Each takes the store and the request's members as keyword arguments, named and shaped as in
 boto3, and returns the response as boto3 would (times as timezone-aware datetimes). Errors carry
@@ -21,7 +21,7 @@ from ..jobs.status import TERMINAL, description, transition
 from ..runtime import orphans
 from ..runtime.jobstate import set_status
 from ..store import JobRow, Store
-from .shapes import String, offset_page, refuse_unknown, validate_members
+from .shapes import Integer, ListOf, String, Structure, offset_page, refuse_unknown, validate_members
 from .times import as_datetimes, epoch_s
 from .training_request import JOB_NAME_PATTERN, job_document
 
@@ -148,6 +148,65 @@ def delete_training_job(store: Store, *, TrainingJobName: Any = None, **unsuppor
     return {}
 
 
+_TAG = Structure({"Key": String(1, 128), "Value": String(max=256)}, required=("Key", "Value"))
+MAX_TAGS = 50
+
+
+def add_tags(store: Store, *, ResourceArn: Any = None, Tags: Any = None, **unsupported: Any) -> dict[str, Any]:
+    """Tags added to a job, a tag of the same key replaced; ``Tags`` answers every tag it now has."""
+    refuse_unknown(unsupported, where="input")
+    validate_members({"ResourceArn": _ARN, "Tags": ListOf(_TAG, 0, MAX_TAGS)},
+                     {"ResourceArn": ResourceArn, "Tags": Tags})
+    name = _job_of_arn(store, ResourceArn).name
+
+    def mutate(row: JobRow) -> None:
+        tags = {tag["Key"]: tag["Value"] for tag in row.doc.get("Tags", [])}
+        tags.update((tag["Key"], tag["Value"]) for tag in Tags)
+        if len(tags) > MAX_TAGS:
+            raise ValidationException(f"A resource may have at most {MAX_TAGS} tags; this one would have {len(tags)}.")
+        row.doc["Tags"] = [{"Key": key, "Value": value} for key, value in tags.items()]
+
+    return {"Tags": store.update_job(name, mutate).doc["Tags"]}
+
+
+def list_tags(store: Store, *, ResourceArn: Any = None, NextToken: Any = None, MaxResults: Any = 50,
+              **unsupported: Any) -> dict[str, Any]:
+    refuse_unknown(unsupported, where="input")
+    validate_members({"ResourceArn": _ARN, "MaxResults": Integer(50, 10000)},
+                     {"ResourceArn": ResourceArn, "MaxResults": MaxResults})
+    page, token = offset_page(_job_of_arn(store, ResourceArn).doc.get("Tags", []), NextToken, MaxResults)
+    return {"Tags": page, **({"NextToken": token} if token is not None else {})}
+
+
+def delete_tags(store: Store, *, ResourceArn: Any = None, TagKeys: Any = None, **unsupported: Any) -> dict[str, Any]:
+    refuse_unknown(unsupported, where="input")
+    validate_members({"ResourceArn": _ARN, "TagKeys": ListOf(String(1, 128), 1, MAX_TAGS)},
+                     {"ResourceArn": ResourceArn, "TagKeys": TagKeys})
+    name = _job_of_arn(store, ResourceArn).name
+    gone = set(TagKeys)
+
+    def mutate(row: JobRow) -> None:
+        row.doc["Tags"] = [tag for tag in row.doc.get("Tags", []) if tag["Key"] not in gone]
+
+    store.update_job(name, mutate)
+    return {}
+
+
+_ARN = String(1, 256, r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:.+")
+
+
+def _job_of_arn(store: Store, arn: str) -> JobRow:
+    """The training job an ARN names (trainmon's resources with tags are training jobs)."""
+    kind, _, name = arn.split(":", 5)[-1].partition("/")
+    if kind != "training-job" or not name:
+        raise ValidationException(f"{arn} is not the ARN of a training job (…:training-job/NAME): trainmon keeps "
+                                  "tags on training jobs only.")
+    row = next((row for row in store.list_jobs() if row.doc.get("TrainingJobArn") == arn), None)
+    if row is None:
+        raise ResourceNotFound(f"Resource {arn} not found.")
+    return row
+
+
 def job(store: Store, name: Any) -> JobRow:
     """The job of that name (after reaping orphans); SageMaker's answer when there is none."""
     validate_members({"TrainingJobName": _JOB_NAME}, {"TrainingJobName": name})
@@ -164,4 +223,7 @@ OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "ListTrainingJobs": list_training_jobs,
     "StopTrainingJob": stop_training_job,
     "DeleteTrainingJob": delete_training_job,
+    "AddTags": add_tags,
+    "ListTags": list_tags,
+    "DeleteTags": delete_tags,
 }

@@ -1,10 +1,12 @@
-"""``trainmon server``: the JSON API, live updates, ``/metrics`` and the console, in one process."""
+"""``trainmon server``: the JSON API, the AWS endpoint, live updates, ``/metrics`` and the console, in
+one process; ``trainmon credentials``: the access keys AWS clients sign with."""
 
 from __future__ import annotations
 
 import argparse
 import signal
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import config
@@ -20,6 +22,35 @@ def register(commands: Commands) -> None:
     command.add_argument("--token-file", type=Path,
                          help="the access token's file (default: server-token in the data directory, made on the "
                               "first start on an address other than loopback); given, it is required on loopback too")
+
+
+    credentials = commands.add("credentials", cmd_credentials,
+                               "Issue, list or delete the access keys that boto3 and the AWS CLI sign requests to "
+                               "the server with.")
+    actions = credentials.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="issue a key and print it (its secret is shown this once)")
+    create.add_argument("--description", default="", help="what the key is for")
+    actions.add_parser("list", help="the issued keys (ids only)")
+    delete = actions.add_parser("delete", help="revoke a key")
+    delete.add_argument("access_key_id", metavar="ACCESS_KEY_ID")
+
+
+def cmd_credentials(args: argparse.Namespace) -> int:
+    from .. import access_keys
+
+    home = args.home or config.home()
+    if args.action == "create":
+        key = access_keys.create(home, args.description)
+        print(f"AWS_ACCESS_KEY_ID={key.AccessKeyId}\nAWS_SECRET_ACCESS_KEY={key.SecretAccessKey}\n"
+              f"# kept in {access_keys.path(home)}; from now on `trainmon server` checks every AWS request's "
+              "signature against the issued keys")
+    elif args.action == "list":
+        for key in sorted(access_keys.load(home).values(), key=lambda key: key.CreateDate):
+            created = datetime.fromtimestamp(key.CreateDate, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+            print(f"{key.AccessKeyId}  {created}  {key.Description}".rstrip())
+    else:
+        access_keys.delete(home, args.access_key_id)
+    return 0
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -45,8 +76,9 @@ def cmd_server(args: argparse.Namespace) -> int:
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"trainmon server: http://{shown}:{port}/ (data in {db.database_url or db.home})", flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(db, Settings(token=token)), log_level="warning",
-                                           lifespan="on", timeout_graceful_shutdown=2))
+    settings = Settings(token=token, require_signatures=not auth.is_loopback(args.host))
+    server = uvicorn.Server(uvicorn.Config(create_app(db, settings), log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=2))
     previous = signal.signal(signal.SIGTERM, _stopped)  # uvicorn shuts down gracefully, then raises it again
     try:
         server.run(sockets=[listener])

@@ -523,6 +523,7 @@ class Settings:
     token: str | None = None  # required of every request when set
     poll_s: float = 0.25  # how often live streams look for news
     maintain: bool = True  # run the store's maintainer
+    require_signatures: bool = False  # AWS requests must be signed with an issued key (beyond loopback)
 
 
 def create_app(store: Store, settings: Settings | None = None) -> Any:
@@ -564,5 +565,7 @@ def create_app(store: Store, settings: Settings | None = None) -> Any:
                     exception_handlers={404: not_found, 405: not_found, Exception: internal_error})
     app.state.store = store
     app.state.settings = settings
-    return auth.Guard(app, settings.token)
+    from .aws import AwsSettings, Gateway
+
+    return Gateway(auth.Guard(app, settings.token), store, AwsSettings(settings.require_signatures))
 

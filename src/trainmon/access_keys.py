@@ -1,0 +1,87 @@
+"""The access keys AWS clients sign their requests with: issued by ``trainmon credentials create``,
+kept in the data directory (``access-keys.json``, mode 0600), checked by the server's AWS endpoint.
+
+A key is an id (``AKIA`` and 16 capitals or digits, as AWS's look) and a secret (40 characters).
+The secret is kept as given to the user, since Signature Version 4 needs it to recompute each
+request's signature; the file's mode is what protects it, as ``~/.aws/credentials`` is protected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import string
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import config
+from .errors import StoreError, ValidationException
+
+KEYS_FILE = "access-keys.json"
+_ID_ALPHABET = string.ascii_uppercase + string.digits
+
+
+@dataclass(frozen=True)
+class AccessKey:
+    AccessKeyId: str
+    SecretAccessKey: str
+    CreateDate: float  # epoch seconds
+    Description: str = ""
+
+
+def path(home: Path) -> Path:
+    return home / KEYS_FILE
+
+
+def load(home: Path) -> dict[str, AccessKey]:
+    """The issued keys by id (none when no key was ever issued). A key file that others may read,
+    or that is not ours to trust, is refused."""
+    file = path(home)
+    try:
+        mode = file.stat().st_mode
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise StoreError(f"cannot read the access keys in {file}: {exc.strerror or exc}") from None
+    if mode & 0o077:
+        raise StoreError(f"the access keys in {file} may be read by other users (mode {mode & 0o777:o}): "
+                         f"chmod 600 {file}")
+    try:
+        return {item["AccessKeyId"]: AccessKey(**item) for item in json.loads(text)}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise StoreError(f"the access keys file {file} is damaged ({exc}); move it away and issue new keys") from None
+
+
+def create(home: Path, description: str = "") -> AccessKey:
+    key = AccessKey(
+        AccessKeyId="AKIA" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(16)),
+        SecretAccessKey=secrets.token_urlsafe(30)[:40],
+        CreateDate=time.time(),
+        Description=description,
+    )
+    keys = load(home)
+    keys[key.AccessKeyId] = key
+    _save(home, keys)
+    return key
+
+
+def delete(home: Path, access_key_id: str) -> None:
+    keys = load(home)
+    if access_key_id not in keys:
+        raise ValidationException(f"there is no access key {access_key_id!r}; `trainmon credentials list` shows them.")
+    del keys[access_key_id]
+    _save(home, keys)
+
+
+def _save(home: Path, keys: dict[str, AccessKey]) -> None:
+    """Written whole to a private temporary file, then renamed over the old one."""
+    config.make_private_dir(home)
+    file = path(home)
+    temporary = file.with_name(f".{KEYS_FILE}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump([asdict(key) for key in keys.values()], out, indent=1)
+    os.replace(temporary, file)

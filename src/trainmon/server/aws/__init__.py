@@ -1,0 +1,262 @@
+"""The AWS endpoint: SageMaker, CloudWatch, CloudWatch Logs, STS and an S3 subset on the server's
+one port, so code written for boto3, the AWS CLI or the SageMaker Python SDK runs unchanged with
+``AWS_ENDPOINT_URL`` pointing at trainmon.
+
+:class:`Gateway` sits in front of the native application and takes the requests that speak an
+AWS protocol (an ``X-Amz-Target`` header, RPC v2 CBOR's ``smithy-protocol`` header, a signed
+form POST to ``/``, anything signed for S3); every other request goes on to the native API and the
+console. Each operation is the operations layer's function of the same name
+(:data:`trainmon.api.SERVICES`); this package only speaks the protocols (:mod:`.protocols`) and
+checks signatures (:mod:`.sigv4`) against the keys ``trainmon credentials create`` issues.
+
+Signatures are required when the server listens beyond loopback, or once any key was issued; a
+loopback server with no keys takes any signer (``AWS_ACCESS_KEY_ID=test``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from dataclasses import dataclass
+from xml.sax.saxutils import escape
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ... import access_keys, api
+from ...errors import PayloadTooLarge, TrainmonError
+from ...store import Store
+from .. import auth
+from .protocols import BY_TARGET, PROTOCOLS, QUERY_SERVICES, Protocol, SerializationError, Service
+from .sigv4 import SignatureError, Signed, claimed, decoded_query, verify
+
+MAX_BODY_BYTES = 20 << 20
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AwsSettings:
+    require_signatures: bool = False  # beyond loopback: every request signed with an issued key
+
+
+class Gateway:
+    """ASGI middleware: AWS's protocols here, everything else to ``app``."""
+
+    def __init__(self, app: ASGIApp, store: Store, settings: AwsSettings) -> None:
+        self.app = app
+        self.store = store
+        self.settings = settings
+        self._keys: tuple[float, dict[str, access_keys.AccessKey]] = (-1.0, {})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = classify(scope) if scope["type"] == "http" else None
+        if kind is None:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        response = await self.handle(kind, request)
+        await response(scope, receive, send)
+
+    async def handle(self, kind: str, request: Request) -> Response:
+        request_id = str(uuid.uuid4())
+        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in request.scope["headers"]}
+        query = decoded_query(request.scope.get("query_string", b"").decode("latin-1"))
+        if kind == "s3":
+            return await self._s3(request, headers, query, request_id)
+        protocol = PROTOCOLS[kind]
+        try:
+            service, operation = route(kind, request, headers)
+        except _Unroutable as exc:
+            return protocol.error(exc.service, exc.code, exc.message, 400, request_id)
+        try:
+            body = await _body(request)
+        except PayloadTooLarge as exc:
+            return protocol.error(service, "RequestEntityTooLarge", exc.message, 413, request_id)
+        if kind == "query":
+            operation = _action(body) or operation
+        refused = self._refusal(request, headers, query, hashlib.sha256(body).hexdigest(), service.signing_name)
+        if refused is not None:
+            return protocol.error(service, *_auth_error(kind, refused), 403, request_id)
+        found = api.SERVICES[service.api_name].get(operation)
+        if found is None:
+            return _unknown_operation(protocol, service, operation, request_id)
+        try:
+            parameters = protocol.parameters(service, operation, body)
+            result = await anyio.to_thread.run_sync(lambda: found(self.store, **parameters))
+        except TrainmonError as exc:
+            return protocol.failure(service, exc, request_id)
+        except TypeError as exc:  # a member the operation does not take
+            return protocol.error(service, "ValidationException", f"the request does not fit {operation}: {exc}",
+                                  400, request_id)
+        except Exception as exc:
+            log.exception("%s.%s failed", service.model_name, operation)
+            return protocol.error(service, "InternalFailure", f"trainmon failed on this request: "
+                                  f"{type(exc).__name__}: {exc}", 500, request_id, sender=False)
+        return protocol.answer(service, operation, result, request_id)
+
+    async def _s3(self, request: Request, headers: dict[str, str], query: list[tuple[str, str]],
+                  request_id: str) -> Response:
+        payload = headers.get("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
+        refused = self._refusal(request, headers, query, payload, "s3")
+        if refused is not None:
+            return _s3_error(*_auth_error("s3", refused), 403, request_id, head=request.method == "HEAD")
+        return _s3_error("NotImplemented", "the S3 subset is not served yet", 501, request_id)
+
+    def _refusal(self, request: Request, headers: dict[str, str], query: list[tuple[str, str]], payload_hash: str,
+                 signing_name: str) -> SignatureError | None:
+        """Why the request may not be served (another site's page, a bad signature), or None."""
+        if request.method not in auth.SAFE_METHODS and not auth.same_origin(request.scope):
+            return SignatureError("forbidden", "a request that changes state must not come from another site's page")
+        try:
+            signed = claimed(headers, query)
+        except SignatureError as exc:
+            return exc
+        keys = self._issued()
+        if not keys and not self.settings.require_signatures:
+            return None  # loopback, no key issued: any signer (or none) is this machine's user
+        if signed is None:
+            return SignatureError("missing", "Missing Authentication Token")
+        return _checked(signed, request, query, headers, payload_hash, keys, signing_name)
+
+    def _issued(self) -> dict[str, access_keys.AccessKey]:
+        """The issued keys, read again whenever their file changes."""
+        path = access_keys.path(self.store.home)
+        try:
+            stamp = path.stat().st_mtime_ns
+        except OSError:
+            return {}
+        if stamp != self._keys[0]:
+            self._keys = (stamp, access_keys.load(self.store.home))
+        return self._keys[1]
+
+
+def _checked(signed: Signed, request: Request, query: list[tuple[str, str]], headers: dict[str, str],
+             payload_hash: str, keys: dict[str, access_keys.AccessKey], signing_name: str) -> SignatureError | None:
+    raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
+    key = keys.get(signed.access_key)
+    try:
+        verify(signed, request.method, raw_path.split("?", 1)[0], query, headers, payload_hash,
+               lambda _: key.SecretAccessKey if key is not None else None)
+    except SignatureError as exc:
+        return exc
+    if signed.service != signing_name:
+        return SignatureError("mismatch", f"Credential should be scoped to correct service: '{signing_name}'.")
+    return None
+
+
+def classify(scope: Scope) -> str | None:
+    """Which AWS protocol a request speaks ("json", "cbor", "query", "s3"), or None for the native API."""
+    headers = dict(scope.get("headers", ()))
+    if b"x-amz-target" in headers:
+        return "json"
+    if headers.get(b"smithy-protocol") == b"rpc-v2-cbor":
+        return "cbor"
+    authorization = headers.get(b"authorization", b"")
+    if authorization.startswith(b"AWS4-HMAC-SHA256"):
+        if b"/s3/aws4_request" in authorization:
+            return "s3"
+        if scope["method"] == "POST" and scope["path"] == "/":
+            return "query"
+        return "s3" if b"/s3/" in authorization else None
+    if b"X-Amz-Credential=" in scope.get("query_string", b""):
+        return "s3"  # a presigned URL
+    content_type = headers.get(b"content-type", b"")
+    if scope["method"] == "POST" and scope["path"] == "/" and content_type.startswith(b"application/x-www-form"):
+        return "query"
+    return None
+
+
+class _Unroutable(Exception):
+    def __init__(self, service: Service, code: str, message: str) -> None:
+        super().__init__(message)
+        self.service, self.code, self.message = service, code, message
+
+
+def route(kind: str, request: Request, headers: dict[str, str]) -> tuple[Service, str]:
+    """The service and the operation a request names."""
+    if kind == "json":
+        prefix, _, operation = headers.get("x-amz-target", "").partition(".")
+        service = BY_TARGET.get(prefix)
+        if service is None:
+            raise _Unroutable(BY_TARGET["SageMaker"], "UnknownOperationException",
+                              f"trainmon serves no service {prefix!r}; it serves {', '.join(BY_TARGET)}")
+        return service, operation
+    if kind == "cbor":
+        parts = request.url.path.strip("/").split("/")
+        if len(parts) != 4 or parts[0] != "service" or parts[2] != "operation" or parts[1] not in BY_TARGET:
+            raise _Unroutable(BY_TARGET["GraniteServiceVersion20100801"], "UnknownOperationException",
+                              f"{request.url.path} is not /service/<service>/operation/<Operation> of a service "
+                              "trainmon serves")
+        return BY_TARGET[parts[1]], parts[3]
+    scope_service = _scope_service(headers.get("authorization", ""))
+    return QUERY_SERVICES.get(scope_service or "", QUERY_SERVICES["monitoring"]), ""
+
+
+def _scope_service(authorization: str) -> str | None:
+    try:
+        return authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/")[3]
+    except IndexError:
+        return None
+
+
+def _action(body: bytes) -> str:
+    from urllib.parse import parse_qs
+
+    return (parse_qs(body.decode("utf-8", "replace")).get("Action") or [""])[0]
+
+
+async def _body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES >> 20} MiB")
+    data = bytearray()
+    async for piece in request.stream():
+        data += piece
+        if len(data) > MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES >> 20} MiB")
+    return bytes(data)
+
+
+def _unknown_operation(protocol: Protocol, service: Service, operation: str, request_id: str) -> Response:
+    served = ", ".join(api.SERVICES[service.api_name])
+    known = operation in service.model.operation_names
+    message = (f"trainmon does not serve {service.model_name} {operation or '(no operation named)'}"
+               f"{'' if known else ', which is not an operation of this service'}; it serves {served}")
+    return protocol.error(service, "UnknownOperationException" if not known else "InvalidAction", message, 400,
+                          request_id)
+
+
+_AUTH_CODES = {
+    # reason: (JSON and CBOR services, query services, S3)
+    "missing": ("MissingAuthenticationTokenException", "MissingAuthenticationToken", "AccessDenied"),
+    "malformed": ("IncompleteSignatureException", "IncompleteSignature", "AuthorizationHeaderMalformed"),
+    "unknown-key": ("UnrecognizedClientException", "InvalidClientTokenId", "InvalidAccessKeyId"),
+    "mismatch": ("InvalidSignatureException", "SignatureDoesNotMatch", "SignatureDoesNotMatch"),
+    "expired": ("InvalidSignatureException", "SignatureDoesNotMatch", "AccessDenied"),
+    "forbidden": ("AccessDeniedException", "AccessDenied", "AccessDenied"),
+}
+_UNKNOWN_KEY = {"json": "The security token included in the request is invalid.",
+                "s3": "The AWS Access Key Id you provided does not exist in our records."}
+
+
+def _s3_error(code: str, message: str, status: int, request_id: str, head: bool = False) -> Response:
+    payload = "" if head else (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>"
+                               f"{escape(message)}</Message><RequestId>{request_id}</RequestId></Error>")
+    return Response(payload, status, {"x-amz-request-id": request_id}, "application/xml")
+
+
+def _auth_error(kind: str, refused: SignatureError) -> tuple[str, str]:
+    codes = _AUTH_CODES[refused.reason]
+    code = codes[2] if kind == "s3" else codes[1] if kind == "query" else codes[0]
+    message = refused.message
+    if refused.reason == "unknown-key":
+        message = _UNKNOWN_KEY.get(kind, _UNKNOWN_KEY["json"])
+    if refused.reason == "expired" and kind == "s3" and not message.startswith("Request has expired"):
+        code = "RequestTimeTooSkewed"
+    return code, message
+
+
+__all__ = ["AwsSettings", "Gateway", "SerializationError", "classify"]
