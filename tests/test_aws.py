@@ -197,19 +197,20 @@ def test_statistics_and_metric_data_of_a_job(finished_job: str) -> None:
 
 def test_put_list_and_errors_of_cloudwatch(aws_env: ServerProcess) -> None:
     cw = _client("cloudwatch")
-    for index in range(7):
-        cw.put_metric_data(Namespace="Wire/Test", MetricData=[
-            {"MetricName": f"m{index}", "Value": float(index), "Unit": "Count",
-             "Dimensions": [{"Name": "Host", "Value": "a"}]}])
-    pages = cw.get_paginator("list_metrics").paginate(Namespace="Wire/Test")
-    assert sorted(m["MetricName"] for page in pages for m in page["Metrics"]) == [f"m{i}" for i in range(7)]
+    cw.put_metric_data(Namespace="Wire/Test", MetricData=[
+        {"MetricName": f"m{index:03d}", "Value": float(index), "Unit": "Count",
+         "Dimensions": [{"Name": "Host", "Value": "a"}]} for index in range(600)])
+    pages = list(cw.get_paginator("list_metrics").paginate(Namespace="Wire/Test"))
+    assert [len(page["Metrics"]) for page in pages] == [500, 100]  # CloudWatch's page of 500
+    assert "NextToken" in pages[0] and "NextToken" not in pages[1]
+    assert sorted(m["MetricName"] for page in pages for m in page["Metrics"]) == [f"m{i:03d}" for i in range(600)]
     now = dt.datetime.now(dt.UTC)
     with pytest.raises(cw.exceptions.InvalidParameterValueException) as bad_period:
-        cw.get_metric_statistics(Namespace="Wire/Test", MetricName="m1", StartTime=now - dt.timedelta(hours=1),
+        cw.get_metric_statistics(Namespace="Wire/Test", MetricName="m001", StartTime=now - dt.timedelta(hours=1),
                                  EndTime=now, Period=7, Statistics=["Average"])
     assert bad_period.value.response["Error"]["Code"] == "InvalidParameterValue"
     with pytest.raises(cw.exceptions.MissingRequiredParameterException):
-        cw.get_metric_statistics(Namespace="Wire/Test", MetricName="m1", StartTime=now - dt.timedelta(hours=1),
+        cw.get_metric_statistics(Namespace="Wire/Test", MetricName="m001", StartTime=now - dt.timedelta(hours=1),
                                  EndTime=now, Period=60)
     with pytest.raises(cw.exceptions.InvalidParameterCombinationException):
         cw.put_metric_data(Namespace="Wire/Test", MetricData=[
@@ -436,3 +437,17 @@ def test_a_cross_site_form_post_is_refused(server: ServerProcess) -> None:
                         headers={"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"})
     assert answer.status_code == 403 and b"AccessDenied" in answer.content
 
+
+
+def test_compressed_bodies_are_inflated_within_bounds(server: ServerProcess) -> None:
+    import httpx
+
+    headers = {"X-Amz-Target": "GraniteServiceVersion20100801.ListMetrics", "Content-Type":
+               "application/x-amz-json-1.0", "Content-Encoding": "gzip"}
+    small = httpx.post(server.url + "/", content=gzip.compress(b'{"Namespace": "None/Here"}'), headers=headers)
+    assert small.status_code == 200 and small.json() == {"Metrics": []}
+    bomb = gzip.compress(b"{" + b" " * (40 << 20) + b"}")  # 40 KB that would be 40 MB
+    refused = httpx.post(server.url + "/", content=bomb, headers=headers)
+    assert refused.status_code == 413 and refused.json()["__type"] == "RequestEntityTooLarge"
+    damaged = httpx.post(server.url + "/", content=gzip.compress(b"{}")[:-6], headers=headers)
+    assert damaged.status_code == 400 and damaged.json()["__type"] == "SerializationException"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+import zlib
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
@@ -80,6 +81,14 @@ class Gateway:
         refused = self._refusal(request, headers, query, hashlib.sha256(body).hexdigest(), service.signing_name)
         if refused is not None:
             return protocol.error(service, *_auth_error(kind, refused), 403, request_id)
+        if headers.get("content-encoding", "").strip().lower() == "gzip":  # botocore compresses large bodies
+            try:
+                body = _gunzipped(body)
+            except PayloadTooLarge as exc:
+                return protocol.error(service, "RequestEntityTooLarge", exc.message, 413, request_id)
+            except (OSError, EOFError, zlib.error) as exc:
+                return protocol.error(service, "SerializationException", f"the gzip body is damaged: {exc}", 400,
+                                      request_id)
         found = api.SERVICES[service.api_name].get(operation)
         if found is None:
             return _unknown_operation(protocol, service, operation, request_id)
@@ -218,6 +227,17 @@ async def _body(request: Request) -> bytes:
         if len(data) > MAX_BODY_BYTES:
             raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES >> 20} MiB")
     return bytes(data)
+
+
+def _gunzipped(body: bytes) -> bytes:
+    """A gzip body inflated, refused past MAX_BODY_BYTES (a small body may inflate to a huge one)."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    data = inflater.decompress(body, MAX_BODY_BYTES + 1)
+    if len(data) > MAX_BODY_BYTES or inflater.unconsumed_tail:
+        raise PayloadTooLarge(f"the request body inflates to over {MAX_BODY_BYTES >> 20} MiB")
+    if not inflater.eof:
+        raise EOFError("it ends before its last block")
+    return data
 
 
 def _unknown_operation(protocol: Protocol, service: Service, operation: str, request_id: str) -> Response:
