@@ -16,6 +16,17 @@
     ├── LogsError                       (CloudWatch Logs codes)  400
     │   ├── LogResourceNotFound         ResourceNotFoundException
     │   └── InvalidParameterException   InvalidParameterException
+    ├── S3Error                         (S3's codes)             its own
+    │   ├── NoSuchBucket                NoSuchBucket             404
+    │   ├── NoSuchKey                   NoSuchKey                404
+    │   ├── NoSuchUpload                NoSuchUpload             404
+    │   ├── BucketAlreadyOwnedByYou     BucketAlreadyOwnedByYou  409
+    │   ├── BucketNotEmpty              BucketNotEmpty           409
+    │   ├── InvalidBucketName           InvalidBucketName        400
+    │   ├── InvalidObjectKey            InvalidArgument, KeyTooLongError 400
+    │   ├── InvalidRange                InvalidRange             416
+    │   ├── InvalidPart                 InvalidPart, InvalidPartOrder, EntityTooSmall 400
+    │   └── BadDigest                   BadDigest                400
     └── HttpError                       (the server's own)
         ├── Unauthorized                Unauthorized             401
         ├── Forbidden                   Forbidden                403
@@ -164,3 +175,70 @@ class MethodNotAllowed(HttpError):
 class PayloadTooLarge(HttpError):
     code = "PayloadTooLarge"
     http_status = 413
+
+
+class S3Error(TrainmonError):
+    """The object store's errors (``store/objects.py``), with S3's codes and statuses; S3's XML error
+    also names the bucket, key or upload it is about."""
+
+    code = "InvalidArgument"
+    http_status = 400
+
+    def __init__(self, message: str, *, code: str | None = None, bucket: str | None = None,
+                 key: str | None = None, upload_id: str | None = None, http_status: int | None = None,
+                 details: dict[str, str] | None = None) -> None:
+        super().__init__(message, code=code)
+        self.bucket, self.key, self.upload_id = bucket, key, upload_id
+        self.details = details or {}  # more elements of S3's XML error (InvalidRange's ActualObjectSize)
+        if http_status is not None:
+            self.http_status = http_status
+
+
+class NoSuchBucket(S3Error):
+    code = "NoSuchBucket"
+    http_status = 404
+
+
+class NoSuchKey(S3Error):
+    code = "NoSuchKey"
+    http_status = 404
+
+
+class NoSuchUpload(S3Error):
+    code = "NoSuchUpload"
+    http_status = 404
+
+
+class BucketAlreadyOwnedByYou(S3Error):
+    code = "BucketAlreadyOwnedByYou"
+    http_status = 409
+
+
+class BucketNotEmpty(S3Error):
+    code = "BucketNotEmpty"
+    http_status = 409
+
+
+class InvalidBucketName(S3Error):
+    code = "InvalidBucketName"
+
+
+class InvalidObjectKey(S3Error):
+    """A key that names no file: too long (``KeyTooLongError``), or a segment a path cannot hold."""
+
+
+class InvalidRange(S3Error):
+    code = "InvalidRange"
+    http_status = 416
+
+
+class InvalidPart(S3Error):
+    """A CompleteMultipartUpload list S3 would refuse (``InvalidPart``, ``InvalidPartOrder``, ``EntityTooSmall``)."""
+
+    code = "InvalidPart"
+
+
+class BadDigest(S3Error):
+    """The bytes do not match the digest the client sent (Content-MD5 or an x-amz-checksum-*)."""
+
+    code = "BadDigest"

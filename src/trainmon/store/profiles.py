@@ -51,8 +51,27 @@ def _filesystem(location: str) -> tuple[Any, str]:
 
     if "://" not in location:
         return fsspec.filesystem("file"), str(Path(location).expanduser().resolve())
+    local = _in_own_bucket(location)
+    if local is not None:
+        return fsspec.filesystem("file"), str(local)
     fs, path = fsspec.core.url_to_fs(location)
     return fs, path
+
+
+def _in_own_bucket(location: str) -> Path | None:
+    """Where ``s3://bucket/prefix`` lies when the bucket is one of trainmon's own S3 subset (what a
+    job created through the AWS endpoint names); None for any other location, which fsspec reaches."""
+    if not location.startswith("s3://"):
+        return None
+    from . import objects
+
+    try:
+        bucket, key = objects.parse_uri(location)
+        store = objects.ObjectStore()
+        store.head_bucket(bucket)
+    except (objects.S3Error, ValidationException):
+        return None
+    return store.root / bucket / key.strip("/")
 
 
 def check_location(location: str) -> None:

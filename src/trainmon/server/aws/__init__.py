@@ -32,7 +32,7 @@ from ...errors import PayloadTooLarge, TrainmonError
 from ...store import Store
 from .. import auth
 from .protocols import BY_TARGET, PROTOCOLS, QUERY_SERVICES, Protocol, SerializationError, Service
-from .sigv4 import SignatureError, Signed, claimed, decoded_query, verify
+from .sigv4 import SignatureError, Signed, claimed, decoded_query, is_presigned_v2, verify, verify_presigned_v2
 
 MAX_BODY_BYTES = 20 << 20
 log = logging.getLogger(__name__)
@@ -110,9 +110,14 @@ class Gateway:
                   request_id: str) -> Response:
         payload = headers.get("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
         refused = self._refusal(request, headers, query, payload, "s3")
-        if refused is not None:
-            return _s3_error(*_auth_error("s3", refused), 403, request_id, head=request.method == "HEAD")
-        return _s3_error("NotImplemented", "the S3 subset is not served yet", 501, request_id)
+        if refused is not None:  # the body is left unread, so the connection cannot go on after it
+            refusal = _s3_error(*_auth_error("s3", refused), 403, request_id, head=request.method == "HEAD")
+            refusal.headers["connection"] = "close"
+            return refusal
+        from . import s3
+
+        response: Response = await s3.handle(request, self.store.home)
+        return response
 
     def _refusal(self, request: Request, headers: dict[str, str], query: list[tuple[str, str]], payload_hash: str,
                  signing_name: str) -> SignatureError | None:
@@ -126,6 +131,13 @@ class Gateway:
         keys = self._issued()
         if not keys and not self.settings.require_signatures:
             return None  # loopback, no key issued: any signer (or none) is this machine's user
+        if signed is None and signing_name == "s3" and is_presigned_v2(query):
+            try:
+                verify_presigned_v2(request.method, _raw_path(request), query, headers,
+                                    lambda key: keys[key].SecretAccessKey if key in keys else None)
+            except SignatureError as exc:
+                return exc
+            return None
         if signed is None:
             return SignatureError("missing", "Missing Authentication Token")
         return _checked(signed, request, query, headers, payload_hash, keys, signing_name)
@@ -144,16 +156,21 @@ class Gateway:
 
 def _checked(signed: Signed, request: Request, query: list[tuple[str, str]], headers: dict[str, str],
              payload_hash: str, keys: dict[str, access_keys.AccessKey], signing_name: str) -> SignatureError | None:
-    raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
     key = keys.get(signed.access_key)
     try:
-        verify(signed, request.method, raw_path.split("?", 1)[0], query, headers, payload_hash,
+        verify(signed, request.method, _raw_path(request), query, headers, payload_hash,
                lambda _: key.SecretAccessKey if key is not None else None)
     except SignatureError as exc:
         return exc
     if signed.service != signing_name:
         return SignatureError("mismatch", f"Credential should be scoped to correct service: '{signing_name}'.")
     return None
+
+
+def _raw_path(request: Request) -> str:
+    """The path as the client sent it, still percent-encoded (what it signed)."""
+    raw: bytes = request.scope.get("raw_path") or request.url.path.encode()
+    return raw.decode("latin-1").split("?", 1)[0]
 
 
 def classify(scope: Scope) -> str | None:
@@ -170,8 +187,9 @@ def classify(scope: Scope) -> str | None:
         if scope["method"] == "POST" and scope["path"] == "/":
             return "query"
         return "s3" if b"/s3/" in authorization else None
-    if b"X-Amz-Credential=" in scope.get("query_string", b""):
-        return "s3"  # a presigned URL
+    query = scope.get("query_string", b"")
+    if b"X-Amz-Credential=" in query or (b"AWSAccessKeyId=" in query and b"Signature=" in query):
+        return "s3"  # a presigned URL (Signature Version 4 or 2)
     content_type = headers.get(b"content-type", b"")
     if scope["method"] == "POST" and scope["path"] == "/" and content_type.startswith(b"application/x-www-form"):
         return "query"

@@ -10,6 +10,7 @@ minutes of the server's clock, as AWS requires.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import re
@@ -73,6 +74,44 @@ def claimed(headers: dict[str, str], query: list[tuple[str, str]]) -> Signed | N
                                               "X-Amz-Signature, X-Amz-Date and a whole X-Amz-Expires") from None
         return Signed(**{**signed.__dict__, "presigned": True, "expires_s": expires})
     return None
+
+
+def verify_presigned_v2(method: str, raw_path: str, query: list[tuple[str, str]], headers: dict[str, str],
+                        secret_for: Callable[[str], str | None], now: float | None = None) -> None:
+    """An S3 URL presigned with Signature Version 2 (``AWSAccessKeyId``, ``Expires``,
+    ``Signature``: what boto3's ``generate_presigned_url`` gives for S3 by default): the HMAC-SHA1
+    of the method, Content-MD5, Content-Type, the expiry and the resource (the path as sent, with
+    the subresources it names)."""
+    fields = dict(query)
+    secret = secret_for(fields.get("AWSAccessKeyId", ""))
+    if secret is None:
+        raise SignatureError("unknown-key", "the access key is not one this server issued")
+    try:
+        expires = int(fields["Expires"])
+    except (KeyError, ValueError):
+        raise SignatureError("malformed", "a presigned URL needs a whole Expires") from None
+    if (time.time() if now is None else now) > expires:
+        raise SignatureError("expired", "Request has expired")
+    named = sorted((key, value) for key, value in query if key in _SUBRESOURCES)
+    resource = raw_path + ("?" + "&".join(f"{k}={v}" if v else k for k, v in named) if named else "")
+    amz = sorted((name, value.strip()) for name, value in headers.items() if name.startswith("x-amz-"))
+    text = "\n".join([method.upper(), headers.get("content-md5", ""), headers.get("content-type", ""), str(expires),
+                      *(f"{name}:{value}" for name, value in amz), resource])
+    expected = base64.b64encode(hmac.new(secret.encode(), text.encode(), hashlib.sha1).digest()).decode()
+    if not hmac.compare_digest(expected, fields.get("Signature", "")):
+        raise SignatureError("mismatch", "The request signature we calculated does not match the signature you "
+                                         "provided. Check your key and signing method.")
+
+
+_SUBRESOURCES = frozenset({"acl", "lifecycle", "location", "logging", "notification", "partNumber", "policy",
+                           "requestPayment", "torrent", "uploadId", "uploads", "versionId", "versioning", "versions",
+                           "website", "response-content-type", "response-content-language", "response-expires",
+                           "response-cache-control", "response-content-disposition", "response-content-encoding"})
+
+
+def is_presigned_v2(query: list[tuple[str, str]]) -> bool:
+    names = {key for key, _ in query}
+    return {"AWSAccessKeyId", "Signature", "Expires"} <= names
 
 
 def _signed(credential: str, signed_headers: str, signature: str, amz_date: str) -> Signed:
