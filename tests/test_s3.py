@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from trainmon import access_keys
 from trainmon.errors import ValidationException
-from trainmon.server.aws import s3 as s3_protocol
+from trainmon.server.aws import bodies
 from trainmon.store.objects import resolve
 
 from .conftest import start_server
@@ -327,7 +327,7 @@ def test_aws_chunked_framing_comes_off_wherever_the_pieces_break(data: bytes, ch
     body = b"".join(b"%x%s\r\n%s\r\n" % (len(chunk), extension, chunk) for chunk in chunks[:-1])
     body += b"0%s\r\n" % extension + (b"x-amz-checksum-crc32:" + _crc32(data).encode() + b"\r\n" if trailer else b"")
     body += b"\r\n"
-    decoder = s3_protocol.AwsChunked()
+    decoder = bodies.AwsChunked()
     edges = sorted({0, len(body), *(cut for cut in cuts if cut < len(body))})
     decoded = b"".join(b"".join(decoder.feed(body[start:end])) for start, end in zip(edges, edges[1:], strict=False))
     assert decoded == data

@@ -15,10 +15,8 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import hashlib
 import logging
 import secrets
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,8 +32,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ...errors import BadDigest, InvalidRange, S3Error, TrainmonError
+from ...errors import InvalidRange, S3Error, TrainmonError
 from ...store.objects import LIST_MOST_KEYS, Listing, ObjectInfo, ObjectStore, StagedFile, check_key
+from .bodies import AwsChunked, Checksum, check_md5, incomplete
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,7 +43,6 @@ NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
 REGION = "us-east-1"
 READ_CHUNK_BYTES = 1024 * 1024
 XML_BODY_MOST_BYTES = 10 * 1024 * 1024
-CHUNK_LINE_MOST_BYTES = 4096
 OWNER_ID = "trainmon"
 # Query parameters that are an operation's members, not a subresource naming another operation.
 _MEMBERS = frozenset({"prefix", "delimiter", "marker", "max-keys", "encoding-type", "list-type", "continuation-token",
@@ -529,151 +527,13 @@ async def _list_multipart_uploads(request: Request, store: ObjectStore, target: 
 # -- request bodies ---------------------------------------------------------------------------
 
 
-class _Checksum:
-    """The x-amz-checksum-* a client sent (in a header or an aws-chunked trailer), taken again over the
-    bytes as they arrive where the algorithm is at hand (CRC32, SHA1, SHA256; CRC32C and CRC64NVME
-    are kept as sent)."""
-
-    def __init__(self, algorithm: str | None) -> None:
-        self.algorithm = algorithm
-        self.sent: str | None = None
-        self._crc32 = 0
-        self._hash = hashlib.new(algorithm.lower()) if algorithm in ("SHA1", "SHA256") else None
-
-    @classmethod
-    def of(cls, request: Request) -> _Checksum:
-        names = [name for name in request.headers if name.startswith("x-amz-checksum-")
-                 and name not in ("x-amz-checksum-mode", "x-amz-checksum-type", "x-amz-checksum-algorithm")]
-        trailer = request.headers.get("x-amz-trailer", "").strip().lower()
-        named = names[0] if names else trailer if trailer.startswith("x-amz-checksum-") else None
-        checksum = cls(named.removeprefix("x-amz-checksum-").upper() if named else None)
-        if names:
-            checksum.sent = request.headers[names[0]]
-        return checksum
-
-    def update(self, data: bytes) -> None:
-        if self.algorithm == "CRC32":
-            self._crc32 = zlib.crc32(data, self._crc32)
-        elif self._hash is not None:
-            self._hash.update(data)
-
-    def computed(self) -> str | None:
-        if self.algorithm == "CRC32":
-            return base64.b64encode(self._crc32.to_bytes(4, "big")).decode()
-        return base64.b64encode(self._hash.digest()).decode() if self._hash is not None else None
-
-    def verify(self, trailers: Mapping[str, str]) -> None:
-        if self.algorithm is None:
-            return
-        self.sent = trailers.get(f"x-amz-checksum-{self.algorithm.lower()}", self.sent)
-        computed = self.computed()
-        if self.sent is not None and computed is not None and self.sent != computed:
-            raise BadDigest(f"The {self.algorithm} you specified did not match the calculated checksum.")
-
-    def value(self) -> str | None:
-        return self.computed() or self.sent if self.algorithm else None
-
-    def stored(self) -> dict[str, str]:
-        value = self.value()
-        return {self.algorithm: value} if self.algorithm and value else {}
-
-    def reply(self) -> dict[str, str]:
-        return {f"x-amz-checksum-{name.lower()}": value for name, value in self.stored().items()}
-
-
-class AwsChunked:
-    """The framing of an ``aws-chunked`` body taken off as it arrives: chunks of
-    ``hex-size[;chunk-signature=...]\\r\\n`` then the bytes and ``\\r\\n``, a chunk of size 0, then
-    trailer lines (``x-amz-checksum-crc32:...``) and an empty line."""
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-        self._state = "size"
-        self._left = 0
-        self.trailers: dict[str, str] = {}
-
-    def feed(self, data: bytes) -> list[bytes]:
-        self._buffer += data
-        out: list[bytes] = []
-        while self._step(out):
-            pass
-        return out
-
-    def finish(self) -> dict[str, str]:
-        if self._state == "trailer" and self._buffer.strip():
-            self._trailer_line(bytes(self._buffer))  # a last trailer line without its line break
-        elif self._state not in ("trailer", "done"):
-            raise _incomplete("the aws-chunked body ended inside a chunk")
-        return self.trailers
-
-    def _step(self, out: list[bytes]) -> bool:
-        if self._state == "data":
-            if not self._buffer:
-                return False
-            taken = bytes(self._buffer[:self._left])
-            del self._buffer[:len(taken)]
-            self._left -= len(taken)
-            out.append(taken)
-            if self._left == 0:
-                self._state = "end"
-            return True
-        if self._state == "end":
-            if len(self._buffer) < 2:
-                return False
-            if self._buffer[:2] != b"\r\n":
-                raise _incomplete("an aws-chunked chunk is longer than its size says")
-            del self._buffer[:2]
-            self._state = "size"
-            return True
-        if self._state == "done":
-            self._buffer.clear()
-            return False
-        line = self._line()
-        if line is None:
-            return False
-        if self._state == "size":
-            self._size_line(line)
-        elif not line:
-            self._state = "done"
-        else:
-            self._trailer_line(line)
-        return True
-
-    def _line(self) -> bytes | None:
-        end = self._buffer.find(b"\r\n")
-        if end < 0:
-            if len(self._buffer) > CHUNK_LINE_MOST_BYTES:
-                raise _incomplete("an aws-chunked line is too long")
-            return None
-        line = bytes(self._buffer[:end])
-        del self._buffer[:end + 2]
-        return line
-
-    def _size_line(self, line: bytes) -> None:
-        try:
-            size = int(line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise _incomplete(f"an aws-chunked chunk size is not hexadecimal: {line[:40]!r}") from None
-        self._left = size
-        self._state = "data" if size else "trailer"
-
-    def _trailer_line(self, line: bytes) -> None:
-        name, _, value = line.decode("latin-1").partition(":")
-        self.trailers[name.strip().lower()] = value.strip()
-
-
-def _incomplete(why: str) -> S3Error:
-    return S3Error(f"You did not provide the number of bytes specified by the Content-Length HTTP header: {why}.",
-                   code="IncompleteBody")
-
-
-async def _receive(request: Request, store: ObjectStore) -> tuple[StagedFile, _Checksum]:
+async def _receive(request: Request, store: ObjectStore) -> tuple[StagedFile, Checksum]:
     """The request's body in a staged file, its framing off and its digests checked."""
     headers = request.headers
     chunked = headers.get("x-amz-content-sha256", "").startswith("STREAMING-") or \
         "aws-chunked" in headers.get("content-encoding", "")
     decoder = AwsChunked() if chunked else None
-    checksum = _Checksum.of(request)
+    checksum = Checksum.of(request)
     staged = await _run(store.staging)
     try:
         async for piece in request.stream():
@@ -683,23 +543,12 @@ async def _receive(request: Request, store: ObjectStore) -> tuple[StagedFile, _C
         checksum.verify(decoder.finish() if decoder is not None else {})
         declared = headers.get("x-amz-decoded-content-length") if chunked else headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) != staged.size_bytes:
-            raise _incomplete(f"{staged.size_bytes} bytes came, {declared} were declared")
-        _check_md5(headers.get("content-md5"), staged)
+            raise incomplete(f"{staged.size_bytes} bytes came, {declared} were declared")
+        check_md5(headers.get("content-md5"), staged)
     except BaseException:
         staged.discard()
         raise
     return staged, checksum
-
-
-def _check_md5(sent: str | None, staged: StagedFile) -> None:
-    if sent is None:
-        return
-    try:
-        expected = base64.b64decode(sent, validate=True).hex()
-    except binascii.Error:
-        raise S3Error("The Content-MD5 you specified was invalid.", code="InvalidDigest") from None
-    if expected != staged.md5_hex:
-        raise BadDigest("The Content-MD5 you specified did not match what we received.")
 
 
 async def _small_body(request: Request) -> bytes:
