@@ -1,4 +1,4 @@
-"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [aws] [--scale S] [--flood-mb N] [--strict]``"""
+"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [aws] [rules] [alarms] [--scale S] [--flood-mb N] [--strict]``"""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import subprocess
 import sys
 import time
 
-from . import aws, capture, extraction, latency, monitor, readback, series, server, store
+from . import alarms, aws, capture, extraction, latency, monitor, readback, rules, series, server, store
 from .common import ROOT, Report
 
-BENCHMARKS = ("extraction", "capture", "latency", "monitor", "store", "series", "readback", "server", "aws")
+BENCHMARKS = ("extraction", "capture", "latency", "monitor", "store", "series", "readback", "server", "aws", "rules",
+              "alarms")
 
 
 def _revision() -> str:
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     reports: list[Report] = []
     modules = {"extraction": extraction, "capture": capture, "latency": latency, "monitor": monitor,
-               "store": store, "series": series, "readback": readback, "server": server, "aws": aws}
+               "store": store, "series": series, "readback": readback, "server": server, "aws": aws,
+               "rules": rules, "alarms": alarms}
     for name in names:
         if name == "capture":
             reports.append(capture.run(args.scale, args.flood_mb))

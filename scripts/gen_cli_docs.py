@@ -86,7 +86,9 @@ def render() -> str:
         f"- [`trainmon {name}`](#trainmon-{name}): {sub.description or ''}" for name, sub in commands
     )
     sections = [_section("trainmon", parser)]
-    sections += [_section(f"trainmon {name}", sub) for name, sub in commands]
+    for name, sub in commands:
+        sections.append(_section(f"trainmon {name}", sub))
+        sections += [_section(f"trainmon {name} {action}", nested) for action, nested in subcommands(sub)]
     return f"{HEADER}\n{index}\n\n" + "\n".join(sections)
 
 

@@ -307,9 +307,9 @@ def test_cloudwatch_over_cbor_and_query(protocol: str, aws_env: ServerProcess, t
     assert cw.meta.service_model.protocol == protocol
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     cw.put_metric_data(Namespace="Wire/Proto", MetricData=[
-        {"MetricName": "lat", "Value": value, "Timestamp": now - dt.timedelta(seconds=i), "Unit": "Milliseconds",
+        {"MetricName": "lat", "Value": value, "Timestamp": now, "Unit": "Milliseconds",  # one period, always
          "Dimensions": [{"Name": "Host", "Value": "h"}], "StorageResolution": 1}
-        for i, value in enumerate([1.0, 2.0, 6.0])])
+        for value in (1.0, 2.0, 6.0)])
     listed = cw.list_metrics(Namespace="Wire/Proto")["Metrics"]
     assert listed == [{"Namespace": "Wire/Proto", "MetricName": "lat", "Dimensions": [{"Name": "Host", "Value": "h"}]}]
     stats = cw.get_metric_statistics(Namespace="Wire/Proto", MetricName="lat", Dimensions=[{"Name": "Host",

@@ -150,12 +150,52 @@ def test_duplicate_and_invalid_requests(home: Path, script) -> None:
         sm.create_training_job(**_request("client-bad", train, Bogus=1))
     with pytest.raises(ValidationException, match="HyperParameters"):
         sm.create_training_job(**_request("client-bad", train, HyperParameters={"lr": 0.1}))
-    with pytest.raises(ValidationException, match="only local paths and file:// URIs"):
+    with pytest.raises(ValidationException, match="only local paths, file:// URIs and s3:// URIs"):
+        sm.create_training_job(**_request("client-bad", train, OutputDataConfig={"S3OutputPath": "https://bucket/x"}))
+    with pytest.raises(ValidationException, match="The specified bucket does not exist"):
         sm.create_training_job(**_request("client-bad", train, OutputDataConfig={"S3OutputPath": "s3://bucket/x"}))
     with pytest.raises(ValueError, match="Unknown service"):
         trainmon.client("ec2")
     sm.get_waiter("training_job_completed_or_stopped").wait(
         TrainingJobName="client-dup", WaiterConfig={"Delay": 0.2, "MaxAttempts": 200})
+
+
+LATENCY = [{"Name": "latency", "Regex": r"latency=([0-9.]+)ms/step"},
+           {"Name": "latency", "Regex": r"latency=([0-9.]+)s/step"}]
+
+
+def test_definitions_sharing_a_name_through_the_client_and_the_dry_run(home: Path, script) -> None:
+    train = script('print("latency=250ms/step")\nprint("latency=5ms/step latency=0.1s/step")\n')
+    sm, tm = trainmon.client("sagemaker"), trainmon.client("trainmon")
+    request = _request("client-latency", train)
+    request["AlgorithmSpecification"]["MetricDefinitions"] = LATENCY
+    sm.create_training_job(**request)  # accepted: SageMaker's answer has no room for a warning; the job keeps it
+    sm.get_waiter("training_job_completed_or_stopped").wait(
+        TrainingJobName="client-latency", WaiterConfig={"Delay": 0.2, "MaxAttempts": 200})
+    metrics = tm.describe_job_metrics(TrainingJobName="client-latency")
+    (warning,) = metrics["Warnings"]
+    assert warning.startswith("MetricDefinitions[1] and MetricDefinitions[2] share the name 'latency'")
+    assert [d["Matches"] for d in metrics["Definitions"]] == [2, 1]
+    found = tm.get_job_metric_points(TrainingJobName="client-latency")["Points"]
+    assert [(p["Record"], p["Value"]) for p in found] == [(1, 250.0), (2, 5.0), (2, 0.1)]
+    assert found[1]["Timestamp"] == found[2]["Timestamp"]
+
+    dry = tm.test_metric_definitions(MetricDefinitions=LATENCY, LogText="latency=250ms/step\nlatency=0.3s/step\n")
+    assert dry["Warnings"] == [warning]
+    assert [(p["Line"], p["MetricName"], p["Definition"], p["Value"]) for p in dry["Points"]] == [
+        (1, "latency", 1, 250.0), (2, "latency", 2, 0.3)]
+    assert [(d["Name"], d["Matches"], d["UnmatchedExamples"]) for d in dry["Definitions"]] == [
+        ("latency", 1, ["latency=0.3s/step"]), ("latency", 1, ["latency=250ms/step"])]
+
+
+def test_an_exact_repeat_in_the_dry_run_gives_every_point_twice_and_a_warning(home: Path) -> None:
+    loss = {"Name": "loss", "Regex": r"loss=(\S+)"}
+    dry = trainmon.client("trainmon").test_metric_definitions(MetricDefinitions=[loss, loss], LogText="loss=0.5\n")
+    assert [(p["Definition"], p["Value"]) for p in dry["Points"]] == [(1, 0.5), (2, 0.5)]
+    assert dry["Warnings"] == [
+        "MetricDefinitions[2] ('loss') repeats MetricDefinitions[1] exactly (same Name and Regex): both are kept, so "
+        "each record they match gives 'loss' two equal points; remove one of them."]
+    assert trainmon.client("trainmon").test_metric_definitions(MetricDefinitions=[loss], LogText="")["Warnings"] == []
 
 
 def test_training_image_directory_with_train_executable(home: Path, tmp_path: Path) -> None:

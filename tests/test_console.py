@@ -336,6 +336,43 @@ def test_compare_two_jobs(server: ServerProcess, page: Any, script: Callable[[st
                            " && c.series.every(s => s.points > 0) && c.xMax <= 29; }")
 
 
+LATENCY = [{"Name": "latency", "Regex": r"latency=([0-9.]+)ms/step"},
+           {"Name": "latency", "Regex": r"latency=([0-9.]+)s/step"}]
+
+
+def test_definitions_sharing_a_name_show_their_warning_and_their_own_rows(
+        server: ServerProcess, page: Any, script: Callable[[str], Path]) -> None:
+    # the tester: each row has its own definition's values, and the warning is above them
+    page.goto(server.url + "/new")
+    page.fill("[data-row=metric] input[name=Name]", "latency")
+    page.fill("[data-row=metric] input[name=Regex]", LATENCY[0]["Regex"])
+    page.click("button[name=add-metric]")
+    page.locator("[data-row=metric]").nth(1).locator("input[name=Name]").fill("latency")
+    page.locator("[data-row=metric]").nth(1).locator("input[name=Regex]").fill(LATENCY[1]["Regex"])
+    page.fill("textarea[name=sample]", "latency=250ms/step\nlatency=0.3s/step\nlatency=0.5s/step\n")
+    rows = page.locator(".tester-def[data-name=latency]")
+    expect(rows.nth(1).locator("[data-matches]")).to_have_attribute("data-matches", "2")
+    expect(rows.nth(0).locator(".values")).to_have_text("250")
+    expect(rows.nth(1).locator(".values")).to_have_text("0.3, 0.5")
+    expect(page.locator(".definition-warnings")).to_contain_text(
+        "MetricDefinitions[1] and MetricDefinitions[2] share the name 'latency'")
+
+    # the job page: one chart for the metric, each definition's diagnostics in its own row
+    create_job(server, "latency", script('print("latency=250ms/step")\nprint("latency=0.3s/step")\n'
+                                         'print("latency=7ms/step")\nprint("latency=5ms/step latency=0.1s/step")\n'),
+               definitions=LATENCY)
+    wait_status(server, "latency", {"Completed"}, page)
+    page.goto(server.url + "/jobs/latency")
+    expect(page.locator(".definition-warnings")).to_contain_text("share the name 'latency'")
+    definitions = page.locator("tr[data-definition=latency]")
+    expect(definitions.nth(0)).to_contain_text(LATENCY[0]["Regex"])
+    expect(definitions.nth(0).locator("td.num")).to_have_text("3")
+    expect(definitions.nth(1)).to_contain_text(LATENCY[1]["Regex"])
+    expect(definitions.nth(1).locator("td.num")).to_have_text("2")
+    expect(page.locator("section.chart[data-metric=latency]")).to_have_count(1)
+    expect(page.locator("section.chart[data-metric=latency]")).to_have_attribute("data-points", "5")
+
+
 def test_stop_a_job(server: ServerProcess, page: Any, train: Path) -> None:
     create_job(server, "stop-me", train)
     # a jobs page open meanwhile sees the status change live

@@ -31,7 +31,6 @@ def test_sagemaker_shape_is_accepted() -> None:
         ([{"Name": "loss", "Regex": ""}], '"Regex" must be a non-empty string'),
         ([{"Name": "loss", "Regex": "loss=(.*"}], "does not compile: missing ), unterminated subpattern at position 5"),
         ([{"Name": "loss", "Regex": "loss=\\S+"}], "no capture group"),
-        ([{"Name": "loss", "Regex": "a(1)"}, {"Name": "loss", "Regex": "b(1)"}], "name already used by MetricDefinitions[1]"),
         ([{"Name": "loss", "Regex": "a(1)", "Regexp": "x"}], "unknown field(s) 'Regexp'"),
         (["loss"], 'MetricDefinitions[1] must be an object'),
     ],
@@ -73,8 +72,47 @@ def test_short_form_splits_at_first_equals() -> None:
 def test_tab_in_regex_warns_with_the_escaped_form() -> None:
     defs = validate_definitions([{"Name": "rmse", "Regex": "\\tvalidation-rmse:(\\S+)"}])
     (warning,) = definition_warnings(defs, escapes_control=True)
-    assert "#011" in warning
+    assert warning.startswith("MetricDefinitions[1] ('rmse'): its regex contains a tab") and "#011" in warning
     assert definition_warnings(defs, escapes_control=False) == []
+
+
+LATENCY = [{"Name": "latency", "Regex": "latency=([0-9.]+)ms/step"}, {"Name": "latency", "Regex": "latency=([0-9.]+)s/step"}]
+
+
+def test_definitions_sharing_a_name_are_accepted_in_order_with_one_warning() -> None:
+    # AWS's own examples feed one metric from two regexes (ms/step and s/step)
+    defs = validate_definitions([*LATENCY, {"Name": "loss", "Regex": r"loss=(\S+)"}])
+    assert [d.to_api() for d in defs] == [*LATENCY, {"Name": "loss", "Regex": r"loss=(\S+)"}]
+    for escapes in (True, False):
+        assert definition_warnings(defs, escapes_control=escapes) == [
+            "MetricDefinitions[1] and MetricDefinitions[2] share the name 'latency': each feeds the one metric "
+            "'latency' (as on SageMaker), and a record matched by more than one of them gives it a point from each, "
+            "with the same timestamp."
+        ]
+
+
+def test_an_exact_repeat_is_kept_with_a_warning_of_its_own() -> None:
+    loss = {"Name": "loss", "Regex": r"loss=(\S+)"}
+    defs = validate_definitions([loss, {"Name": "acc", "Regex": r"acc=(\S+)"}, loss])
+    assert [d.to_api() for d in defs] == [loss, {"Name": "acc", "Regex": r"acc=(\S+)"}, loss]
+    assert definition_warnings(defs, escapes_control=True) == [
+        "MetricDefinitions[3] ('loss') repeats MetricDefinitions[1] exactly (same Name and Regex): both are kept, "
+        "so each record they match gives 'loss' two equal points; remove one of them."
+    ]
+
+
+def test_a_name_three_definitions_share_one_of_them_repeated_gives_both_warnings_in_order() -> None:
+    defs = validate_definitions([LATENCY[0], LATENCY[1], {"Name": "x", "Regex": "x(1)"}, LATENCY[0]])
+    shared, repeated = definition_warnings(defs, escapes_control=True)
+    assert shared.startswith("MetricDefinitions[1], MetricDefinitions[2] and MetricDefinitions[4] share the name")
+    assert repeated.startswith("MetricDefinitions[4] ('latency') repeats MetricDefinitions[1] exactly")
+
+
+def test_definitions_sharing_a_name_are_still_each_validated() -> None:
+    with pytest.raises(ValidationException) as info:
+        validate_definitions([LATENCY[0], {"Name": "latency", "Regex": "latency=\\S+"}])
+    assert info.value.message.endswith("MetricDefinitions[2] ('latency'): regex has no capture group; "
+                                       "put the value in parentheses, e.g. 'loss=(\\S+)'.")
 
 
 @pytest.mark.parametrize(

@@ -104,6 +104,17 @@ def test_image_directory_with_train_and_channel_as_a_path(home: Path, tmp_path: 
     assert estimator.latest_training_job.describe()["FinalMetricDataList"][0]["Value"] == 2.0
 
 
+def test_fit_warns_of_definitions_that_share_a_name_and_both_feed_the_metric(home: Path, source: Path) -> None:
+    shared = [{"Name": "error", "Regex": "Train_error=(.*?);"}, {"Name": "error", "Regex": r"loss=(\S+)"}]
+    estimator = Estimator(entry_point="train.py", source_dir=str(source), hyperparameters={"epochs": 2},
+                          metric_definitions=shared)
+    with pytest.warns(UserWarning, match=r"MetricDefinitions\[1\] and MetricDefinitions\[2\] share the name 'error'"):
+        estimator.fit(logs=False)
+    frame = estimator.training_job_analytics.dataframe()
+    assert frame["metric_name"].tolist() == ["error"] * 3  # one series, each point once
+    assert frame["value"].tolist() == [1.0, 0.5, 0.25]
+
+
 def test_bad_arguments_get_clear_errors(home: Path, source: Path) -> None:
     with pytest.raises(TypeError, match="unexpected keyword argument"):
         Estimator(image_uri="python x.py", colour="blue")

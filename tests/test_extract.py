@@ -105,6 +105,40 @@ def test_one_record_yields_a_point_per_definition_and_search_finds_first_match()
     assert [(p[2], p[3]) for p in found] == [("loss", 1.0), ("acc", 0.9)]
 
 
+def test_definitions_sharing_a_name_each_feed_the_metric_and_keep_their_own_diagnostics() -> None:
+    # AWS's example: one regex for ms/step, one for s/step. A record both match gives a point from each,
+    # in the definitions' order; what each matched and missed stays its own.
+    log = b"step 1 latency=250ms/step\nstep 2 latency=0.3s/step\nlatency=5ms/step latency=0.1s/step\nlatency=fast\n"
+    defs = [("latency", r"latency=([0-9.]+)ms/step"), ("latency", r"latency=([0-9.]+)s/step")]
+    found, extractor = points(log, defs)
+    assert [(p[0], p[2], p[3]) for p in found] == [
+        (1, "latency", 250.0), (2, "latency", 0.3), (3, "latency", 5.0), (3, "latency", 0.1)]
+    assert same(found, naive(log, defs, Mode.TERMINAL))
+    first, second = extractor.stats
+    assert first.literal == second.literal == "latency="  # one prefilter search serves both
+    assert (first.matches, second.matches) == (2, 2)
+    assert first.unmatched_examples == ["step 2 latency=0.3s/step", "latency=fast"]
+    assert second.unmatched_examples == ["step 1 latency=250ms/step", "latency=fast"]
+
+
+def test_definitions_sharing_a_name_each_get_their_own_bounded_engine() -> None:
+    # the same metric from a cheap regex (re up to 1,024 characters) and a costly one (re up to 4, RE2 beyond)
+    defs = [("loss", r"loss=(\d+);"), ("loss", r"loss=a*a*a*a*a*a*a*a*(\d)")]
+    extractor = Extractor(validate_definitions([{"Name": n, "Regex": r} for n, r in defs]))
+    assert [m.python_chars for m in extractor._matchers] == [1024, 4]
+    start = time.perf_counter()
+    found, extractor = points(b"loss=12;\nloss=" + b"a" * 60 + b"7\n", defs)
+    assert time.perf_counter() - start < 5
+    assert [(p[0], p[3]) for p in found] == [(1, 12.0), (1, 1.0), (2, 7.0)]  # both match record 1
+    assert [s.matches for s in extractor.stats] == [1, 2]
+
+
+def test_an_exact_repeat_gives_two_equal_points_per_record() -> None:
+    found, extractor = points(b"loss=0.5\nloss=0.25\n", [("loss", r"loss=(\S+)"), ("loss", r"loss=(\S+)")])
+    assert [(p[0], p[3]) for p in found] == [(1, 0.5), (1, 0.5), (2, 0.25), (2, 0.25)]
+    assert [s.to_json() for s in extractor.stats][0] == [s.to_json() for s in extractor.stats][1]
+
+
 def test_capture_is_stripped_and_rejections_are_counted_with_reasons() -> None:
     log = b"e= 0.5 ;\ne=;\ne=abc;\ne=   ;\n"
     found, extractor = points(log, [("e", r"e=(.*?);")])
@@ -191,6 +225,8 @@ def test_fast_extractor_equals_the_naive_loop(seed: int, mode: Mode) -> None:
         ("pct", r"^(\d+)%"),  # no literal: runs on every record
         ("epoch", r"epoch (\d)"),
         ("overlap", r"loss=a*a*a*a*([0-9.]+)"),  # re on records up to 19 characters, RE2 on the others
+        ("loss", r"(\d+)%\|"),  # a second definition of a name, without a literal
+        ("epoch", r"epoch (\d)"),  # an exact repeat
     ]
     log = _random_log(rng, 400)
     found, _ = points(log, defs, mode, block=rng.choice([64, 1000, 1 << 20]))
@@ -277,7 +313,8 @@ def test_large_files_scanned_on_every_core_give_the_same_points(tmp_path, monkey
     log = _random_log(rng, 3000)
     path = tmp_path / "big.log"
     path.write_bytes(log)
-    defs = [("train:error", r"Train_error=(.*?);"), ("rmse", XGB), ("loss", r"loss=(\S+)"), ("pct", r"^(\d+)%")]
+    defs = [("train:error", r"Train_error=(.*?);"), ("rmse", XGB), ("loss", r"loss=(\S+)"), ("pct", r"^(\d+)%"),
+            ("loss", r"^(\d+)%")]
     definitions = validate_definitions([{"Name": n, "Regex": r} for n, r in defs])
     serial = Extractor(definitions)
     parallel = Extractor(definitions)
@@ -293,7 +330,8 @@ def test_dense_logs_take_the_per_record_path_with_the_same_result(mode: Mode) ->
     lines = [f"step {i} loss={rng.random():.4f}" + ("\tx" if i % 7 == 0 else "") + (" Train_error=0.5;" if i % 3 else "")
              for i in range(20_000)]
     log = ("\n".join(lines) + "\n").encode()
-    defs = [("loss", r"loss=(\S+)"), ("err", r"Train_error=(.*?);"), ("tab", r"#011(x)")]
+    defs = [("loss", r"loss=(\S+)"), ("err", r"Train_error=(.*?);"), ("tab", r"#011(x)"),
+            ("loss", r"Train_error=(.*?);")]  # one name, two literals; one literal, two names
     extractor = Extractor(validate_definitions([{"Name": n, "Regex": r} for n, r in defs]), mode)
     assert extractor._dense(log)
     found = [(p.line, p.offset, p.name, p.value) for p in scan_stream(io.BytesIO(log), extractor)]

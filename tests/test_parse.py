@@ -65,3 +65,32 @@ def test_invalid_definitions_exit_2_with_a_readable_message() -> None:
         "trainmon: ValidationException: Invalid metric definitions:\n"
         "  MetricDefinitions[1] ('x'): regex has no capture group; put the value in parentheses, e.g. 'loss=(\\S+)'."
     )
+
+
+LATENCY_LOG = b"step 1 latency=250ms/step\nstep 2 latency=0.3s/step\nlatency=fast\n"
+
+
+def test_definitions_sharing_a_name_warn_once_and_are_reported_each_by_position() -> None:
+    result = run_cli("parse", "--metric", "latency=latency=([0-9.]+)ms/step", "--metric",
+                     "latency=latency=([0-9.]+)s/step", "--json", "-", input=LATENCY_LOG)
+    assert result.returncode == 0, result.stderr
+    assert [(r["line"], r["name"], r["value"]) for r in map(json.loads, result.stdout.splitlines())] == [
+        (1, "latency", 250.0), (2, "latency", 0.3)]
+    warning = ("trainmon: warning: MetricDefinitions[1] and MetricDefinitions[2] share the name 'latency': each feeds "
+               "the one metric 'latency' (as on SageMaker), and a record matched by more than one of them gives it "
+               "a point from each, with the same timestamp.")
+    assert result.stderr.splitlines()[0] == warning
+    assert result.stderr.count("share the name") == 1
+    assert "  latency (MetricDefinitions[1]): 1 point\n" in result.stderr
+    assert "  latency (MetricDefinitions[2]): 1 point\n" in result.stderr
+
+
+def test_a_definition_repeated_exactly_warns_and_gives_each_point_twice(tmp_path: Path) -> None:
+    defs = tmp_path / "defs.json"
+    defs.write_text(json.dumps({"MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"}] * 2}))
+    result = run_cli("parse", "--metric-definitions", str(defs), "-", input=b"loss=0.5\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["line 1\tloss\t0.5", "line 1\tloss\t0.5"]
+    assert result.stderr.splitlines()[0] == (
+        "trainmon: warning: MetricDefinitions[2] ('loss') repeats MetricDefinitions[1] exactly (same Name and Regex): "
+        "both are kept, so each record they match gives 'loss' two equal points; remove one of them.")

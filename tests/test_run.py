@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from trainmon import client as trainmon_client
 from trainmon.store import open_store
 
 from .conftest import PY, run_cli
@@ -63,6 +64,46 @@ def test_job_runs_with_metrics_final_values_and_model(home: Path, script) -> Non
     for point in points:  # every point traces to the record it came from
         assert events[point.seq].message.find("Train_error=") >= 0
         assert events[point.seq].timestamp_ms == point.timestamp_ms
+
+
+LATENCY = [{"Name": "latency", "Regex": "latency=([0-9.]+)ms/step"},
+           {"Name": "latency", "Regex": "latency=([0-9.]+)s/step"}]
+SHARED_WARNING = ("MetricDefinitions[1] and MetricDefinitions[2] share the name 'latency': each feeds the one metric "
+                  "'latency' (as on SageMaker), and a record matched by more than one of them gives it a point from "
+                  "each, with the same timestamp.")
+
+
+def test_two_definitions_of_one_metric_both_feed_it_with_a_warning(home: Path, script) -> None:
+    train = script(
+        """
+        print("step 1 latency=250ms/step")
+        print("step 2 latency=0.3s/step")
+        print("latency=5ms/step latency=0.1s/step")  # both regexes match this record
+        """
+    )
+    result = run_cli("run", "--name", "latency", "--metric-definitions", json.dumps(LATENCY), "--", PY, str(train))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count(SHARED_WARNING) == 1  # on stderr once; the summary on stdout shows it too
+    assert f"trainmon: warning: {SHARED_WARNING}" in result.stderr.splitlines()
+    doc = describe("latency")
+    assert doc["AlgorithmSpecification"]["MetricDefinitions"] == LATENCY  # both kept, as given
+    assert doc["FinalMetricDataList"][0]["Value"] == 0.1  # of the two points of one time, the last written
+
+    store = open_store(home)
+    job = store.get_job("latency")
+    points = store.points(job.id, names=["latency"])
+    assert [(p.seq, p.value) for p in points] == [(0, 250.0), (1, 0.3), (2, 5.0), (2, 0.1)]
+    assert points[2].timestamp_ms == points[3].timestamp_ms  # one record, one time: neither point dropped
+
+    metrics = trainmon_client("trainmon").describe_job_metrics(TrainingJobName="latency")
+    assert [(m["MetricName"], m["Points"]) for m in metrics["Metrics"]] == [("latency", 4)]
+    assert [(d["Name"], d["Matches"]) for d in metrics["Definitions"]] == [("latency", 2), ("latency", 2)]
+    assert metrics["Warnings"] == [SHARED_WARNING]
+    text = run_cli("describe", "latency", check=True).stdout
+    assert f"  warning: {SHARED_WARNING}" in text
+    assert "  latency (MetricDefinitions[1]): 2 points" in text and "  latency (MetricDefinitions[2]): 2 points" in text
+    counts = json.loads(run_cli("metrics", "latency", "--statistic", "SampleCount", "--json", check=True).stdout)
+    assert {r["MetricName"] for r in counts} == {"latency"} and sum(r["SampleCount"] for r in counts) == 4
 
 
 def test_container_contract_files_and_environment(home: Path, script, tmp_path: Path) -> None:

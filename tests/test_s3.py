@@ -451,7 +451,6 @@ print(tar_and_upload_dir(session.boto_session, bucket, "job/source", "train.py",
 
 
 def test_the_sagemaker_sdk_uploads_and_reads(endpoint: Endpoint, s3: Any, bucket: str, tmp_path: Path) -> None:
-    pytest.importorskip("sagemaker")
     (tmp_path / "data.csv").write_text("1,2\n")
     (tmp_path / "train.py").write_text("print('training')\n")
     environment = {**os.environ, "AWS_ENDPOINT_URL": endpoint.url, "AWS_ACCESS_KEY_ID": "test",

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainmon.server.downsample import chart_payload, keep
+from trainmon.store import Batch, Store
 
 from .conftest import ServerProcess, StoreTarget, start_server
 
@@ -179,6 +180,12 @@ def test_the_definitions_dry_run(http: httpx.Client) -> None:
     answer = http.post("/api/definitions/test", json={
         "MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"}], "LogText": "loss=1\nloss=x\nloss=0.5\n"})
     assert [(p["Line"], p["Value"]) for p in answer.json()["Points"]] == [(1, 1.0), (3, 0.5)]
+    assert answer.json()["Warnings"] == []
+    shared = http.post("/api/definitions/test", json={"LogText": "loss=1\n", "MetricDefinitions": [
+        {"Name": "loss", "Regex": r"loss=(\S+)"}, {"Name": "loss", "Regex": r"(\d+)$"}]}).json()
+    assert [(p["Definition"], p["Value"]) for p in shared["Points"]] == [(1, 1.0), (2, 1.0)]
+    assert [w.split(":")[0] for w in shared["Warnings"]] == [
+        "MetricDefinitions[1] and MetricDefinitions[2] share the name 'loss'"]
     bad = http.post("/api/definitions/test", json={"MetricDefinitions": [{"Name": "loss", "Regex": "loss=("}],
                                                    "LogText": "x"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "ValidationException"
@@ -439,3 +446,28 @@ def test_the_console_preloads_every_module_it_has() -> None:
     modules = {path.name for path in (CONSOLE / "static").glob("*.js")} - {"app.js"}
     assert preloaded == modules
     assert '<script type="module" src="/static/app.js">' in index
+
+
+def test_a_live_event_never_cuts_between_the_points_of_one_record(store: Store,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two definitions of one name give a record two points; the follower goes on after the last
+    record it sent, so an event that stopped between them would lose the second."""
+    from trainmon.api.sagemaker import register_job
+    from trainmon.server import live
+
+    monkeypatch.setattr(live, "POINTS_PER_EVENT", 3)
+    job = register_job(store, {"TrainingJobName": "pairs", "AlgorithmSpecification": {
+        "TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}})
+    stream = store.add_stream(job.id, "algo-1", "pairs/algo-1-1", 1)
+    points = [("latency", 1000 + seq, float(seq * 10 + twin), "algo-1", stream.id, seq)
+              for seq in range(4) for twin in range(2)]  # two points for every record
+    store.write_batch(Batch(job.id, chunks=[(stream.id, 0, 4, 1003, "a\nb\nc\nd")], points=points,
+                            stream_stats={stream.id: (4, 7, 1003)}))
+    follower = live.JobFollower(store, "pairs", since_ms=0, log_after=None, log_tail=False)
+    sent = []
+    for _ in range(5):
+        for kind, data in follower.poll():
+            if kind == "points":
+                sent.append(data["latency"]["Record"])
+    assert [len(event) for event in sent] == [4, 4]  # 3 asked for, 4 so as not to split record 2
+    assert sorted(record for event in sent for record in event) == [1, 1, 2, 2, 3, 3, 4, 4]

@@ -1,9 +1,11 @@
-"""Where trainmon keeps its data: ``TRAINMON_HOME``, else the per-user data directory; and the
-database, when it is not the SQLite file there (``TRAINMON_DATABASE_URL``)."""
+"""Where trainmon keeps its data: ``TRAINMON_HOME``, else the per-user data directory; the
+database, when it is not the SQLite file there (``TRAINMON_DATABASE_URL``); and the Python that
+runs script-mode entry points (``TRAINMON_PYTHON``)."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 DATABASE_FILE = "trainmon.db"
@@ -78,3 +80,12 @@ DATABASE_URL_VARIABLE = "TRAINMON_DATABASE_URL"
 def database_url() -> str | None:
     """The database to use instead of the SQLite file: ``TRAINMON_DATABASE_URL``, when set and not empty."""
     return os.environ.get(DATABASE_URL_VARIABLE, "").strip() or None
+
+
+PYTHON_VARIABLE = "TRAINMON_PYTHON"
+
+
+def python_interpreter() -> str:
+    """The Python that runs a script-mode job's entry point: ``TRAINMON_PYTHON``, when set and not
+    empty, else the one running trainmon."""
+    return os.environ.get(PYTHON_VARIABLE, "").strip() or sys.executable

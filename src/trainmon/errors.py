@@ -12,7 +12,9 @@
     ├── CloudWatchError                 (CloudWatch query codes) 400
     │   ├── InvalidParameterValue       InvalidParameterValue
     │   ├── MissingParameter            MissingParameter
-    │   └── InvalidParameterCombination InvalidParameterCombination
+    │   ├── InvalidParameterCombination InvalidParameterCombination
+    │   ├── InvalidFormat               InvalidFormat
+    │   └── AlarmNotFound               ResourceNotFound         404
     ├── LogsError                       (CloudWatch Logs codes)  400
     │   ├── LogResourceNotFound         ResourceNotFoundException
     │   └── InvalidParameterException   InvalidParameterException
@@ -128,6 +130,19 @@ class MissingParameter(CloudWatchError):
 
 class InvalidParameterCombination(CloudWatchError):
     code = "InvalidParameterCombination"
+
+
+class InvalidFormat(CloudWatchError):
+    """CloudWatch's answer to text that must be JSON and is not (SetAlarmState's StateReasonData)."""
+
+    code = "InvalidFormat"
+
+
+class AlarmNotFound(CloudWatchError):
+    """No alarm of that name: CloudWatch's ``ResourceNotFound`` (HTTP 404), not SageMaker's."""
+
+    code = "ResourceNotFound"
+    http_status = 404
 
 
 class LogsError(TrainmonError):

@@ -239,6 +239,36 @@ def _stat_points(store: Store, stat: MetricStat, start_ms: int, end_ms: int) -> 
     return points
 
 
+def metric_periods(store: Store, key: MetricKey, start_ms: int, end_ms: int, period: int, stat: str,
+                   unit: str | None) -> dict[int, tuple[float, float]]:
+    """Per period start (epoch ms, periods from ``start_ms``): a MetricStat's value of ``stat`` (a
+    statistic or a percentile) and the period's SampleCount, as GetMetricData computes the
+    MetricStat (what an alarm on one metric evaluates). Periods without data, or whose percentile
+    is unavailable, are left out."""
+    percentile = stat not in STATISTICS
+    statistics = list(dict.fromkeys(["SampleCount", *([] if percentile else [stat])]))
+    rows = _datapoints(store, key, start_ms, end_ms, period, statistics, [stat] if percentile else [], unit,
+                       any_unit=unit is None)
+    found: dict[int, tuple[float, float]] = {}
+    for row in rows:
+        value = row.get("ExtendedStatistics", {}).get(stat) if percentile else row[stat]
+        if value is not None:
+            found[round(row["Timestamp"] * 1000)] = (float(value), float(row["SampleCount"]))
+    return found
+
+
+def metric_queries(value: Any) -> tuple[list[DataQuery], list[str]]:
+    """GetMetricData's MetricDataQueries checked (an alarm's Metrics are the same structures), and
+    the order that computes each expression after its inputs."""
+    return _data_queries(value)
+
+
+def query_results(store: Store, queries: list[DataQuery], order: list[str], start_s: float, end_s: float,
+                  now_s: float) -> list[tuple[str, str, Series]]:
+    """(Id, Label, series) of every returned result of checked queries, as GetMetricData computes them."""
+    return _results(store, queries, order, start_s, end_s, now_s)
+
+
 def list_metrics(
     store: Store,
     *,

@@ -50,7 +50,7 @@ def register_job(store: Store, request: Mapping[str, Any], supervisor: Superviso
     """Validate a CreateTrainingJob request and store the job (Starting), starting nothing: the
     caller runs its supervisor (``supervisor`` is that process, when it is the caller itself)."""
     now = time.time()
-    doc = job_document(request, now)
+    doc = job_document(request, now, home=store.home)
     return store.create_job(doc["TrainingJobName"], doc, now, supervisor=supervisor)
 
 

@@ -37,6 +37,9 @@ def as_datetimes(doc: Mapping[str, Any]) -> dict[str, Any]:
             {k: as_datetime(v) if k in ("StartTime", "EndTime") else v for k, v in t.items()}
             for t in doc["SecondaryStatusTransitions"]
         ]
+    for field in ("DebugRuleEvaluationStatuses", "ProfilerRuleEvaluationStatuses"):
+        if field in doc:
+            out[field] = [{**s, "LastModifiedTime": as_datetime(s["LastModifiedTime"])} for s in doc[field]]
     if "FinalMetricDataList" in doc:
         out["FinalMetricDataList"] = [{**m, "Timestamp": as_datetime(m["Timestamp"])}
                                       for m in doc["FinalMetricDataList"]]

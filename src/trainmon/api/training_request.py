@@ -1,36 +1,50 @@
 """The CreateTrainingJob request: its shape, and the job document a valid one becomes.
 
 Every field is checked before anything is stored or started (:data:`SHAPE`, AWS's limits and
-patterns, plus what running the job locally needs: paths that exist, strings a process can
-receive). Fields trainmon does not act on (VpcConfig, RetryStrategy, ...) are checked for their
+patterns, plus what running the job locally needs: paths and objects that exist, strings a process
+can receive). Fields trainmon does not act on (VpcConfig, RetryStrategy, ...) are checked for their
 members and kept in the document as given, as SageMaker echoes them.
+
+A URI names a local path (``/data/train``, ``file:///data/train``) or an object, or a prefix of
+objects, in trainmon's S3 subset (``s3://bucket/key``: :func:`trainmon.store.objects.resolve`).
+What the inputs named is recorded in ``TrainmonConfig`` (``ChannelPaths``, ``Script.Source``), so
+the supervisor reads local files; the model archive of an s3:// output path becomes an object. A
+request shaped as the SageMaker SDK's framework estimators send it (HyperParameters
+``sagemaker_program`` and ``sagemaker_submit_directory``, a framework image) runs in script mode
+(:mod:`trainmon.runtime.toolkit`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import posixpath
 import shlex
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
 from .. import config
-from ..errors import ValidationException
+from ..errors import S3Error, ValidationException
+from ..jobs import rulestatus
 from ..jobs.document import (
     ACCOUNT,
     AlgorithmSpecification,
     Channel,
     JobDocument,
     ProfilerConfig,
+    ScriptMode,
     TrainmonConfig,
     arn,
 )
 from ..jobs.status import MESSAGES
 from ..parsing.definitions import validate_definitions
 from ..parsing.framing import Mode
-from ..store import profiles
-from .shapes import Boolean, Integer, Json, ListOf, MapOf, Number, String, Structure, validate
+from ..rules import catalog
+from ..runtime import notify, toolkit
+from ..store import objects, profiles
+from .shapes import Boolean, Integer, Json, ListOf, MapOf, Number, Problems, String, Structure, validate
 
 JOB_NAME_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 DEFAULT_MAX_RUNTIME_S = 86_400
@@ -138,6 +152,7 @@ SHAPE = Structure({
         "StopGraceSeconds": Number(0, 3600, hint="seconds between SIGTERM and SIGKILL when the job stops"),
         "WorkingDirectory": String(1, 4096, to_process=True),
         "SystemMetricsIntervalSeconds": Integer(1, 60),
+        "Interpreter": String(1, 4096, to_process=True, hint="the Python that runs a script-mode entry point"),
     }),
 }, required=("TrainingJobName",))
 
@@ -147,8 +162,10 @@ _KEPT_AS_GIVEN = ("Tags", "VpcConfig", "CheckpointConfig", "DebugHookConfig", "D
                   "MlflowConfig", "ModelPackageConfig", "TrainingPlanArn")
 
 
-def job_document(request: Mapping[str, Any], now: float) -> JobDocument:
-    """A valid CreateTrainingJob request as the job document to store (ValidationException otherwise)."""
+def job_document(request: Mapping[str, Any], now: float, *, home: Path | None = None) -> JobDocument:
+    """A valid CreateTrainingJob request as the job document to store (ValidationException otherwise);
+    ``s3://`` URIs name objects of the data directory ``home`` (default: TRAINMON_HOME)."""
+    root = home or config.home()
     checked = validate(SHAPE, request)
     name: str = checked["TrainingJobName"]
     algorithm = _algorithm(checked.get("AlgorithmSpecification", {}))
@@ -157,8 +174,13 @@ def job_document(request: Mapping[str, Any], now: float) -> JobDocument:
         raise ValidationException(f"HyperParameters take more than {MAX_HYPERPARAMETER_JSON_BYTES} bytes as JSON: "
                                   "the job receives them all in one environment variable (SM_HPS); pass large "
                                   "values in a file through an input channel instead.")
-    output = {"S3OutputPath": config.output_dir().as_uri(), **checked.get("OutputDataConfig", {})}
-    output_path = _local_path(output["S3OutputPath"], "OutputDataConfig.S3OutputPath")
+    output = {"S3OutputPath": config.output_dir(root).as_uri(), **checked.get("OutputDataConfig", {})}
+    artifacts_uri, artifacts_path = _model_artifacts(output["S3OutputPath"], name, root)
+    channels: list[Channel] = checked.get("InputDataConfig", [])
+    settings = _trainmon_config(checked.get("TrainmonConfig", {}), algorithm, hyperparameters, root)
+    settings["ChannelPaths"] = _channel_paths(channels, root)
+    if artifacts_path is not None:
+        settings["ModelArtifactsPath"] = str(artifacts_path)
     doc: dict[str, Any] = {
         "TrainingJobName": name,
         "TrainingJobArn": arn(name),
@@ -167,13 +189,13 @@ def job_document(request: Mapping[str, Any], now: float) -> JobDocument:
         "AlgorithmSpecification": algorithm,
         "RoleArn": checked.get("RoleArn") or f"arn:aws:iam::{ACCOUNT}:role/trainmon-local",
         "HyperParameters": hyperparameters,
-        "InputDataConfig": _channels(checked.get("InputDataConfig", [])),
+        "InputDataConfig": channels,
         "OutputDataConfig": output,
         "ResourceConfig": {"InstanceType": "local", "InstanceCount": 1, "VolumeSizeInGB": 0,
                            **checked.get("ResourceConfig", {})},
         "StoppingCondition": {"MaxRuntimeInSeconds": DEFAULT_MAX_RUNTIME_S, **checked.get("StoppingCondition", {})},
         "Environment": checked.get("Environment", {}),
-        "ModelArtifacts": {"S3ModelArtifacts": (output_path / name / "output" / "model.tar.gz").as_uri()},
+        "ModelArtifacts": {"S3ModelArtifacts": artifacts_uri},
         "CreationTime": now,
         "LastModifiedTime": now,
         "SecondaryStatusTransitions": [{"Status": "Starting", "StartTime": now, "StatusMessage": MESSAGES["Starting"]}],
@@ -181,10 +203,38 @@ def job_document(request: Mapping[str, Any], now: float) -> JobDocument:
         "EnableInterContainerTrafficEncryption": checked.get("EnableInterContainerTrafficEncryption", False),
         "EnableManagedSpotTraining": checked.get("EnableManagedSpotTraining", False),
         "ProfilerConfig": _profiler_config(checked.get("ProfilerConfig")),
-        "TrainmonConfig": _trainmon_config(checked.get("TrainmonConfig", {}), resolve_command(algorithm)),
+        "TrainmonConfig": settings,
     }
     doc.update({field: checked[field] for field in _KEPT_AS_GIVEN if field in checked})
+    doc.update(_rule_statuses(checked, algorithm, name, now))
     return cast(JobDocument, doc)
+
+
+def _rule_statuses(checked: dict[str, Any], algorithm: AlgorithmSpecification, name: str,
+                   now: float) -> dict[str, Any]:
+    """The rule configurations read against the job's metric definitions (ValidationException naming
+    the rule and parameter of every problem), as the initial evaluation statuses."""
+    metric_names = [d["Name"] for d in algorithm["MetricDefinitions"]]
+    problems = Problems()
+    statuses: dict[str, Any] = {}
+    seen: set[str] = set()
+    for kind, field in rulestatus.KINDS.items():
+        configs = checked.get(kind) or []
+        setups = []
+        for index, given in enumerate(configs, 1):
+            where = f"{kind[:1].lower()}{kind[1:]}.{index}.member"
+            rule = catalog.setup(given, kind, metric_names, name, notify.check_target)
+            for issue in rule.issues:
+                problems.add(issue.value, f"{where}.{issue.where}", issue.constraint, issue.hint)
+            if rule.name in seen:
+                problems.add(rule.name, f"{where}.ruleConfigurationName", "Member must be unique among the job's "
+                             "DebugRuleConfigurations and ProfilerRuleConfigurations")
+            seen.add(rule.name)
+            setups.append(rule)
+        if setups:
+            statuses[field] = rulestatus.initial(name, [(r.name, r.not_evaluated) for r in setups], now)
+    problems.raise_if_any()
+    return statuses
 
 
 def _algorithm(given: dict[str, Any]) -> AlgorithmSpecification:
@@ -194,7 +244,8 @@ def _algorithm(given: dict[str, Any]) -> AlgorithmSpecification:
     return algorithm
 
 
-def _channels(channels: list[Channel]) -> list[Channel]:
+def _channel_paths(channels: list[Channel], root: Path) -> dict[str, str]:
+    """The local file or directory of each channel (its S3Uri must name one)."""
     names = [channel["ChannelName"] for channel in channels]
     for name in names:
         if name in (".", ".."):
@@ -202,31 +253,65 @@ def _channels(channels: list[Channel]) -> list[Channel]:
                                       f"directory input/data/{name}; choose a name with a letter or digit.")
     if len(set(names)) != len(names):
         raise ValidationException("InputDataConfig: channel names must be unique.")
+    paths = {}
     for channel in channels:
         source = channel["DataSource"].get("S3DataSource")
         if source is None:
             raise ValidationException(f"Channel {channel['ChannelName']!r} needs DataSource.S3DataSource.S3Uri "
-                                      "(a path or file:// URI).")
-        path = _local_path(source["S3Uri"], f"Channel {channel['ChannelName']!r}")
+                                      "(a path, a file:// URI or an s3:// URI).")
+        path = _local_path(source["S3Uri"], f"Channel {channel['ChannelName']!r}", root)
         if not path.exists():
             raise ValidationException(f"Channel {channel['ChannelName']!r}: {path} does not exist.")
-    return channels
+        paths[channel["ChannelName"]] = str(path)
+    return paths
 
 
-def _local_path(uri: str, field: str) -> Path:
+def _local_path(uri: str, field: str, root: Path) -> Path:
+    """What a URI names on this machine: a local path, or an object (or prefix) of trainmon's S3 subset."""
+    if uri.startswith("s3://"):
+        return _stored_object(uri, field, root)
     if uri.startswith("file://"):
         return Path(uri[len("file://"):])
     if "://" in uri:
         raise ValidationException(
-            f"{field} {uri!r}: only local paths and file:// URIs are supported by this store; "
-            "copy the data locally and give its path."
+            f"{field} {uri!r}: only local paths, file:// URIs and s3:// URIs of trainmon's object store are "
+            "supported; copy the data locally and give its path."
         )
     return Path(uri).expanduser().resolve()
 
 
-def _trainmon_config(given: dict[str, Any], command: list[str]) -> TrainmonConfig:
+def _stored_object(uri: str, field: str, root: Path) -> Path:
+    """The local file (or, for a prefix, folder) of an s3:// URI; ValidationException when it names nothing."""
+    try:
+        return objects.resolve(root, uri)
+    except ValidationException as exc:
+        raise ValidationException(f"{field}: {exc.message}") from None
+
+
+def _model_artifacts(output_path: str, name: str, root: Path) -> tuple[str, Path | None]:
+    """``ModelArtifacts.S3ModelArtifacts`` (``<output path>/<job>/output/model.tar.gz``) and its local
+    file; none for an s3:// output path, whose archive becomes an object of the object store (its
+    bucket must exist)."""
+    field = "OutputDataConfig.S3OutputPath"
+    if not output_path.startswith("s3://"):
+        local = _local_path(output_path, field, root) / name / "output" / "model.tar.gz"
+        return local.as_uri(), local
+    uri = f"{output_path.rstrip('/')}/{name}/output/model.tar.gz"
+    bucket, key = objects.parse_uri(uri)
+    try:
+        objects.check_bucket_name(bucket)
+        objects.check_key(key)
+        objects.ObjectStore(root).head_bucket(bucket)
+    except S3Error as exc:
+        raise ValidationException(f"{field} {output_path!r}: {exc.message}") from None
+    return uri, None
+
+
+def _trainmon_config(given: dict[str, Any], algorithm: AlgorithmSpecification, hyperparameters: dict[str, str],
+                     root: Path) -> TrainmonConfig:
+    script = _script_mode(algorithm, hyperparameters, root)
     settings: TrainmonConfig = {
-        "Command": command,
+        "Command": resolve_command(algorithm) if script is None else [],
         "RecordMode": given.get("RecordMode", Mode.TERMINAL.value),
         "StopGraceSeconds": given.get("StopGraceSeconds", DEFAULT_STOP_GRACE_S),
         "WorkingDirectory": given.get("WorkingDirectory") or os.getcwd(),
@@ -235,7 +320,67 @@ def _trainmon_config(given: dict[str, Any], command: list[str]) -> TrainmonConfi
     if not Path(settings["WorkingDirectory"]).is_dir():
         raise ValidationException(f"TrainmonConfig.WorkingDirectory {settings['WorkingDirectory']!r} is not a "
                                   "directory.")
+    if script is not None:
+        interpreter = _interpreter(given.get("Interpreter"))
+        user = toolkit.split(hyperparameters).user
+        settings["Script"] = script
+        settings["Interpreter"] = interpreter
+        settings["Command"] = toolkit.command(script["Program"], interpreter, toolkit.to_cmd_args(user))
     return settings
+
+
+def _script_mode(algorithm: AlgorithmSpecification, hyperparameters: dict[str, str], root: Path) -> ScriptMode | None:
+    """The entry point and source of a script-mode request, checked; None for a request of another kind.
+
+    Script mode is a request with ``sagemaker_program`` and no ContainerEntrypoint whose TrainingImage
+    is absent, ``local`` or an image in Amazon ECR (the framework images): such an image is not pulled,
+    the entry point runs with a local Python. A local image (a directory, a command line) runs as it is
+    and may run the toolkit itself.
+    """
+    image = algorithm.get("TrainingImage", "").strip()
+    if toolkit.PROGRAM not in hyperparameters or algorithm.get("ContainerEntrypoint"):
+        return None
+    if image not in ("", "local") and not toolkit.is_ecr_image(image):
+        return None
+    problems = Problems()
+    program_path, source_path = (f"hyperParameters.{key}" for key in (toolkit.PROGRAM, toolkit.SUBMIT_DIRECTORY))
+    given_program = hyperparameters[toolkit.PROGRAM]
+    program = toolkit.decode(given_program)
+    issue = toolkit.program_problem(program)
+    if issue is not None:
+        problems.add(given_program, program_path, issue)
+    given_source = hyperparameters.get(toolkit.SUBMIT_DIRECTORY)
+    uri = toolkit.decode(given_source) if given_source is not None else None
+    if not isinstance(uri, str) or not uri.strip():
+        problems.add(given_source, source_path, "Member must be the URI of the entry point's source, a JSON string "
+                     "(s3://, file:// or a path)", "script mode: sagemaker_program names the entry point, "
+                     "sagemaker_submit_directory the source it is in")
+    problems.raise_if_any()
+    assert isinstance(uri, str) and isinstance(program, str)
+    try:
+        source = _local_path(uri, f"HyperParameters.{toolkit.SUBMIT_DIRECTORY}", root)
+        toolkit.check_source(source, program)
+    except toolkit.MissingProgram as exc:
+        problems.add(given_program, program_path, f"Member must name a file in the submitted source: {uri} {exc}")
+    except toolkit.SourceError as exc:
+        problems.add(given_source, source_path, "Member must name a directory or a tar archive (sourcedir.tar.gz) "
+                     f"that can be unpacked safely: {uri} {exc}")
+    except ValidationException as exc:
+        problems.add(given_source, source_path, f"Member must name the entry point's source: {exc.message}")
+    problems.raise_if_any()
+    return {"Program": posixpath.normpath(program), "Source": str(source)}
+
+
+def _interpreter(given: str | None) -> str:
+    """The Python that runs a script-mode entry point, checked: TrainmonConfig.Interpreter, else
+    TRAINMON_PYTHON, else the one running trainmon."""
+    name = given or config.python_interpreter()
+    found = shutil.which(name)
+    if found is None:
+        where = "TrainmonConfig.Interpreter" if given else config.PYTHON_VARIABLE
+        raise ValidationException(f"{where} {name!r} is not an executable Python interpreter: give its path, or a "
+                                  "name on PATH.")
+    return os.path.abspath(found)  # a virtual environment's python is a link: resolving it would leave the venv
 
 
 def _profiler_config(given: dict[str, Any] | None) -> ProfilerConfig:
@@ -265,6 +410,11 @@ def resolve_command(algorithm: AlgorithmSpecification) -> list[str]:
     if entrypoint:
         return [*entrypoint, *arguments]
     image = algorithm.get("TrainingImage", "")
+    if toolkit.is_ecr_image(image):
+        raise ValidationException(
+            f"TrainingImage {image!r} is a container image, which trainmon does not pull: a framework image runs in "
+            f"script mode, with the HyperParameters {toolkit.PROGRAM} and {toolkit.SUBMIT_DIRECTORY} (what the "
+            "SageMaker SDK's framework estimators send); otherwise give ContainerEntrypoint or a local image.")
     if image.strip() and image != "local":
         path = Path(image).expanduser()
         if path.is_dir():

@@ -1,15 +1,17 @@
 """The operations only trainmon has, in the same form as AWS's (keyword members, a response dict):
 
 - ``DescribeJobMetrics``: per metric of a job, how many points, their range and the final value,
-  what each metric definition did (matches, rejected captures and why, near misses), how the job
-  ran (the command each host ran, the record mode), and what of the job's output could not be
-  stored, if anything;
+  what each metric definition did (matches, rejected captures and why, near misses), the
+  definitions' warnings (names shared, a definition repeated, a tab), how the job ran (the command
+  each host ran, the record mode), and what of the job's output could not be stored, if anything;
 - ``GetJobMetricPoints``: every raw point of a job's metrics with the log record it came from,
   or the raw datapoints of the job's system metrics;
 - ``ListJobSystemMetrics``: the CPU, memory, disk and GPU metrics recorded for a job's hosts;
 - ``GetJobLogRecords``: a job's log records as the job printed them, from where the caller left off;
 - ``TestMetricDefinitions``: definitions applied to a sample of log text, before a job runs;
 - ``GetProfileSummary``: a job's profiler data per host and metric (min, percentiles, max);
+- ``ListRuleFindings``: a job's rules (status, parameters with their defaults, actions) and what
+  they found (when, on which host, which values crossed which thresholds);
 - ``MaintainStore``: one maintenance pass (seal, roll up, expire) now.
 """
 
@@ -21,10 +23,12 @@ from typing import Any
 
 from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
 from ..errors import ValidationException
+from ..jobs import rulestatus
 from ..jobs.status import TERMINAL, profiler_settings
-from ..parsing.definitions import validate_definitions
+from ..parsing.definitions import MetricDefinition, definition_warnings, validate_definitions
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
+from ..rules import catalog
 from ..store import JobRow, Store, profiles
 from .sagemaker import describe, job
 from .shapes import refuse_unknown
@@ -37,8 +41,9 @@ MAX_TEST_BYTES = 16 << 20
 
 def describe_job_metrics(store: Store, *, TrainingJobName: Any = None, **unsupported: Any) -> dict[str, Any]:
     """``Metrics`` (per metric: Points, Minimum, Maximum, FinalValue and FinalTimestamp), ``Definitions``
-    (each definition's diagnostics), ``Command`` (what each host ran), ``RecordMode`` and, when some
-    output could not be stored, ``UnstoredOutput``."""
+    (each definition's diagnostics, in the order of the definitions), ``Warnings`` (what
+    ``trainmon run`` warned of the definitions), ``Command`` (what each host ran), ``RecordMode`` and,
+    when some output could not be stored, ``UnstoredOutput``."""
     refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
     finals = {name: (value, ts / 1000) for name, value, ts in store.final_metrics(row.id)}
@@ -63,8 +68,11 @@ def _job_metrics(store: Store, row: JobRow, finals: dict[str, tuple[float, float
             entry["FinalValue"], entry["FinalTimestamp"] = finals[name][0], as_datetime(finals[name][1])
         metrics.append(entry)
     settings = row.doc["TrainmonConfig"]
-    answer: dict[str, Any] = {"Metrics": metrics, "Definitions": row.diagnostics, "Command": settings["Command"],
-                              "RecordMode": settings["RecordMode"]}
+    definitions = [MetricDefinition(d["Name"], d["Regex"])
+                   for d in row.doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
+    warnings = definition_warnings(definitions, escapes_control=Mode(settings["RecordMode"]).escapes)
+    answer: dict[str, Any] = {"Metrics": metrics, "Definitions": row.diagnostics, "Warnings": warnings,
+                              "Command": settings["Command"], "RecordMode": settings["RecordMode"]}
     if "UnstoredOutput" in row.doc:
         answer["UnstoredOutput"] = row.doc["UnstoredOutput"]
     return answer
@@ -191,7 +199,9 @@ def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any 
 def dry_run_definitions(store: Store | None = None, *, MetricDefinitions: Any = None, LogText: Any = None,
                             RecordMode: Any = Mode.TERMINAL.value, **unsupported: Any) -> dict[str, Any]:
     """Definitions applied to log text, as a job would apply them: every point (Line, MetricName,
-    Value) and what each definition did. Invalid definitions are a ValidationException."""
+    Value, and Definition: the position of the definition that gave it, from 1), what each definition
+    did (``Definitions``, in their order) and ``Warnings``, as ``trainmon run`` would give them.
+    Invalid definitions are a ValidationException."""
     refuse_unknown(unsupported, where="input")
     if RecordMode not in {m.value for m in Mode}:
         raise ValidationException(f"RecordMode must be one of {', '.join(m.value for m in Mode)}.")
@@ -200,11 +210,13 @@ def dry_run_definitions(store: Store | None = None, *, MetricDefinitions: Any = 
         raise ValidationException("MetricDefinitions: give at least one definition to test.")
     if not isinstance(LogText, str) or len(LogText.encode()) > MAX_TEST_BYTES:
         raise ValidationException(f"LogText must be text of at most {MAX_TEST_BYTES} bytes.")
-    extractor = Extractor(definitions, Mode(RecordMode))
+    mode = Mode(RecordMode)
+    extractor = Extractor(definitions, mode)
     names = [d.name for d in definitions]
-    points = [{"Line": hit.record + 1, "MetricName": names[hit.definition], "Value": hit.value}
-              for hit in extractor.scan(LogText.encode())]
-    return {"Points": points, "Definitions": [s.to_json() for s in extractor.stats]}
+    points = [{"Line": hit.record + 1, "MetricName": names[hit.definition], "Value": hit.value,
+               "Definition": hit.definition + 1} for hit in extractor.scan(LogText.encode())]
+    return {"Points": points, "Definitions": [s.to_json() for s in extractor.stats],
+            "Warnings": definition_warnings(definitions, escapes_control=mode.escapes)}
 
 
 def get_profile_summary(store: Store, *, TrainingJobName: Any = None, MetricNames: Any = None,
@@ -225,6 +237,46 @@ def get_profile_summary(store: Store, *, TrainingJobName: Any = None, MetricName
             "Metrics": [r for r in rows if not names or r["metric"] in names]}
 
 
+def list_rule_findings(store: Store, *, TrainingJobName: Any = None, RuleConfigurationName: Any = None,
+                       **unsupported: Any) -> dict[str, Any]:
+    """``Rules``: each rule configuration of the job (or only ``RuleConfigurationName``) with its
+    RuleName (``rule_to_invoke``), Kind (``Debug`` or ``Profiler``), RuleEvaluationStatus,
+    StatusDetails, LastModifiedTime, FindingCount, Parameters (every one, given or default, the
+    metrics it reads resolved) and Actions; ``RuleFindings``: the findings kept (per rule the first
+    and the latest, see trainmon.jobs.rulestatus), oldest first, each with RuleConfigurationName,
+    RuleName, Host, Time, Step and Metric (where they apply), Values, Thresholds, Message and Actions."""
+    refuse_unknown(unsupported, where="input")
+    if RuleConfigurationName is not None and not isinstance(RuleConfigurationName, str):
+        raise ValidationException("RuleConfigurationName must be the name of one of the job's rule configurations.")
+    row = job(store, TrainingJobName)
+    described = describe(store, row)
+    statuses = {s["RuleConfigurationName"]: s for s in rulestatus.all_statuses(described)}
+    kept = row.doc.get("RuleFindings", {})
+    rules = []
+    for kind, setup in catalog.setups(row.doc):
+        if RuleConfigurationName is not None and setup.name != RuleConfigurationName:
+            continue
+        status = statuses.get(setup.name)
+        entry: dict[str, Any] = {
+            "RuleConfigurationName": setup.name, "RuleName": setup.rule,
+            "Kind": "Profiler" if kind == catalog.PROFILER else "Debug",
+            "FindingCount": kept[setup.name]["Count"] if setup.name in kept else 0, "Parameters": setup.parameters,
+            "Actions": (["StopTraining"] if setup.stop_training else []) + [f"Notify {t}" for t in setup.notify]}
+        if status is not None:
+            entry.update({"RuleEvaluationStatus": status["RuleEvaluationStatus"],
+                          "LastModifiedTime": as_datetime(status["LastModifiedTime"])})
+            if "StatusDetails" in status:
+                entry["StatusDetails"] = status["StatusDetails"]
+        rules.append(entry)
+    if RuleConfigurationName is not None and not rules:
+        names = ", ".join(s.name for _, s in catalog.setups(row.doc)) or "it has none"
+        raise ValidationException(f"job {row.name} has no rule configuration {RuleConfigurationName!r} ({names}).")
+    wanted = {rule["RuleConfigurationName"] for rule in rules}
+    findings = sorted((f for name, entry in kept.items() if name in wanted for f in entry["Findings"]),
+                      key=lambda f: f["Time"])
+    return {"Rules": rules, "RuleFindings": [{**f, "Time": as_datetime(f["Time"])} for f in findings]}
+
+
 def maintain_store(store: Store, **unsupported: Any) -> dict[str, Any]:
     """Seal, roll up and expire now; ``Ran`` is false when another process was at it."""
     refuse_unknown(unsupported, where="input")
@@ -240,5 +292,6 @@ OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "GetJobLogRecords": get_job_log_records,
     "TestMetricDefinitions": dry_run_definitions,
     "GetProfileSummary": get_profile_summary,
+    "ListRuleFindings": list_rule_findings,
     "MaintainStore": maintain_store,
 }

@@ -1,4 +1,4 @@
-"""``trainmon run``, ``describe``, ``list``, ``stop``, ``delete`` and ``demo``: training jobs."""
+"""``trainmon run``, ``describe``, ``rules``, ``list``, ``stop``, ``delete`` and ``demo``: training jobs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ..errors import ValidationException
 from ..jobs.status import TERMINAL
 from ..parsing.definitions import MetricDefinition, definition_warnings, validate_definitions
 from ..parsing.framing import Mode
+from ..rules import catalog
 from ..runtime import orphans
 from ..store import Store
 from . import render
@@ -32,6 +33,12 @@ def register(commands: Commands) -> None:
                             "diagnostics.")
     describe.add_argument("name")
     describe.add_argument("--json", action="store_true", help="the DescribeTrainingJob document")
+
+    rules = commands.add("rules", cmd_rules, "Show a job's rules: their status, parameters and actions, and what "
+                         "they found.")
+    rules.add_argument("name")
+    rules.add_argument("--rule", metavar="NAME", help="only this rule configuration")
+    rules.add_argument("--json", action="store_true", help="ListRuleFindings' answer")
 
     listing = commands.add("list", cmd_list, "List jobs, newest first.")
     listing.add_argument("--status", choices=sagemaker.STATUSES)
@@ -74,6 +81,10 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--profile-output", metavar="LOCATION",
                      help="directory or URL (s3://...) for profiler data (default: <home>/profiles)")
     run.add_argument("--disable-profiler", action="store_true", help="no profiler data for this job")
+    run.add_argument("--rule", action="append", metavar="NAME[:PARAM=VALUE,...]",
+                     help="a rule that watches the job (repeatable): LossNotDecreasing, Overfit, Overtraining, "
+                     "ExplodingTensor or StalledTrainingRule, with parameters, e.g. "
+                     "LossNotDecreasing:num_steps=20,stop_training_on_fire=True (see docs/rules.md)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
 
@@ -83,6 +94,8 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     request, definitions = run_request(args)
     for warning in definition_warnings(definitions, escapes_control=Mode(args.mode).escapes):
+        warn(warning)
+    for warning in catalog.warnings(request):
         warn(warning)
     name = request["TrainingJobName"]
     db = store(args)
@@ -144,6 +157,12 @@ def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDe
             request["ProfilerConfig"] = {key: value for key, value in given.items() if value is not None}
     if args.output_path:
         request["OutputDataConfig"] = {"S3OutputPath": str(Path(args.output_path).expanduser().resolve())}
+    for text in getattr(args, "rule", None) or []:
+        try:
+            field, rule = catalog.from_option(text)
+        except ValueError as exc:
+            raise ValidationException(str(exc)) from None
+        request.setdefault(field, []).append(rule)
     return {key: value for key, value in request.items() if value is not None}, definitions
 
 
@@ -178,6 +197,16 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print_json(sagemaker.describe_training_job(db, TrainingJobName=args.name))
     else:
         print(describe_text(db, args.name))
+    return 0
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    request = {"TrainingJobName": args.name, "RuleConfigurationName": args.rule}
+    answer = trainmon.list_rule_findings(store(args), **{k: v for k, v in request.items() if v is not None})
+    if args.json:
+        print_json(answer)
+    else:
+        print(render.rules(answer, args.name))
     return 0
 
 

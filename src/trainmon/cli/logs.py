@@ -94,7 +94,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
             print(f"== {path}", file=out)
         if path != "-" and not os.access(path, os.R_OK):
             raise ValidationException(f"cannot read log {path!r}: it does not exist or is not readable.")
-        names = [json.dumps(d.name) for d in definitions]
+        names = {d.name: json.dumps(d.name) for d in definitions}
         file_field = f'"file": {json.dumps(path)}, ' if several else ""
         try:
             lines = []
@@ -103,7 +103,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
                 if args.json:
                     number = repr(value) if value - value == 0.0 else json.dumps(json_number(value))
                     lines.append(f'{{{file_field}"line": {line}, "offset": {offset}, '
-                                 f'"name": {names[extractor.index_of[name]]}, "value": {number}}}')
+                                 f'"name": {names[name]}, "value": {number}}}')
                 else:
                     lines.append(f"line {line}\t{name}\t{render.number(value)}")
                 if len(lines) >= 4096:

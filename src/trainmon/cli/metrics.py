@@ -127,7 +127,8 @@ def _label(point: dict[str, Any], system: bool) -> str:
 
 
 def _defined(job: dict[str, Any]) -> list[str]:
-    return [d["Name"] for d in job["AlgorithmSpecification"].get("MetricDefinitions", [])]
+    """The job's metrics by name, in the order of its definitions (a name several share, once)."""
+    return list(dict.fromkeys(d["Name"] for d in job["AlgorithmSpecification"].get("MetricDefinitions", [])))
 
 
 def _time_range(job: dict[str, Any], args: argparse.Namespace) -> tuple[float, float]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -126,6 +127,11 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
         [[t["Status"], clock(t["StartTime"]),
           f"{(t['EndTime'] - t['StartTime']).total_seconds():.1f}" if t.get("EndTime") is not None else "...",
           t.get("StatusMessage", "")] for t in doc.get("SecondaryStatusTransitions", [])])]
+    statuses = [*doc.get("DebugRuleEvaluationStatuses", []), *doc.get("ProfilerRuleEvaluationStatuses", [])]
+    if statuses:
+        lines += ["", "Rules", table(["RULE", "STATUS", "DETAILS"], [
+            [terminal_safe(s["RuleConfigurationName"]), s["RuleEvaluationStatus"], _details(s.get("StatusDetails"))]
+            for s in statuses])]
     lines += ["", _final_heading(doc, unstored)]
     if metrics["Metrics"]:
         lines.append(table(["METRIC", "FINAL", "AT", "POINTS", "MIN", "MAX"], [
@@ -133,8 +139,10 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
              number(m["Minimum"]), number(m["Maximum"])] for m in metrics["Metrics"]]))
     else:
         lines.append(f"  {_no_metrics(doc)}")
-    if metrics["Definitions"]:
+    warnings = metrics.get("Warnings", [])
+    if metrics["Definitions"] or warnings:
         lines += ["", "Metric definitions"]
+        lines.extend(f"  warning: {terminal_safe(warning)}" for warning in warnings)
         lines.extend(definition_report(metrics["Definitions"], doc["AlgorithmSpecification"].get("MetricDefinitions", []),
                                        escapes=metrics["RecordMode"] != "raw"))
     return "\n".join(lines)
@@ -158,6 +166,41 @@ def _facts(doc: Mapping[str, Any], command: Sequence[str]) -> list[tuple[str, st
     return facts
 
 
+def _details(details: str | None) -> str:
+    """A rule's StatusDetails in one line: what it found (after SageMaker's line), else that line."""
+    if not details:
+        return ""
+    lines = details.strip().splitlines()
+    return terminal_safe(lines[-1] if len(lines) > 1 else lines[0])
+
+
+def rules(answer: Mapping[str, Any], job_name: str) -> str:
+    """ListRuleFindings' answer: each rule (status, findings, actions, parameters), then the findings."""
+    if not answer["Rules"]:
+        return f"job {job_name} has no rules: add some with trainmon run --rule (see docs/rules.md)"
+    lines = [f"Rules of job {job_name}", table(["RULE", "KIND", "STATUS", "FINDINGS", "ACTIONS"], [
+        [terminal_safe(r["RuleConfigurationName"]) + (f" ({r['RuleName']})" if r["RuleName"] != r[
+            "RuleConfigurationName"] else ""), r["Kind"], r.get("RuleEvaluationStatus", "-"), r["FindingCount"],
+         terminal_safe(", ".join(r["Actions"])) or "-"] for r in answer["Rules"]])]
+    for rule in answer["Rules"]:
+        shown = ", ".join(f"{key}={value}" for key, value in sorted(rule["Parameters"].items()))
+        lines.append(f"  {terminal_safe(rule['RuleConfigurationName'])}: {terminal_safe(shown) or 'no parameters'}")
+        if rule.get("RuleEvaluationStatus") not in ("IssuesFound", None) and rule.get("StatusDetails"):
+            lines.append(f"      {_details(rule['StatusDetails'])}")
+    findings = answer["RuleFindings"]
+    counted = sum(r["FindingCount"] for r in answer["Rules"])
+    heading = "Findings" + (f" ({len(findings)} of {counted} kept)" if counted > len(findings) else "")
+    lines += ["", heading]
+    if not findings:
+        lines.append("  (none" + (" yet)" if any(r.get("RuleEvaluationStatus") == "InProgress"
+                                                 for r in answer["Rules"]) else ")"))
+        return "\n".join(lines)
+    lines.append(table(["TIME", "HOST", "RULE", "STEP", "FINDING"], [
+        [clock(f["Time"]), f["Host"], terminal_safe(f["RuleConfigurationName"]), f.get("Step", "-"),
+         terminal_safe(f["Message"])] for f in findings]))
+    return "\n".join(lines)
+
+
 def _final_heading(doc: Mapping[str, Any], unstored: Mapping[str, Any] | None) -> str:
     if unstored and unstored["Points"]:
         lost = unstored["Points"]
@@ -175,24 +218,27 @@ def _no_metrics(doc: Mapping[str, Any]) -> str:
 
 def definition_report(stats: list[dict[str, Any]], definitions: list[dict[str, str]], *,
                       escapes: bool = True) -> list[str]:
-    """Per definition (its diagnostics, as stored): matches, rejected captures and why, and near misses
-    when nothing matched. The literal a regex needs is shown as the regex sees records: with ``#011``
-    for a tab in the escaping modes."""
-    regexes = {d["Name"]: d["Regex"] for d in definitions}
+    """Per definition (its diagnostics, as stored, in the order of ``definitions``): matches, rejected
+    captures and why, and near misses when nothing matched. A name that several definitions share is
+    followed by the definition's position. The literal a regex needs is shown as the regex sees
+    records: with ``#011`` for a tab in the escaping modes."""
+    regexes = [d["Regex"] for d in definitions]
+    shared = {name for name, count in Counter(d["Name"] for d in definitions).items() if count > 1}
     lines = []
-    for s in stats:
+    for index, s in enumerate(stats):
         matches, rejected = s.get("Matches", 0), dict(s.get("Rejected", {}))
+        label = f"{s['Name']} (MetricDefinitions[{index + 1}])" if s["Name"] in shared else s["Name"]
         parts = [f"{matches} point{'s' if matches != 1 else ''}"]
         if s.get("NonFinite"):
             parts.append(f"{s['NonFinite']} NaN/infinite (kept, left out of statistics)")
         if rejected:
             why = "; ".join(f"{count} {reason}" for reason, count in sorted(rejected.items()))
             parts.append(f"{sum(rejected.values())} rejected ({why})")
-        lines.append(f"  {s['Name']}: " + ", ".join(parts))
+        lines.append(f"  {label}: " + ", ".join(parts))
         if s.get("RejectedExamples"):
             lines.append("      rejected, e.g.: " + " | ".join(quoted(e) for e in s["RejectedExamples"]))
         if matches == 0:
-            regex = quoted(regexes.get(s["Name"], ""))
+            regex = quoted(regexes[index] if index < len(regexes) else "")
             literal = s.get("Prefilter")
             shown = quoted(escape(literal) if escapes else literal) if literal else None
             if s.get("UnmatchedExamples"):

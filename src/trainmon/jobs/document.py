@@ -2,7 +2,8 @@
 
 A job is stored as one JSON document (:class:`JobDocument`): SageMaker's describe fields, times as
 epoch seconds, plus ``TrainmonConfig`` (how trainmon runs it: the command, the record mode, the
-grace period) and ``UnstoredOutput`` (what could not be stored, when something could not). The
+grace period), ``UnstoredOutput`` (what could not be stored, when something could not) and
+``RuleFindings`` (what the job's rules found: :mod:`trainmon.jobs.rulestatus`). The
 types below are the fields trainmon reads and writes; SageMaker's other request fields (Tags,
 VpcConfig, ...) are kept as they were given. :class:`Description` is the DescribeTrainingJob
 answer built from a document (see :func:`trainmon.jobs.status.description`): SageMaker's fields only.
@@ -79,14 +80,28 @@ class ProfilerConfig(TypedDict):
     ProfilingParameters: NotRequired[dict[str, str]]
 
 
-class TrainmonConfig(TypedDict):
-    """trainmon's own settings (``TrainmonConfig`` in the request; not part of SageMaker's API)."""
+class ScriptMode(TypedDict):
+    """A script-mode job (the SageMaker SDK's framework estimators), as the training toolkit runs it:
+    its source unpacked into each host's code directory, the entry point run there."""
 
-    Command: list[str]  # what each host runs: ContainerEntrypoint + ContainerArguments, or the image's train
+    Program: str  # sagemaker_program, relative to the code directory
+    Source: str  # the local file or directory sagemaker_submit_directory named when the job was created
+
+
+class TrainmonConfig(TypedDict):
+    """trainmon's own settings (``TrainmonConfig`` in the request; not part of SageMaker's API), and
+    what the request's URIs named on this machine when the job was created."""
+
+    Command: list[str]  # what each host runs: ContainerEntrypoint + ContainerArguments, the image's train, or
+    # a script-mode entry point
     RecordMode: str  # terminal, sagemaker or raw (trainmon.parsing.framing.Mode)
     StopGraceSeconds: float
-    WorkingDirectory: str
+    WorkingDirectory: str  # not for script mode: its entry point runs in each host's code directory
     SystemMetricsIntervalSeconds: int
+    Interpreter: NotRequired[str]  # the Python of a script-mode entry point
+    Script: NotRequired[ScriptMode]
+    ChannelPaths: NotRequired[dict[str, str]]  # each channel's local file or directory
+    ModelArtifactsPath: NotRequired[str]  # the local file of ModelArtifacts.S3ModelArtifacts
 
 
 class ModelArtifacts(TypedDict):
@@ -107,6 +122,23 @@ class UnstoredOutput(TypedDict):
     Points: int
     Bytes: int
     Reason: str
+
+
+class RuleEvaluationStatus(TypedDict):
+    """A rule's evaluation as DescribeTrainingJob lists it (see :mod:`trainmon.jobs.rulestatus`)."""
+
+    RuleConfigurationName: str
+    RuleEvaluationJobArn: str
+    RuleEvaluationStatus: str  # InProgress, NoIssuesFound, IssuesFound, Error, Stopping, Stopped
+    LastModifiedTime: float
+    StatusDetails: NotRequired[str]
+
+
+class RuleFindings(TypedDict):
+    """One rule's findings: how many, and the first and the latest ones (bounded)."""
+
+    Count: int
+    Findings: list[dict[str, Any]]
 
 
 class SageMakerFields(TypedDict):
@@ -141,6 +173,10 @@ class SageMakerFields(TypedDict):
     CheckpointConfig: NotRequired[dict[str, Any]]
     DebugHookConfig: NotRequired[dict[str, Any]]
     ExperimentConfig: NotRequired[dict[str, Any]]
+    DebugRuleConfigurations: NotRequired[list[dict[str, Any]]]
+    ProfilerRuleConfigurations: NotRequired[list[dict[str, Any]]]
+    DebugRuleEvaluationStatuses: NotRequired[list[RuleEvaluationStatus]]
+    ProfilerRuleEvaluationStatuses: NotRequired[list[RuleEvaluationStatus]]
 
 
 class JobDocument(SageMakerFields):
@@ -148,6 +184,7 @@ class JobDocument(SageMakerFields):
 
     TrainmonConfig: TrainmonConfig
     UnstoredOutput: NotRequired[UnstoredOutput]
+    RuleFindings: NotRequired[dict[str, RuleFindings]]  # per RuleConfigurationName
 
 
 class SupervisorIdentity(TypedDict):

@@ -4,6 +4,7 @@ transitions DescribeTrainingJob lists and the times they set (pure: documents in
 from __future__ import annotations
 
 from .document import Description, FinalMetric, JobDocument, ProfilerConfig, Transition
+from .rulestatus import KINDS, as_described
 
 TERMINAL = ("Completed", "Failed", "Stopped")
 ACTIVE = ("InProgress", "Stopping")
@@ -31,7 +32,7 @@ MESSAGES = {
 }
 
 
-_TRAINMON_FIELDS = ("TrainmonConfig", "UnstoredOutput")
+_TRAINMON_FIELDS = ("TrainmonConfig", "UnstoredOutput", "RuleFindings")
 
 
 def transition(doc: JobDocument, status: str, now: float, message: str | None = None,
@@ -78,8 +79,13 @@ def profiler_settings(doc: JobDocument | Description) -> ProfilerConfig | None:
 
 def description(doc: JobDocument, finals: list[FinalMetric]) -> Description:
     """The DescribeTrainingJob answer of a document (times as epoch seconds): SageMaker's fields only,
-    so trainmon's own (how it runs the job, what it could not store) are left out."""
+    so trainmon's own (how it runs the job, what it could not store, its rules' findings) are left out;
+a rule a job left InProgress when it ended is reported Stopped."""
     answer: dict[str, object] = {k: v for k, v in doc.items() if k not in _TRAINMON_FIELDS}
     answer["FinalMetricDataList"] = finals
     answer["ProfilingStatus"] = "Enabled" if profiler_settings(doc) else "Disabled"
+    ended = doc["TrainingJobStatus"] in TERMINAL
+    for field in KINDS.values():
+        if field in doc:
+            answer[field] = as_described(doc[field], ended, doc.get("TrainingEndTime"))  # type: ignore[literal-required]
     return answer  # type: ignore[return-value]  # the document's fields and the two added ones

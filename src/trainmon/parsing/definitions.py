@@ -1,10 +1,15 @@
-"""Metric definitions: SageMaker's ``[{"Name": ..., "Regex": ...}]``, validated before anything runs."""
+"""Metric definitions: SageMaker's ``[{"Name": ..., "Regex": ...}]``, validated before anything runs.
+
+Several definitions may share a name, as in AWS's own examples (one regex for ``ms/step``, one for
+``s/step``): each feeds the one metric, and :func:`definition_warnings` says so. Definitions are
+kept as given, in order, so a definition's position (from 1, as in the messages) is its index plus one.
+"""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +80,6 @@ def validate_definitions(raw: Any) -> list[MetricDefinition]:
     problems: list[str] = []
     if len(raw) > MAX_DEFINITIONS:
         problems.append(f"{len(raw)} metric definitions given; at most {MAX_DEFINITIONS} are allowed.")
-    seen: dict[str, int] = {}
     result: list[MetricDefinition] = []
     for position, item in enumerate(raw, start=1):
         where = f"MetricDefinitions[{position}]"
@@ -91,10 +95,6 @@ def validate_definitions(raw: Any) -> list[MetricDefinition]:
             problems.append(f'{label}: "Name" must be a non-empty string.')
         elif len(name) > MAX_NAME_CHARS:
             problems.append(f'{label}: "Name" is {len(name)} characters; at most {MAX_NAME_CHARS} are allowed.')
-        elif name in seen:
-            problems.append(f"{label}: name already used by MetricDefinitions[{seen[name]}]; names must be unique.")
-        else:
-            seen[name] = position
         if not isinstance(regex, str) or not regex:
             problems.append(f'{label}: "Regex" must be a non-empty string.')
             continue
@@ -122,14 +122,43 @@ def validate_definitions(raw: Any) -> list[MetricDefinition]:
     return result
 
 
-def definition_warnings(definitions: Iterable[MetricDefinition], *, escapes_control: bool) -> list[str]:
-    """Advice that does not stop a job: a tab written where the log will show ``#011``."""
+def definition_warnings(definitions: Sequence[MetricDefinition], *, escapes_control: bool) -> list[str]:
+    """Advice that does not stop a job, in the order of the definitions: names that several
+    definitions share, a definition repeated exactly, a tab written where the log will show ``#011``."""
+    positions: dict[str, list[int]] = {}
+    for position, definition in enumerate(definitions, start=1):
+        positions.setdefault(definition.name, []).append(position)
     warnings = []
-    if escapes_control:
-        for definition in definitions:
-            if "\t" in definition.regex or "\\t" in definition.regex:
-                warnings.append(
-                    f"{definition.name!r}: its regex contains a tab, but log records show a tab as '#011' "
-                    f"(as SageMaker's pipeline does); write '#011' instead, or use --mode raw."
-                )
+    first_of: dict[MetricDefinition, int] = {}
+    for position, definition in enumerate(definitions, start=1):
+        shared = positions[definition.name]
+        regexes = {definitions[p - 1].regex for p in shared}
+        if position == shared[0] and len(regexes) > 1:
+            warnings.append(_shared_name_warning(definition.name, shared))
+        if definition in first_of:
+            warnings.append(
+                f"{_label(position, definition)} repeats {_label(first_of[definition])} exactly (same Name and "
+                f"Regex): both are kept, so each record they match gives {definition.name!r} two equal points; "
+                f"remove one of them."
+            )
+        else:
+            first_of[definition] = position
+        if escapes_control and ("\t" in definition.regex or "\\t" in definition.regex):
+            warnings.append(
+                f"{_label(position, definition)}: its regex contains a tab, but log records show a tab as '#011' "
+                f"(as SageMaker's pipeline does); write '#011' instead, or use --mode raw."
+            )
     return warnings
+
+
+def _shared_name_warning(name: str, positions: Sequence[int]) -> str:
+    """Definitions (at these positions, from 1) that share a name, with different regexes."""
+    labels = [_label(p) for p in positions]
+    listed = ", ".join(labels[:-1]) + " and " + labels[-1]
+    return (f"{listed} share the name {name!r}: each feeds the one metric {name!r} (as on SageMaker), and a "
+            f"record matched by more than one of them gives it a point from each, with the same timestamp.")
+
+
+def _label(position: int, definition: MetricDefinition | None = None) -> str:
+    where = f"MetricDefinitions[{position}]"
+    return f"{where} ({definition.name!r})" if definition is not None else where

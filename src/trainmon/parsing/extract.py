@@ -156,7 +156,6 @@ class Extractor:
         self._matchers = [Matcher(d.regex) for d in self.definitions]
         self._python = [m.python_search for m in self._matchers]
         self._python_chars = [m.python_chars for m in self._matchers]
-        self.index_of = {d.name: i for i, d in enumerate(self.definitions)}
         self._split_cr = mode.splits_on_cr
         self._escapes = mode.escapes
         self._by_literal: dict[bytes, list[int]] = {}

@@ -187,12 +187,14 @@ class LossCounter:
 
 
 class PipeReader(threading.Thread):
-    """Drains one pipe into its spool file as fast as the job writes."""
+    """Drains one pipe into its spool file as fast as the job writes; ``preamble`` (whole lines
+    trainmon has to say about the job, in its log) comes first, as if the job had written it."""
 
     def __init__(self, fd: int, spool_path: Path, wake: threading.Event, label: str, *, budget: MemoryBudget,
-                 losses: LossCounter) -> None:
+                 losses: LossCounter, preamble: bytes = b"") -> None:
         super().__init__(name=f"trainmon-read-{label}", daemon=True)
         self.fd = fd
+        self.preamble = preamble
         self.spool_path = spool_path
         self.wake = wake
         self.budget = budget
@@ -220,6 +222,8 @@ class PipeReader(threading.Thread):
             self._spool_fd = self._open_spool()
         except OSError as exc:
             self.spool_error = exc  # tried again with the first read, as a spool that cannot be written
+        if self.preamble:
+            offset = self._keep(self.preamble, offset)
         try:
             while True:
                 try:

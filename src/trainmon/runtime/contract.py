@@ -5,19 +5,24 @@
     <job dir>/algo-N/model/                  packed as model.tar.gz when the job ends
     <job dir>/algo-N/output/                 'failure' here becomes the FailureReason
     <job dir>/algo-N/output/data/            packed as output.tar.gz
+    <job dir>/algo-N/code/                   a script-mode job's source (/opt/ml/code), where it runs
 
-plus the environment variables the SageMaker training toolkit sets (SM_*).
+plus the environment variables the SageMaker training toolkit sets (SM_*). A channel that names
+a local path is linked; one that names objects of trainmon's object store is copied, so the job
+cannot change them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..jobs.document import JobDocument
+from ..jobs.document import Channel, JobDocument
+from . import toolkit
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,10 @@ class HostLayout:
     def failure_file(self) -> Path:
         return self.output_dir / "failure"
 
+    @property
+    def code_dir(self) -> Path:
+        return self.root / "code"
+
 
 def host_names(count: int) -> list[str]:
     return [f"algo-{index}" for index in range(1, count + 1)]
@@ -75,17 +84,11 @@ def gpu_count() -> int:
     return count
 
 
-def _hp_value(text: str) -> Any:
-    """The toolkit decodes hyperparameters that are JSON and keeps the others as strings."""
-    try:
-        return json.loads(text)
-    except (ValueError, TypeError):
-        return text
-
-
 def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout, dict[str, str]]:
     """Create one host's directories and config files in ``job_dir`` (which exists: it is private to
-    the user, see :func:`trainmon.config.make_private_dir`); return them and the SM_* environment."""
+    the user, see :func:`trainmon.config.make_private_dir`), its channels and, in script mode, its code
+    directory; return them and the SM_* environment. OSError or :class:`toolkit.SourceError` when the
+    input cannot be put in place."""
     layout = HostLayout(host, job_dir / host)
     for directory in (layout.config_dir, layout.data_dir, layout.model_dir, layout.output_data_dir):
         directory.mkdir(parents=True, exist_ok=True)
@@ -106,17 +109,8 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout
     input_config: dict[str, Any] = {}
     for channel in doc.get("InputDataConfig", []):
         name = channel["ChannelName"]
-        source = channel["DataSource"]["S3DataSource"]["S3Uri"]
-        source_path = Path(source[len("file://"):] if source.startswith("file://") else source).expanduser().resolve()
         target = layout.data_dir / name
-        if source_path.is_dir():
-            if not target.exists():
-                target.symlink_to(source_path, target_is_directory=True)
-        else:
-            target.mkdir(exist_ok=True)
-            link = target / source_path.name
-            if not link.exists():
-                link.symlink_to(source_path)
+        _place_channel(channel, doc["TrainmonConfig"].get("ChannelPaths", {}).get(name), target)
         channels[name] = str(target)
         input_config[name] = {
             "TrainingInputMode": doc["AlgorithmSpecification"]["TrainingInputMode"],
@@ -128,7 +122,9 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout
     _write_json(layout.config_dir / "resourceconfig.json", resource)
     _write_json(layout.config_dir / "inputdataconfig.json", input_config)
 
-    decoded = {key: _hp_value(value) for key, value in hyperparameters.items()}
+    script = doc["TrainmonConfig"].get("Script")
+    split = toolkit.split(hyperparameters)
+    decoded = split.user if script is not None else {key: toolkit.decode(value) for key, value in hyperparameters.items()}
     num_cpus, num_gpus = os.cpu_count() or 1, gpu_count()
     training_env = {
         "job_name": doc["TrainingJobName"],
@@ -172,10 +168,59 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout
     }
     for name, path in channels.items():
         env[f"SM_CHANNEL_{name.upper()}"] = path
-    for key, value in hyperparameters.items():
-        env[f"SM_HP_{key.upper()}"] = value
+    if script is None:
+        for key, value in hyperparameters.items():
+            env[f"SM_HP_{key.upper()}"] = value
+    else:
+        toolkit.install_source(Path(script["Source"]), layout.code_dir, script["Program"])
+        env.update(_script_environment(script["Program"], split, training_env))
     env.update(doc.get("Environment", {}))
+    if script is not None:  # the code directory comes first, as the toolkit puts it first on sys.path
+        inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(layout.code_dir), inherited)))
     return layout, env
+
+
+def _place_channel(channel: Channel, recorded: str | None, target: Path) -> None:
+    """A channel's data at ``input/data/<channel>``: a link to a local directory (or a directory
+    holding a link to a local file); a copy of objects from the object store."""
+    uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
+    source = Path(recorded or uri.removeprefix("file://")).expanduser().resolve()
+    if uri.startswith("s3://"):
+        target.mkdir(exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, target / source.name)
+    elif source.is_dir():
+        if not target.exists():
+            target.symlink_to(source, target_is_directory=True)
+    else:
+        target.mkdir(exist_ok=True)
+        link = target / source.name
+        if not link.exists():
+            link.symlink_to(source)
+
+
+def _script_environment(program: str, split: toolkit.Hyperparameters, training_env: dict[str, Any]) -> dict[str, str]:
+    """The variables the toolkit adds for a script-mode entry point (``training_env`` gains its fields)."""
+    arguments = toolkit.to_cmd_args(split.user)
+    fields = {
+        "user_entry_point": program,
+        "module_name": toolkit.module_name(program),
+        "module_dir": split.sagemaker.get(toolkit.SUBMIT_DIRECTORY, ""),
+        "framework_params": split.framework,
+        "user_args": arguments,
+        "log_level": split.sagemaker.get(toolkit.LOG_LEVEL, 20),
+    }
+    training_env.update(fields)
+    env = {f"SM_{key.upper()}": toolkit.env_value(value) for key, value in fields.items()}
+    env["SM_HPS"] = toolkit.env_value(split.user)
+    env["SM_TRAINING_ENV"] = toolkit.env_value(training_env)
+    env.update({f"SM_HP_{key.upper()}": toolkit.env_value(value) for key, value in split.user.items()})
+    env["SAGEMAKER_JOB_NAME"] = toolkit.env_value(split.sagemaker.get(toolkit.JOB_NAME, ""))
+    env["SAGEMAKER_REGION"] = toolkit.env_value(split.sagemaker.get(toolkit.REGION, ""))
+    return env
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -91,10 +91,12 @@ class JobState:
         self._backoff.reset()
         return True
 
-    def finish(self, status: str, *, ended_at: float | None = None, **fields: Any) -> JobRow | None:
-        """Enter the final status and wait until it is written: through an outage of any length, but
-        not past ``FULL_DISK_TRIES`` tries on a disk that stays full (None then)."""
-        self.enter(status, ended_at=ended_at, **fields)
+    def finish(self, status: str, message: str | None = None, *, ended_at: float | None = None,
+               **fields: Any) -> JobRow | None:
+        """Enter the final status (with ``message``, else its usual one) and wait until it is written:
+        through an outage of any length, but not past ``FULL_DISK_TRIES`` tries on a disk that stays
+        full (None then)."""
+        self.enter(status, message, ended_at=ended_at, **fields)
         tries = 0
         while not self.flush():
             if isinstance(self._failing, StoreFull):

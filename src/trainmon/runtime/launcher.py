@@ -30,6 +30,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Protocol
 
+from . import notify
 from .procfs import PROC, children_of, descendants, process_table, read_process_stat
 
 TAG_VARIABLE = "TRAINMON_PROCESS_TAG"
@@ -220,7 +221,8 @@ class LocalLauncher:
         table = process_table()
         mains = {host.process.pid for host in self.hosts}
         children = children_of(table)
-        adopted = [pid for pid in children.get(self.me, []) if pid not in mains]
+        own = notify.commands_running()  # this process's notifications: not the job's
+        adopted = [pid for pid in children.get(self.me, []) if pid not in mains and pid not in own]
         found: list[tuple[int, int]] = []
         for pid in descendants([*mains, *adopted], children):
             if pid in mains:

@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from .. import config
 from ..errors import StoreError, TrainmonError
@@ -35,9 +35,9 @@ from ..jobs.status import profiler_settings
 from ..parsing.definitions import validate_definitions
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
-from ..store import JobRow, Store, StreamRow, open_store
+from ..store import JobRow, Store, StreamRow, objects, open_store
 from ..store.profiles import ProfileWriter
-from . import contract, orphans, recovery
+from . import contract, notify, orphans, recovery, toolkit
 from . import launcher as launch
 from .capture import (
     Echo,
@@ -56,6 +56,7 @@ from .jobstate import JobState
 from .maintenance import Maintainer
 from .monitor import SystemMonitor
 from .retry import Backoff
+from .rulewatch import RuleWatcher, evaluated_rules
 from .sampler import default_gpu_source
 
 POLL_S = 0.05
@@ -95,6 +96,8 @@ class Supervisor:
         self.state = JobState(store, name)
         self.loss = Loss()
         self._stop_reason: str | None = None  # "Stopped" | "MaxRuntimeExceeded"
+        self._stop_message: str | None = None  # what the final status says, when a rule stopped the job
+        self._rule_stop: str | None = None  # set by the rules' thread: a StopTraining action fired
         self._interrupts = 0
         self._wake = threading.Event()
         self.first_failure: str | None = None
@@ -118,6 +121,7 @@ class Supervisor:
         finally:
             self._restore_signals(previous)
             self.launcher.close()
+            notify.flush()  # the rules' notifications still under way get their time (none: at once)
 
     def _run(self, job: JobRow) -> JobRow:
         doc = job.doc
@@ -132,7 +136,11 @@ class Supervisor:
         for stale in job_dir.glob("algo-*"):  # left by an earlier job of the same name
             shutil.rmtree(stale, ignore_errors=True)
         config.make_private_dir(job_dir)
-        prepared = [contract.prepare_host(job_dir, doc, host) for host in contract.host_names(count)]
+        try:
+            prepared = [contract.prepare_host(job_dir, doc, host) for host in contract.host_names(count)]
+        except (OSError, toolkit.SourceError) as exc:  # an input gone or changed since the job was created
+            reason = f"ClientError: could not prepare the job's input and code: {exc}"
+            return self._finish("Failed", FailureReason=reason[:FAILURE_REASON_CHARS])
         requested = self.state.stop_requested()
         if requested:
             self._stop_reason = requested  # stopped before it started: start nothing
@@ -155,6 +163,7 @@ class Supervisor:
         monitor = self._start_monitor(doc, job_dir) if start_failure is None else None
         maintainer = Maintainer(self.store)
         maintainer.start()
+        rules = self._start_rules(job) if start_failure is None else None
         exit_codes: dict[str, int] = {}
         if start_failure is None:
             deadline = doc["CreationTime"] + doc["StoppingCondition"]["MaxRuntimeInSeconds"]
@@ -167,25 +176,31 @@ class Supervisor:
             self._stop_monitor(monitor)
         maintainer.stop()
         self._drain(ingestor)
+        if rules is not None:
+            rules.finish()  # the last pass, over everything stored, before the job's final status
         shutil.rmtree(spool_dir, ignore_errors=True)  # all stored, or counted as lost: nothing to recover
         return self._conclude(job, exit_codes, start_failure, ingestor)
 
     def _start_hosts(self, job: JobRow, prepared: list[tuple[contract.HostLayout, dict[str, str]]],
                      spool_dir: Path, mode: Mode, extractor: Extractor, budget: MemoryBudget) -> str | None:
-        command = job.doc["TrainmonConfig"]["Command"]
+        settings = job.doc["TrainmonConfig"]
+        command = settings["Command"]
+        script = settings.get("Script")
         for layout, env in prepared:
             stream = self._retrying(lambda host=layout.host: self._add_stream(job.id, host))
-            spec = launch.HostSpec(layout.host, command, {**os.environ, **env},
-                                   job.doc["TrainmonConfig"].get("WorkingDirectory") or str(layout.root))
+            cwd = str(layout.code_dir) if script else settings.get("WorkingDirectory") or str(layout.root)
+            spec = launch.HostSpec(layout.host, command, {**os.environ, **env}, cwd)
             try:
                 process = self.launcher.start(spec)
             except launch.LaunchError as exc:
                 return f"ClientError: {exc}"
+            notes = toolkit.notes(layout.code_dir, settings.get("Interpreter", "")) if script else b""
             pipes = []
             for is_stderr, fd in zip((False, True), process.streams(), strict=True):
                 path = spool_path(spool_dir, layout.host, is_stderr)
                 reader = PipeReader(fd, path, self._wake, path.name, budget=budget,
-                                    losses=LossCounter(extractor.definitions, mode))
+                                    losses=LossCounter(extractor.definitions, mode),
+                                    preamble=b"" if is_stderr else notes)
                 self.readers.append(reader)
                 pipes.append(Pipe(reader, RecordCutter(mode), is_stderr))
             self.hosts.append(Host(layout.host, layout, process, HostStream(layout.host, stream.id, pipes)))
@@ -204,6 +219,31 @@ class Supervisor:
             except StoreError as exc:
                 print(f"trainmon: {exc.message}; trying again", file=sys.stderr)
                 time.sleep(backoff.next_delay())
+
+    def _start_rules(self, job: JobRow) -> RuleWatcher | None:
+        """The thread that evaluates the job's rules, if it has rules trainmon evaluates."""
+        if not self.hosts or not evaluated_rules(job.doc):
+            return None
+
+        def stop(reason: str) -> None:  # on the rules' thread: the watch loop acts on it
+            self._rule_stop = reason
+
+        spools = [(host.name, pipe.reader.spool_path) for host in self.hosts for pipe in host.stream.pipes
+                  if isinstance(pipe.reader, PipeReader)]
+
+        def last_read() -> dict[str, float]:  # each host's last read of its output: its spool files' times
+            found: dict[str, float] = {}
+            for host, path in spools:
+                try:
+                    found[host] = max(found.get(host, 0.0), os.stat(path).st_mtime)
+                except OSError:
+                    pass
+            return found
+
+        watcher = RuleWatcher(self.store, job, on_stop=stop, activity=last_read,
+                              active=lambda: self._stop_reason is None and self.ended_at is None)
+        watcher.start()
+        return watcher
 
     def _start_monitor(self, doc: JobDocument, job_dir: Path) -> SystemMonitor | None:
         if not self.hosts:
@@ -243,6 +283,9 @@ class Supervisor:
             now = time.time()
             if self._interrupts and self._stop_reason is None:
                 self._request_stop("Stopped")
+            if self._rule_stop is not None and self._stop_reason is None:
+                self._request_stop("Stopped", f"Stopping the training job: {self._rule_stop}")
+                self._stop_message = f"Training job stopped by a StopTraining action: {self._rule_stop}"
             if now >= deadline and self._stop_reason is None:
                 self._request_stop("MaxRuntimeExceeded")
             if now >= next_stop_poll and self._stop_reason is None:
@@ -257,9 +300,10 @@ class Supervisor:
     def _exit_codes(self) -> dict[str, int]:
         return {h.name: h.process.wait() for h in self.hosts}
 
-    def _request_stop(self, reason: str) -> None:
+    def _request_stop(self, reason: str, message: str | None = None) -> None:
         self._stop_reason = reason
-        message = "Stopping the training job: MaxRuntimeInSeconds reached" if reason == "MaxRuntimeExceeded" else None
+        if reason == "MaxRuntimeExceeded":
+            message = "Stopping the training job: MaxRuntimeInSeconds reached"
         self.state.enter("Stopping", message, stop_requested=reason)
 
     def _terminate(self, grace_s: float) -> None:
@@ -321,7 +365,7 @@ class Supervisor:
             return self._finish("Failed", FailureReason=start_failure[:FAILURE_REASON_CHARS], **fields)
         if self._stop_reason is not None:
             self._pack(job)
-            return self._finish(self._stop_reason, **fields)
+            return self._finish(self._stop_reason, self._stop_message, **fields)
         failed = sorted((h for h in self.hosts if exit_codes.get(h.name, 0) != 0),
                         key=lambda h: h.name != self.first_failure)  # the host that failed first, not one we ended
         if failed:
@@ -335,8 +379,8 @@ class Supervisor:
                                 **fields)
         return self._finish("Completed", **fields)
 
-    def _finish(self, status: str, **fields: Any) -> JobRow:
-        row = self.state.finish(status, ended_at=self.ended_at, **fields)
+    def _finish(self, status: str, message: str | None = None, **fields: Any) -> JobRow:
+        row = self.state.finish(status, message, ended_at=self.ended_at, **fields)
         if row is None:
             raise StoreError(f"the job ended {status}, but the store could not record it")
         return row
@@ -364,16 +408,23 @@ class Supervisor:
         return f"{head} Last lines of stderr:\n{tail}"
 
     def _pack(self, job: JobRow) -> None:
-        """model/ -> model.tar.gz (and output/data -> output.tar.gz) of the first host."""
+        """model/ -> model.tar.gz (and output/data -> output.tar.gz) of the first host: files, or
+        objects of the object store for an s3:// output path."""
         if not self.hosts:
             return
         artifacts = job.doc["ModelArtifacts"]["S3ModelArtifacts"]
-        target = Path(artifacts[len("file://"):])
-        target.parent.mkdir(parents=True, exist_ok=True)
         first = self.hosts[0].layout
-        _tar(first.model_dir, target)
+        archives = [(first.model_dir, "model.tar.gz")]
         if first.output_data_dir.is_dir() and any(first.output_data_dir.iterdir()):
-            _tar(first.output_data_dir, target.with_name("output.tar.gz"))
+            archives.append((first.output_data_dir, "output.tar.gz"))
+        if artifacts.startswith("s3://"):
+            for source, name in archives:
+                _upload(self.store.home, source, f"{artifacts.rsplit('/', 1)[0]}/{name}")
+            return
+        target = Path(job.doc["TrainmonConfig"].get("ModelArtifactsPath") or artifacts.removeprefix("file://"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for source, name in archives:
+            _tar(source, target.with_name(name))
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -395,6 +446,20 @@ class Supervisor:
     def _restore_signals(previous: dict[int, Any]) -> None:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _upload(home: Path, source: Path, uri: str) -> None:
+    """A directory packed straight into an object of the object store (OSError when it cannot be)."""
+    store = objects.ObjectStore(home)
+    bucket, key = objects.parse_uri(uri)
+    try:
+        with store.staging() as staged:
+            with tarfile.open(fileobj=cast(IO[bytes], staged), mode="w|gz") as archive:
+                for entry in sorted(source.iterdir()):
+                    archive.add(entry, arcname=entry.name)
+            store.commit(staged, bucket, key)
+    except TrainmonError as exc:  # the bucket went, say
+        raise OSError(f"{uri}: {exc.message}") from None
 
 
 def _tar(source: Path, target: Path) -> None:

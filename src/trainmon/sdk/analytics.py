@@ -53,7 +53,8 @@ class TrainingJobAnalytics:
         except ImportError:
             raise ImportError("analytics needs pandas: pip install 'trainmon[sdk]'") from None
         job = sagemaker.describe_training_job(self._store, TrainingJobName=self.name)
-        names = self.metric_names or [d["Name"] for d in job["AlgorithmSpecification"].get("MetricDefinitions", [])]
+        names = self.metric_names or list(dict.fromkeys(  # a name several definitions share, once
+            d["Name"] for d in job["AlgorithmSpecification"].get("MetricDefinitions", [])))
         found = trainmon.get_job_metric_points(self._store, TrainingJobName=self.name, MetricNames=names or None)
         points = [Point(p["MetricName"], p["Timestamp"], p["Value"]) for p in found["Points"]]
         rows: list[tuple[float, str, float]] = []

@@ -10,7 +10,9 @@ Scripts written for ``sagemaker.estimator.Estimator`` run by changing the import
 
 A local "image" is a command line (``"python train.py"``) or a directory holding an executable
 ``train``; ``entry_point`` (+ ``source_dir``) runs a Python script with the hyperparameters as
-``--name value`` arguments, as the SDK's framework estimators do.
+``--name value`` arguments, as the SDK's framework estimators do. ``rules`` takes
+``trainmon.rules.Rule.sagemaker(rule_configs.loss_not_decreasing())`` and the like (the SDK's own
+``Rule`` objects too): see docs/rules.md.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from typing import Any, TextIO
 
 from .. import config
 from ..api import logs as cloudwatch_logs
-from ..api import sagemaker
+from ..api import sagemaker, trainmon
 from ..api.logs import LOG_GROUP
 from ..api.training_request import DEFAULT_MAX_RUNTIME_S
 from ..errors import TrainmonError
 from ..jobs.document import ACCOUNT
 from ..jobs.status import TERMINAL
+from ..rules import catalog
+from ..rules.configs import as_request
 from ..store import open_store
 from .analytics import TrainingJobAnalytics
 from .clients import SageMakerClient
@@ -40,7 +44,7 @@ AWS_ONLY_ARGUMENTS = frozenset({
     "subnets", "security_group_ids", "volume_size", "volume_kms_key", "output_kms_key", "model_uri",
     "model_channel_name", "encrypt_inter_container_traffic", "use_spot_instances", "max_wait", "checkpoint_s3_uri",
     "checkpoint_local_path", "enable_network_isolation", "git_config", "container_log_level", "code_location",
-    "dependencies", "debugger_hook_config", "rules", "tensorboard_output_config", "enable_sagemaker_metrics",
+    "dependencies", "debugger_hook_config", "tensorboard_output_config", "enable_sagemaker_metrics",
     "keep_alive_period_in_seconds", "training_repository_access_mode", "training_repository_credentials_provider_arn",
     "disable_output_compression", "max_retry_attempts", "input_mode", "instance_groups", "training_plan",
 })
@@ -216,6 +220,7 @@ class Estimator:
         tags: list[dict[str, str]] | None = None,
         profiler_config: Any = None,
         disable_profiler: bool = False,
+        rules: list[Any] | None = None,
         sagemaker_session: Session | None = None,
         **aws_only: Any,
     ) -> None:
@@ -245,6 +250,7 @@ class Estimator:
         self.tags = tags
         self.profiler_config = profiler_config
         self.disable_profiler = disable_profiler
+        self.rules = list(rules or [])
         self.sagemaker_session = sagemaker_session or Session()
         self.latest_training_job: TrainingJob | None = None
         self._current_job_name: str | None = None
@@ -263,7 +269,13 @@ class Estimator:
     def fit(self, inputs: str | dict[str, str] | None = None, wait: bool = True, logs: str | bool = "All",
             job_name: str | None = None) -> None:
         name = job_name or self._job_name()
-        sagemaker.create_training_job(self.sagemaker_session.store, **self._request(name, inputs))
+        store = self.sagemaker_session.store
+        request = self._request(name, inputs)
+        for warning in catalog.warnings(request):
+            warnings.warn(f"Training job {name}: {warning}", stacklevel=2)
+        sagemaker.create_training_job(store, **request)
+        for warning in trainmon.describe_job_metrics(store, TrainingJobName=name)["Warnings"]:
+            warnings.warn(f"Training job {name}: {warning}", stacklevel=2)  # the definitions', as the CLI warns
         self._current_job_name = name
         self.latest_training_job = TrainingJob(self.sagemaker_session, name)
         if wait:
@@ -357,6 +369,11 @@ class Estimator:
             request["OutputDataConfig"] = {"S3OutputPath": self.output_path}
         if self.tags:
             request["Tags"] = self.tags
+        for rule in self.rules:
+            if hasattr(rule, "prepare_actions"):
+                rule.prepare_actions(name)  # the SDK's StopTraining learns the job's name
+            field, entry = as_request(rule)
+            request.setdefault(field, []).append(entry)
         if self.disable_profiler:
             request["ProfilerConfig"] = {"DisableProfiler": True}
         elif self.profiler_config is not None:

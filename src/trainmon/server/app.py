@@ -427,7 +427,7 @@ ROUTES: tuple[Endpoint, ...] = (
     Endpoint("POST", "/api/definitions/test", "Metric definitions applied to sample log text", test_definitions,
              body="MetricDefinitions and LogText (TestMetricDefinitions)", tags=("definitions",)),
     Endpoint("POST", "/api/{service}/{operation}", "Any operation of the operations layer, by its API name",
-             operation, (Param("service", where="path", help="sagemaker, cloudwatch, logs or trainmon"),
+             operation, (Param("service", where="path", help="sagemaker, cloudwatch, logs, sts or trainmon"),
                          Param("operation", where="path", help="CreateTrainingJob, GetMetricData, ...")),
              body="the operation's request, as boto3 takes it", tags=("operations",)),
 )
@@ -551,7 +551,7 @@ def create_app(store: Store, settings: Settings | None = None) -> Any:
         if settings.maintain:
             from ..runtime.maintenance import Maintainer
 
-            maintainer = Maintainer(store)
+            maintainer = Maintainer(store, alarms=True)  # alarms are evaluated by servers
             maintainer.start()
         try:
             yield

@@ -104,8 +104,9 @@ class JobFollower:
             if cursor is not None:  # after the cursor in (time, stream, record) order
                 ms, stream, seq = cursor
                 fresh = (stamps > ms) | ((stamps == ms) & ((streams > stream) | ((streams == stream) & (seqs > seq))))
-            chosen = np.flatnonzero(fresh)[:POINTS_PER_EVENT]
-            if len(chosen) == int(fresh.sum()):
+            waiting = np.flatnonzero(fresh)
+            chosen = waiting[:_cut(stamps, streams, seqs, waiting)]
+            if len(chosen) == len(waiting):
                 self._counts[name] = count  # all of them sent (else the rest go in the next poll)
             if not len(chosen):
                 continue
@@ -122,6 +123,17 @@ class JobFollower:
         if not page["Records"]:
             return []
         return [("log", {"Records": page["Records"], "After": page["After"]})]
+
+
+def _cut(stamps: Any, streams: Any, seqs: Any, waiting: Any) -> int:
+    """How many of the ``waiting`` points one event sends: POINTS_PER_EVENT, or more so that the
+    cut never falls between points of one record (two definitions of one name each give one), since
+    the next poll starts after the last record sent."""
+    if len(waiting) <= POINTS_PER_EVENT:
+        return len(waiting)
+    last, more = waiting[POINTS_PER_EVENT - 1], waiting[POINTS_PER_EVENT:]
+    same = (stamps[more] == stamps[last]) & (streams[more] == streams[last]) & (seqs[more] == seqs[last])
+    return POINTS_PER_EVENT + (len(more) if same.all() else int(same.argmin()))
 
 
 class JobsFollower:

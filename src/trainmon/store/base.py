@@ -25,7 +25,18 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.statistics import Columns, Sample
 from ..errors import ResourceInUse, ResourceNotFound
 from ..jobs.document import JobDocument, SupervisorIdentity
-from .rows import Batch, ChunkTuple, EventRow, JobRow, Maintenance, PointColumns, PointRow, StreamRow
+from .rows import (
+    AlarmHistoryRow,
+    AlarmRow,
+    Batch,
+    ChunkTuple,
+    EventRow,
+    JobRow,
+    Maintenance,
+    PointColumns,
+    PointRow,
+    StreamRow,
+)
 from .sql import Sql, T
 
 if TYPE_CHECKING:
@@ -174,6 +185,51 @@ class Store(Protocol):
         nothing when another process is at it."""
         ...
 
+    # -- alarms
+    def put_alarm(self, name: str,
+                  make: Callable[[AlarmRow | None], tuple[AlarmRow, list[AlarmHistoryRow]]]) -> AlarmRow:
+        """Create or replace one alarm atomically: ``make`` gets the stored alarm (None: a new one)
+        and gives the alarm to store and the history items to add with it."""
+        ...
+
+    def change_alarms(self, names: Sequence[str],
+                      change: Callable[[AlarmRow], list[AlarmHistoryRow] | None]) -> list[AlarmRow]:
+        """Change the named alarms that exist, in one transaction: ``change`` edits each in place and
+        gives its history items (None: leave that alarm as it is). The alarms changed, by name."""
+        ...
+
+    def delete_alarms(self, names: Sequence[str],
+                      history: Callable[[AlarmRow], list[AlarmHistoryRow]]) -> list[AlarmRow]:
+        """Delete the named alarms that exist, adding ``history``'s items for each; the alarms deleted."""
+        ...
+
+    def alarms(self, *, names: Sequence[str] | None = None, prefix: str | None = None, state: str | None = None,
+               after: str | None = None, limit: int | None = None, namespace: str | None = None,
+               metric_name: str | None = None) -> list[AlarmRow]:
+        """Alarms by name (after ``after``, at most ``limit``) matching every filter given."""
+        ...
+
+    def claim_due_alarms(self, now_ms: int) -> list[AlarmRow]:
+        """The alarms due for evaluation at ``now_ms``, each handed to one caller only: their next
+        evaluation is moved on as they are returned."""
+        ...
+
+    def record_evaluations(self, outcomes: list[tuple[AlarmRow, list[AlarmHistoryRow]]]) -> list[AlarmRow]:
+        """Evaluations' new states with their history items, in one transaction; an alarm changed
+        since it was claimed (its revision moved) is left alone. The alarms written."""
+        ...
+
+    def alarm_history(self, *, name: str | None = None, item_type: str | None = None, start_ms: int | None = None,
+                      end_ms: int | None = None, ascending: bool = False, after: tuple[int, int] | None = None,
+                      limit: int = 100) -> list[AlarmHistoryRow]:
+        """History items in [start_ms, end_ms], newest first unless ``ascending``, after the item
+        (timestamp, id) ``after``."""
+        ...
+
+    def expire_alarm_history(self, before_ms: int) -> int:
+        """Delete history items older than ``before_ms``; how many."""
+        ...
+
 
 class SqlStore:
     """The Store contract written once for both backends, in SQL with ``?`` placeholders.
@@ -187,7 +243,8 @@ class SqlStore:
 
     retention: Retention
     _find: str  # SQLite's instr(haystack, needle), PostgreSQL's strpos
-    _lock_job = ""  # what locks the job row update_job reads (PostgreSQL: FOR NO KEY UPDATE)
+    _lock_job = ""  # what locks the job row update_job reads (PostgreSQL: FOR NO KEY UPDATE); alarms' too
+    _skip_locked = ""  # what lets claimers of due alarms pass rows another one holds (PostgreSQL)
 
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
@@ -494,6 +551,90 @@ class SqlStore:
 
     def _release_space(self) -> None:
         """Give the space a maintenance pass freed back to the system (a backend that can)."""
+
+    # -- alarms
+
+    def put_alarm(self, name: str,
+                  make: Callable[[AlarmRow | None], tuple[AlarmRow, list[AlarmHistoryRow]]]) -> AlarmRow:
+        from . import alarms
+
+        with self._transaction() as sql:
+            found = alarms.read(sql, names=[name], lock=self._lock_job)
+            alarm, history = make(found[0] if found else None)
+            alarms.write(sql, alarm)
+            alarms.add_history(sql, history)
+        return alarm
+
+    def change_alarms(self, names: Sequence[str],
+                      change: Callable[[AlarmRow], list[AlarmHistoryRow] | None]) -> list[AlarmRow]:
+        from . import alarms
+
+        changed = []
+        with self._transaction() as sql:
+            for alarm in alarms.read(sql, names=sorted(set(names)), lock=self._lock_job):
+                history = change(alarm)
+                if history is None:
+                    continue
+                alarms.write(sql, alarm)
+                alarms.add_history(sql, history)
+                changed.append(alarm)
+        return changed
+
+    def delete_alarms(self, names: Sequence[str],
+                      history: Callable[[AlarmRow], list[AlarmHistoryRow]]) -> list[AlarmRow]:
+        from . import alarms
+
+        with self._transaction() as sql:
+            found = alarms.read(sql, names=sorted(set(names)), lock=self._lock_job)
+            alarms.delete(sql, [alarm.name for alarm in found])
+            alarms.add_history(sql, [item for alarm in found for item in history(alarm)])
+        return found
+
+    def alarms(self, *, names: Sequence[str] | None = None, prefix: str | None = None, state: str | None = None,
+               after: str | None = None, limit: int | None = None, namespace: str | None = None,
+               metric_name: str | None = None) -> list[AlarmRow]:
+        from . import alarms
+
+        return self._reading(lambda sql: alarms.read(sql, names=names, prefix=prefix, state=state, after=after,
+                                                     limit=limit, namespace=namespace, metric_name=metric_name))
+
+    def claim_due_alarms(self, now_ms: int) -> list[AlarmRow]:
+        from . import alarms
+
+        if not self._reading(lambda sql: alarms.any_due(sql, now_ms)):  # most passes: no write lock taken
+            return []
+        with self._transaction() as sql:
+            return alarms.claim_due(sql, now_ms, self._skip_locked)
+
+    def record_evaluations(self, outcomes: list[tuple[AlarmRow, list[AlarmHistoryRow]]]) -> list[AlarmRow]:
+        from . import alarms
+
+        if not outcomes:
+            return []
+        written = []
+        with self._transaction() as sql:
+            for alarm, history in sorted(outcomes, key=lambda outcome: outcome[0].name):  # one lock order
+                if alarms.write_state(sql, alarm):
+                    alarms.add_history(sql, history)
+                    written.append(alarm)
+        return written
+
+    def alarm_history(self, *, name: str | None = None, item_type: str | None = None, start_ms: int | None = None,
+                      end_ms: int | None = None, ascending: bool = False, after: tuple[int, int] | None = None,
+                      limit: int = 100) -> list[AlarmHistoryRow]:
+        from . import alarms
+
+        return self._reading(lambda sql: alarms.history(sql, name=name, item_type=item_type, start_ms=start_ms,
+                                                        end_ms=end_ms, ascending=ascending, after=after,
+                                                        limit=limit))
+
+    def expire_alarm_history(self, before_ms: int) -> int:
+        if not self._read("SELECT 1 FROM alarm_history WHERE timestamp_ms < ? LIMIT 1", (before_ms,)):
+            return 0
+        from . import alarms
+
+        with self._transaction() as sql:
+            return alarms.expire_history(sql, before_ms)
 
 
 def prepared_points(batch: Batch) -> Any:

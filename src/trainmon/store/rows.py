@@ -99,3 +99,38 @@ class Maintenance:
     rollup_rows: int = 0
     expired_chunks: int = 0
     expired_rollups: int = 0
+
+
+@dataclass
+class AlarmRow:
+    """A metric alarm: its configuration (PutMetricAlarm's members, as given) and its state.
+
+    ``revision`` grows with every write, so a write made from an older reading (an evaluation
+    while the alarm was changed) can tell and is dropped. ``next_ms`` is when it is evaluated
+    next, every ``every_ms`` (10 s for a high-resolution period, else a minute)."""
+
+    name: str
+    config: dict[str, Any]
+    state: str
+    reason: str
+    reason_data: str | None
+    state_updated_ms: int
+    transitioned_ms: int
+    evaluation_state: str | None
+    configured_ms: int
+    every_ms: int
+    next_ms: int = 0
+    revision: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AlarmHistoryRow:
+    """One item of an alarm's history (DescribeAlarmHistory's AlarmHistoryItem); ``id`` orders
+    items of one millisecond."""
+
+    alarm_name: str
+    timestamp_ms: int
+    item_type: str  # ConfigurationUpdate, StateUpdate or Action
+    summary: str
+    data: str
+    id: int = 0

@@ -166,6 +166,36 @@ _MIGRATIONS.append("""
         PRIMARY KEY (stream_id, pipe)
     )
     """)
+_MIGRATIONS.append("""
+    CREATE TABLE alarms (
+        name TEXT PRIMARY KEY,
+        config TEXT NOT NULL,
+        namespace TEXT,
+        metric_name TEXT,
+        state TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        reason_data TEXT,
+        state_updated_ms INTEGER NOT NULL,
+        transitioned_ms INTEGER NOT NULL,
+        evaluation_state TEXT,
+        configured_ms INTEGER NOT NULL,
+        every_ms INTEGER NOT NULL,
+        next_ms INTEGER NOT NULL,
+        revision INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX alarms_by_due ON alarms (next_ms);
+    CREATE INDEX alarms_by_metric ON alarms (namespace, metric_name);
+    CREATE TABLE alarm_history (
+        id INTEGER PRIMARY KEY,
+        alarm_name TEXT NOT NULL,
+        timestamp_ms INTEGER NOT NULL,
+        item_type TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX alarm_history_by_alarm ON alarm_history (alarm_name, timestamp_ms);
+    CREATE INDEX alarm_history_by_time ON alarm_history (timestamp_ms)
+    """)
 
 OPEN_TIMEOUT_S = 30.0
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass

@@ -106,8 +106,12 @@ export function mount(root, {jobs: names}) {
         x: "start",
         xMetrics: all.filter((m) => m !== metric),
         sources: jobs.map((a, i) =>
-          metricSource(a.name, metric, {origin: origin(a), label: a.name, color: COLORS[i % COLORS.length],
-            overlaid: true}),
+          metricSource(a.name, metric, {
+            origin: origin(a),
+            label: a.name,
+            color: COLORS[i % COLORS.length],
+            overlaid: true,
+          }),
         ),
       });
       chartBox.replaceChildren(chart.el);

@@ -2,7 +2,7 @@
 // definitions over pasted sample output.
 
 import {post, ApiError} from "./api.js";
-import {h, clear, fmtNum, debounce} from "./dom.js";
+import {h, clear, fmtNum, debounce, warningList} from "./dom.js";
 import {navigate} from "./router.js";
 
 /** A command line as its words, as a POSIX shell splits it (quotes and backslashes; no expansion). */
@@ -190,8 +190,10 @@ export function mount(root) {
   function showTest(answer) {
     tester.dataset.state = "ok";
     const points = answer.Points || [];
+    const warnings = answer.Warnings || [];
     clear(
       tester,
+      warningList(warnings),
       h(
         "table",
         {class: "tester-definitions"},
@@ -207,8 +209,9 @@ export function mount(root) {
         h(
           "tbody",
           {},
-          (answer.Definitions || []).map((d) => {
-            const values = points.filter((p) => p.MetricName === d.Name).map((p) => fmtNum(p.Value));
+          (answer.Definitions || []).map((d, i) => {
+            // by position, not name: definitions may share a name (each feeds the one metric)
+            const values = points.filter((p) => p.Definition === i + 1).map((p) => fmtNum(p.Value));
             const rejected = Object.entries(d.Rejected || {});
             return h(
               "tr",

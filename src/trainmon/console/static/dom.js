@@ -135,6 +135,17 @@ export function table(headers, rows, props = {}) {
   );
 }
 
+/** The definitions' warnings as a list, or nothing when there are none. */
+export function warningList(warnings) {
+  return warnings.length
+    ? h(
+        "ul",
+        {class: "definition-warnings"},
+        warnings.map((w) => h("li", {}, w)),
+      )
+    : null;
+}
+
 export function section(title, ...children) {
   return h("section", {class: "panel"}, h("h2", {}, title), ...children);
 }

@@ -3,7 +3,19 @@
 
 import {get, post, jobPath, liveStream, series, statisticSeries, ApiError} from "./api.js";
 import {Chart} from "./chart.js";
-import {h, clear, fmtNum, fmtTime, fmtDuration, statusBadge, table, section, throttle, TERMINAL} from "./dom.js";
+import {
+  h,
+  clear,
+  fmtNum,
+  fmtTime,
+  fmtDuration,
+  statusBadge,
+  table,
+  section,
+  throttle,
+  warningList,
+  TERMINAL,
+} from "./dom.js";
 import {LogPane} from "./logs.js";
 
 const LOG_TAIL = 500;
@@ -245,7 +257,8 @@ class JobPage {
     const hps = Object.entries(job.HyperParameters || {});
     const finals = this.metrics.Metrics || [];
     const definitions = job.AlgorithmSpecification?.MetricDefinitions || [];
-    const diagnostics = new Map((this.metrics.Definitions || []).map((d) => [d.Name, d]));
+    const diagnostics = this.metrics.Definitions || []; // in the definitions' order: names may repeat
+    const warnings = this.metrics.Warnings || [];
     clear(
       this.tables,
       section(
@@ -264,6 +277,7 @@ class JobPage {
       ),
       section(
         "Metric definitions",
+        warningList(warnings),
         definitions.length
           ? h(
               "table",
@@ -280,7 +294,7 @@ class JobPage {
               h(
                 "tbody",
                 {},
-                definitions.map((d) => definitionRow(d, diagnostics.get(d.Name))),
+                definitions.map((d, i) => definitionRow(d, diagnostics[i])),
               ),
             )
           : h("p", {class: "muted"}, "None: this job's log is not searched for metrics."),
@@ -353,7 +367,7 @@ class JobPage {
   // -- charts ---------------------------------------------------------------------------------
 
   metricNames() {
-    const defined = (this.job.AlgorithmSpecification?.MetricDefinitions || []).map((d) => d.Name);
+    const defined = [...new Set((this.job.AlgorithmSpecification?.MetricDefinitions || []).map((d) => d.Name))];
     const have = [...this.charts.keys()];
     return [...defined.filter((n) => have.includes(n)), ...have.filter((n) => !defined.includes(n)).sort()];
   }

@@ -1,0 +1,181 @@
+"""Rules: what evaluating a running job's rules costs, against the job's own capture, in the same run.
+
+A job prints, paced by the clock, ``STEPS_PER_S`` steps a second for ``RUN_S`` seconds: each step
+a metric line ``step=N train_loss=X`` and a line of noise, every 10th step ``val_loss=Y`` too (a
+job that logs its loss at every step, which is the most a rule has to read). It runs under
+trainmon's ``Supervisor``, in a process of its own, with every metric rule (LossNotDecreasing,
+Overfit, Overtraining, ExplodingTensor, StalledTrainingRule), none of which fires. A thread of
+that process reads each of the supervisor's threads' CPU time from ``/proc/self/task/<tid>/stat``
+every 20 ms.
+
+Figure: **CPU of the rules' thread / CPU of capture** (the pipe readers and the ingestor), target
+**at most 0.25** (informational: the share of a core the rules take). Checks: the job Completed,
+every rule NoIssuesFound, every point stored.
+
+Run alone: ``python3 -m benchmarks.rules``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import ROOT, Report, child_env, heading, ratio_text, scratch_dir, table
+
+STEPS_PER_S = 2000
+RUN_S = 10.0
+SAMPLE_S = 0.02
+TARGET_RATIO = 0.25
+NAME = "rules-bench"
+
+JOB = """
+import sys, time
+steps, per_s = int(sys.argv[1]), float(sys.argv[2])
+start = time.monotonic()
+for step in range(steps):
+    due = start + step / per_s
+    while time.monotonic() < due:
+        time.sleep(max(0.0, due - time.monotonic()))
+    loss = 2.0 / (1 + step / 100)
+    print(f"step={step} train_loss={loss:.6f}")
+    print(f"[{step}] data loader: batch {step % 97} of 97 ready in 12 ms")
+    if step % 10 == 9:
+        print(f"step={step} val_loss={loss * 1.02:.6f}")
+"""
+
+RULES = [
+    {"rule_to_invoke": "LossNotDecreasing", "num_steps": "100", "loss_metric": "train_loss"},
+    {"rule_to_invoke": "Overfit", "loss_metric": "train_loss", "validation_metric": "val_loss"},
+    {"rule_to_invoke": "Overtraining", "loss_metric": "train_loss", "validation_metric": "val_loss",
+     "patience_train": "1000", "patience_validation": "1000", "delta": "0"},
+    {"rule_to_invoke": "ExplodingTensor"},
+    {"rule_to_invoke": "StalledTrainingRule", "threshold": "60"},
+]
+
+
+def _task_cpu_s(native_id: int) -> float | None:
+    """A thread's CPU time (user + system) from /proc, or None once it has ended."""
+    try:
+        stat = Path(f"/proc/self/task/{native_id}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child(work: Path, steps: int) -> dict[str, Any]:
+    from trainmon.api.sagemaker import register_job
+    from trainmon.runtime.supervisor import Supervisor
+    from trainmon.store import open_store
+
+    store = open_store(work / "home")
+    script = work / "job.py"
+    script.write_text(JOB, encoding="utf-8")
+    request = {
+        "TrainingJobName": NAME,
+        "AlgorithmSpecification": {
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": [sys.executable, str(script), str(steps), str(STEPS_PER_S)],
+            "MetricDefinitions": [{"Name": "step", "Regex": r"step=(\d+) train"},
+                                  {"Name": "train_loss", "Regex": r"train_loss=(\S+)"},
+                                  {"Name": "val_loss", "Regex": r"val_loss=(\S+)"}]},
+        "DebugRuleConfigurations": [{"RuleConfigurationName": p["rule_to_invoke"], "RuleEvaluatorImage": "local",
+                                     "RuleParameters": p} for p in RULES],
+        "ProfilerConfig": {"DisableProfiler": True},
+    }
+    register_job(store, request)
+    cpu: dict[tuple[str, int], float] = {}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(SAMPLE_S):
+            for thread in threading.enumerate():
+                if thread.name.startswith("trainmon-") and thread.native_id is not None:
+                    seconds = _task_cpu_s(thread.native_id)
+                    if seconds is not None:
+                        key = (thread.name, thread.native_id)
+                        cpu[key] = max(cpu.get(key, 0.0), seconds)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    process_before = time.process_time()
+    row = Supervisor(store, NAME, echo=False, handle_signals=False).run()
+    wall_s = time.monotonic() - started
+    process_s = time.process_time() - process_before
+    done.set()
+    sampler.join()
+    statuses = [s["RuleEvaluationStatus"] for s in row.doc.get("DebugRuleEvaluationStatuses", [])]
+    points = len(store.points(row.id))
+    store.close()
+    by_role: dict[str, float] = {"rules": 0.0, "capture": 0.0, "other": 0.0}
+    for (name, _), seconds in cpu.items():
+        role = "rules" if name == "trainmon-rules" else (
+            "capture" if name.startswith(("trainmon-read-", "trainmon-ingest")) else "other")
+        by_role[role] += seconds
+    return {"status": row.status, "rule_statuses": statuses, "points": points, "wall_s": wall_s,
+            "process_cpu_s": process_s, **{f"{role}_cpu_s": seconds for role, seconds in by_role.items()},
+            "threads": sorted({name for name, _ in cpu})}
+
+
+def run(scale: float = 1.0) -> Report:
+    report = Report("rules")
+    steps = max(200, int(STEPS_PER_S * RUN_S * scale))
+    heading(f"Rules: {len(RULES)} metric rules on a job printing {STEPS_PER_S} steps/s "
+            f"({2.1 * STEPS_PER_S:,.0f} lines/s), {steps} steps")
+    with scratch_dir("rules-") as work:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.rules", "--child", str(work), str(steps)], cwd=ROOT,
+                              capture_output=True, text=True, env=child_env(), timeout=600)
+        if done.returncode != 0:
+            report.failures.append(f"the child exited {done.returncode}: {done.stderr[-2000:]}")
+            return report
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    expected_points = steps * 2 + steps // 10
+    if result["status"] != "Completed":
+        report.failures.append(f"the job ended {result['status']}")
+    if result["rule_statuses"] != ["NoIssuesFound"] * len(RULES):
+        report.failures.append(f"rule statuses {result['rule_statuses']}, not NoIssuesFound each")
+    if result["points"] != expected_points:
+        report.failures.append(f"{result['points']} points stored, not {expected_points}")
+    if "trainmon-rules" not in result["threads"]:
+        report.failures.append(f"no rules thread was seen: {result['threads']}")
+    rules_s, capture_s, wall_s = result["rules_cpu_s"], result["capture_cpu_s"], result["wall_s"]
+    table(["threads", "CPU s", "% of a core", "µs per point"], [
+        ["rules (trainmon-rules)", f"{rules_s:.3f}", f"{100 * rules_s / wall_s:.2f}",
+         f"{1e6 * rules_s / max(1, result['points']):.2f}"],
+        ["capture (readers + ingestor)", f"{capture_s:.3f}", f"{100 * capture_s / wall_s:.2f}",
+         f"{1e6 * capture_s / max(1, result['points']):.2f}"],
+        ["supervisor process, all threads", f"{result['process_cpu_s']:.3f}",
+         f"{100 * result['process_cpu_s'] / wall_s:.2f}", ""],
+    ])
+    print(f"  wall {wall_s:.2f} s, {result['points']} points, rules {', '.join(result['rule_statuses'])}")
+    share = rules_s / capture_s if capture_s else float("inf")
+    report.ratio("rules CPU / capture CPU", share, f"<= {TARGET_RATIO:g}", share <= TARGET_RATIO,
+                 f"rules {100 * rules_s / wall_s:.2f}% of a core, capture {100 * capture_s / wall_s:.2f}% "
+                 f"({ratio_text(share)})")
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m benchmarks.rules")
+    parser.add_argument("--child", nargs=2, metavar=("WORK", "STEPS"))
+    parser.add_argument("--scale", type=float, default=1.0)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(Path(args.child[0]), int(args.child[1]))))
+        return 0
+    report = run(args.scale)
+    for failure in report.failures:
+        print(f"  FAILED check: {failure}")
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,411 @@
+"""SageMaker Debugger's built-in rules as trainmon knows them, and rule configurations checked (pure).
+
+A rule configuration is SageMaker's (``DebugRuleConfigurations`` / ``ProfilerRuleConfigurations``
+of CreateTrainingJob): a ``RuleConfigurationName``, a ``RuleEvaluatorImage`` (any: nothing is
+pulled) and ``RuleParameters``, strings, with ``rule_to_invoke`` naming the rule. :func:`setup`
+reads one against the job's metric definitions: every parameter parsed with Debugger's default
+filled in, the metrics the rule reads resolved (``loss_metric``, ``validation_metric``: by default
+the first metric definition with a common name), its actions, and the problems, worded for a
+ValidationException. :func:`evaluator` makes the rule's state machine (:mod:`.metric`) for one host.
+
+trainmon evaluates the rules in :data:`METRIC_RULES`. Debugger's other built-in rules (tensor rules
+that need its hook, profiler rules on system metrics) are accepted, so that SageMaker code runs
+unchanged, and reported with the status ``Error`` and why (:data:`NOT_EVALUATED`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import metric
+
+TRAINING_LOSS_NAMES = ("train:loss", "training:loss", "train_loss", "training_loss", "train-loss", "train/loss",
+                       "loss", "train:objective_loss", "objective_loss")
+VALIDATION_LOSS_NAMES = ("validation:loss", "val:loss", "valid:loss", "validation_loss", "val_loss", "valid_loss",
+                         "validation-loss", "val-loss", "validation/loss", "val/loss", "eval:loss", "eval_loss",
+                         "validation:objective_loss")
+MODES = ("TRAIN", "EVAL", "GLOBAL")
+DEBUG, PROFILER = "DebugRuleConfigurations", "ProfilerRuleConfigurations"
+
+TENSOR_RULES = ("VanishingGradient", "ExplodingTensor", "WeightUpdateRatio", "AllZero", "UnchangedTensor", "DeadRelu",
+                "PoorWeightInitialization", "SaturatedActivation", "ClassImbalance", "SimilarAcrossRuns",
+                "TensorVariance", "CheckInputImages", "NLPSequenceRatio", "Confusion", "FeatureImportanceOverweight",
+                "TreeDepth", "CreateXgboostReport")
+PROFILER_RULES = ("ProfilerReport", "BatchSize", "CPUBottleneck", "Dataloader", "GPUMemoryIncrease", "IOBottleneck",
+                  "LoadBalancing", "LowGPUUtilization", "MaxInitializationTime", "OverallSystemUsage",
+                  "OverallFrameworkMetrics", "StepOutlier")
+
+
+# -- parameters ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A rule parameter: its default (None: none), what a value must be, and how a string becomes one."""
+
+    default: Any
+    constraint: str
+    parse: Callable[[str], Any]
+
+
+def _integer(low: int) -> Parameter:
+    def parse(text: str) -> int:
+        value = int(text.strip())
+        if value < low:
+            raise ValueError
+        return value
+    return Parameter(None, f"Member must be an integer greater than or equal to {low}", parse)
+
+
+def _number(low: float, high: float | None = None, *, above: bool = False) -> Parameter:
+    def parse(text: str) -> float:
+        value = float(text.strip())
+        if not math.isfinite(value) or value < low or (above and value == low) or (high is not None and value > high):
+            raise ValueError
+        return value
+    bound = f"greater than {low:g}" if above else f"greater than or equal to {low:g}"
+    upper = f" and less than or equal to {high:g}" if high is not None else ""
+    return Parameter(None, f"Member must be a number {bound}{upper}", parse)
+
+
+def _boolean() -> Parameter:
+    def parse(text: str) -> bool:
+        lowered = text.strip().lower()
+        if lowered not in ("true", "false", "1", "0"):
+            raise ValueError
+        return lowered in ("true", "1")
+    return Parameter(None, "Member must be True or False", parse)
+
+
+def _choice(values: Sequence[str]) -> Parameter:
+    def parse(text: str) -> str:
+        if text.strip().upper() not in values:
+            raise ValueError
+        return text.strip().upper()
+    return Parameter(None, f"Member must satisfy enum value set: [{', '.join(values)}]", parse)
+
+
+def _regex() -> Parameter:
+    def parse(text: str) -> re.Pattern[str]:
+        try:
+            return re.compile(text)
+        except re.error:
+            raise ValueError from None
+    return Parameter(None, "Member must be a regular expression (Python's re) that matches metric names", parse)
+
+
+def _text() -> Parameter:
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise ValueError
+        return text.strip()
+    return Parameter(None, "Member must not be empty", parse)
+
+
+def _with(parameter: Parameter, default: Any) -> Parameter:
+    return Parameter(default, parameter.constraint, parameter.parse)
+
+
+_METRIC = _text()
+_LOSS_METRICS = {"loss_metric": _METRIC, "step_metric": _METRIC}
+_BOTH_LOSSES = {**_LOSS_METRICS, "validation_metric": _METRIC}
+
+METRIC_RULES: dict[str, dict[str, Parameter]] = {
+    "LossNotDecreasing": {
+        "num_steps": _with(_integer(1), 10), "diff_percent": _with(_number(0, 100), 0.1),
+        "increase_threshold_percent": _with(_number(0), 5.0), "mode": _with(_choice(MODES), "GLOBAL"),
+        "use_losses_collection": _with(_boolean(), True), **_LOSS_METRICS,
+    },
+    "Overfit": {
+        "start_step": _with(_integer(0), 0), "patience": _with(_integer(1), 1),
+        "ratio_threshold": _with(_number(0), 0.1), **_BOTH_LOSSES,
+    },
+    "Overtraining": {
+        "patience_train": _with(_integer(1), 5), "patience_validation": _with(_integer(1), 10),
+        "delta": _with(_number(0), 0.01), **_BOTH_LOSSES,
+    },
+    "ExplodingTensor": {"only_nan": _with(_boolean(), False), "tensor_regex": _regex(), **_LOSS_METRICS},
+    "StalledTrainingRule": {"threshold": _with(_number(0, above=True), 1800.0)},
+}
+"""The rules trainmon evaluates, each parameter with Debugger's default (§8 of the AWS notes) or
+trainmon's own (the metrics: resolved from the job's definitions when not given)."""
+
+COMMON: dict[str, Parameter] = {
+    "stop_training_on_fire": _with(_boolean(), False),
+    "training_job_name_prefix": _text(),
+    "notify": _text(),
+    "action_json": _text(),
+}
+"""What every rule takes here: its actions (Debugger's ``stop_training_on_fire`` and
+``training_job_name_prefix``, the SDK's ``action_json``, and trainmon's ``notify``)."""
+
+NOT_EVALUATED = {
+    **{rule: "a Debugger rule on tensors: it needs Debugger's tensor hook, which trainmon does not have yet"
+       for rule in TENSOR_RULES if rule != "ExplodingTensor"},
+    **{rule: "a profiler rule on system metrics and the profile: trainmon does not evaluate profiler rules yet"
+       for rule in PROFILER_RULES},
+}
+
+_TENSOR_SELECTION = ("collection_names", "tensor_regex")
+_HINT = "see docs/rules.md for the rules trainmon evaluates and their parameters"
+
+
+# -- a configuration, read --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Issue:
+    """A problem with a configuration, for a ValidationException in AWS's words: the value, where
+    in the configuration (``ruleParameters.num_steps``), the constraint and what to do."""
+
+    value: Any
+    where: str
+    constraint: str
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class RuleSetup:
+    """A rule configuration read: what to evaluate, on which metrics, and what to do on a finding."""
+
+    name: str  # RuleConfigurationName
+    rule: str  # rule_to_invoke
+    parameters: dict[str, Any]  # every parameter of the rule, given or default (metric names resolved)
+    metrics: tuple[str, ...] = ()  # the metrics it reads
+    stop_training: bool = False
+    notify: tuple[str, ...] = ()
+    not_evaluated: str | None = None  # why trainmon does not evaluate it (then it is not)
+    issues: list[Issue] = field(default_factory=list)
+
+    @property
+    def evaluated(self) -> bool:
+        return self.not_evaluated is None
+
+
+def setup(config: Mapping[str, Any], kind: str, metric_names: Sequence[str], job_name: str,
+          check_target: Callable[[str], str | None] = lambda target: None) -> RuleSetup:
+    """A rule configuration (already checked against its shape) read for a job whose metric
+    definitions are named ``metric_names``; ``issues`` lists what is wrong (empty: nothing).
+    ``check_target`` says what is wrong with a notification target (None: nothing)."""
+    name = str(config.get("RuleConfigurationName", ""))
+    given = {str(key): str(value) for key, value in (config.get("RuleParameters") or {}).items()}
+    rule = given.get("rule_to_invoke", "")
+    issues: list[Issue] = []
+    if rule not in METRIC_RULES:
+        return _not_evaluated(name, rule, given, kind, issues)
+    if kind != DEBUG:
+        issues.append(Issue(rule, "ruleParameters.rule_to_invoke", f"Member must name a profiler rule: {rule} is a "
+                            "Debugger rule", f"put it in {DEBUG}"))
+    specs = {**METRIC_RULES[rule], **COMMON}
+    parameters: dict[str, Any] = {}
+    for key, text in given.items():
+        if key == "rule_to_invoke":
+            continue
+        if key not in specs:
+            issues.append(_unknown_parameter(rule, key, text, specs))
+            continue
+        try:
+            parameters[key] = specs[key].parse(text)
+        except ValueError:
+            issues.append(Issue(text, f"ruleParameters.{key}", specs[key].constraint, f"rule {rule}, parameter {key}"))
+    for key, spec in specs.items():
+        if key not in parameters and spec.default is not None:
+            parameters[key] = spec.default
+    metrics = _resolve_metrics(rule, parameters, given, list(metric_names), issues)
+    stop, targets = _actions(rule, parameters, job_name, issues, check_target)
+    shown = {key: (value.pattern if isinstance(value, re.Pattern) else value) for key, value in parameters.items()
+             if key not in ("action_json",)}
+    return RuleSetup(name, rule, shown, metrics, stop, targets, None, issues)
+
+
+def _not_evaluated(name: str, rule: str, given: dict[str, str], kind: str, issues: list[Issue]) -> RuleSetup:
+    if not rule:
+        issues.append(Issue(None, "ruleParameters.rule_to_invoke", "Member must name a built-in rule", _HINT))
+    elif rule not in NOT_EVALUATED:
+        issues.append(Issue(rule, "ruleParameters.rule_to_invoke", "Member must name one of SageMaker Debugger's "
+                            f"built-in rules; trainmon evaluates {', '.join(METRIC_RULES)}", _HINT))
+    elif kind == DEBUG and rule in PROFILER_RULES:
+        issues.append(Issue(rule, "ruleParameters.rule_to_invoke", f"Member must name a Debugger rule: {rule} is a "
+                            "profiler rule", f"put it in {PROFILER}"))
+    elif kind == PROFILER and rule not in PROFILER_RULES:
+        issues.append(Issue(rule, "ruleParameters.rule_to_invoke", f"Member must name a profiler rule: {rule} is a "
+                            "Debugger rule", f"put it in {DEBUG}"))
+    parameters = {key: value for key, value in given.items() if key != "rule_to_invoke"}
+    return RuleSetup(name, rule, parameters, not_evaluated=f"{rule} is {NOT_EVALUATED.get(rule, 'unknown')}",
+                     issues=issues)
+
+
+def _unknown_parameter(rule: str, key: str, text: str, specs: Mapping[str, Parameter]) -> Issue:
+    if key in _TENSOR_SELECTION:
+        return Issue(text, f"ruleParameters.{key}", "Member must not be given: trainmon's rules read metrics, not "
+                     "tensor collections", f"rule {rule}: name the metric with loss_metric (or tensor_regex for "
+                     "ExplodingTensor)")
+    return Issue(text, f"ruleParameters.{key}", f"Member must be a parameter of {rule}: "
+                 f"{', '.join(sorted(specs))}", f"rule {rule}; {_HINT}")
+
+
+def default_metric(candidates: Sequence[str], metric_names: Sequence[str]) -> str | None:
+    """The first metric definition named like one of ``candidates`` (any case), in the candidates' order."""
+    by_lower: dict[str, str] = {}
+    for name in metric_names:
+        by_lower.setdefault(name.lower(), name)
+    return next((by_lower[c] for c in candidates if c in by_lower), None)
+
+
+def _resolve_metrics(rule: str, parameters: dict[str, Any], given: Mapping[str, str], metric_names: list[str],
+                     issues: list[Issue]) -> tuple[str, ...]:
+    """The metrics the rule reads (names of the job's definitions), set in ``parameters``."""
+    if rule == "StalledTrainingRule":
+        return ()
+    wanted: list[tuple[str, Sequence[str], bool]] = []  # (parameter, default candidates, required)
+    validation_mode = rule == "LossNotDecreasing" and parameters.get("mode") == "EVAL"
+    wanted.append(("loss_metric", VALIDATION_LOSS_NAMES if validation_mode else TRAINING_LOSS_NAMES,
+                   rule != "ExplodingTensor"))
+    if rule in ("Overfit", "Overtraining"):
+        wanted.append(("validation_metric", VALIDATION_LOSS_NAMES, True))
+    for key, candidates, required in wanted:
+        if key in given:
+            if parameters.get(key) is not None and parameters[key] not in metric_names:
+                issues.append(Issue(parameters[key], f"ruleParameters.{key}", "Member must be the name of one of the "
+                                    f"job's metric definitions: {', '.join(metric_names) or 'it has none'}",
+                                    f"rule {rule}, parameter {key}"))
+            continue
+        found = default_metric(candidates, metric_names)
+        if found is not None:
+            parameters[key] = found
+        elif required:
+            kind = "validation" if key == "validation_metric" or validation_mode else "training"
+            issues.append(Issue(None, f"ruleParameters.{key}", f"Member must name the {kind} loss: no metric "
+                                f"definition has a common name for it ({', '.join(candidates[:6])}, ...)",
+                                f"rule {rule}: give {key}=<the name of a metric definition>"))
+    step = parameters.get("step_metric")
+    if step is not None and step not in metric_names and "step_metric" in given:
+        issues.append(Issue(step, "ruleParameters.step_metric", "Member must be the name of one of the job's metric "
+                            f"definitions: {', '.join(metric_names) or 'it has none'}", f"rule {rule}"))
+    if rule == "ExplodingTensor":
+        pattern = parameters.get("tensor_regex")
+        watched = [n for n in dict.fromkeys(metric_names) if pattern is None or pattern.fullmatch(n)]
+        if not watched:
+            issues.append(Issue(given.get("tensor_regex"), "ruleParameters.tensor_regex", "Member must match at "
+                                "least one of the job's metric definitions" if pattern is not None else
+                                "Member must select metrics, but the job has no metric definitions",
+                                "rule ExplodingTensor watches the job's metrics for NaN and infinities"))
+        return tuple(watched)
+    names = [parameters.get(key) for key in ("loss_metric", "validation_metric", "step_metric")]
+    return tuple(dict.fromkeys(n for n in names if isinstance(n, str)))
+
+
+def _actions(rule: str, parameters: dict[str, Any], job_name: str, issues: list[Issue],
+             check_target: Callable[[str], str | None]) -> tuple[bool, tuple[str, ...]]:
+    """Whether the rule stops the job when it fires, and where it sends its findings."""
+    stop = bool(parameters.get("stop_training_on_fire", False))
+    targets = [parameters["notify"]] if "notify" in parameters else []
+    prefix = parameters.get("training_job_name_prefix")
+    if "action_json" in parameters:
+        actions = _action_list(parameters["action_json"], rule, issues)
+        for action in actions:
+            kind = str(action.get("name", "")).lower()
+            if kind == "stoptraining":
+                stop = True
+                prefix = action.get("training_job_prefix", prefix)
+            elif kind == "notify" and isinstance(action.get("target"), str):
+                targets.append(action["target"])
+            else:
+                issues.append(Issue(kind or None, "ruleParameters.action_json", "Member must list the actions "
+                                    "StopTraining or notify (email and SMS need Amazon SNS, which trainmon does not "
+                                    "have)", f"rule {rule}: notify=<exec:command or URL> sends the finding as JSON"))
+    if isinstance(prefix, str) and not job_name.startswith(prefix):
+        issues.append(Issue(prefix, "ruleParameters.training_job_name_prefix", f"Member must be a prefix of this "
+                            f"job's name {job_name!r}: trainmon's rules stop only their own job", f"rule {rule}"))
+    for target in targets:
+        problem = check_target(target)
+        if problem is not None:
+            issues.append(Issue(target, "ruleParameters.notify", f"Member must be a notification target: {problem}",
+                                f"rule {rule}"))
+    return stop, tuple(targets)
+
+
+def _action_list(text: str, rule: str, issues: list[Issue]) -> list[dict[str, Any]]:
+    """The SDK's ``action_json`` (``ActionList.serialize()``: JSON with its quotes escaped, as it sends it)."""
+    actions: Any = None
+    for candidate in (text, text.replace('\\"', '"')):  # trainmon's plain JSON, or the SDK's escaped quotes
+        try:
+            actions = json.loads(candidate)
+            break
+        except json.JSONDecodeError:
+            continue
+    if isinstance(actions, dict):
+        actions = [actions]
+    if not isinstance(actions, list) or not all(isinstance(action, dict) for action in actions):
+        issues.append(Issue(text, "ruleParameters.action_json", "Member must be a JSON list of actions "
+                            '([{"name": "stoptraining"}], what the SDK\'s ActionList.serialize() gives)', f"rule {rule}"))
+        return []
+    return actions
+
+
+# -- evaluators -------------------------------------------------------------------------------
+
+
+def evaluator(rule: RuleSetup) -> metric.MetricRule | metric.StalledTraining:
+    """A new state machine of the rule, for one host (the setup must be a metric rule without issues)."""
+    p = rule.parameters
+    steps = p.get("step_metric")
+    if rule.rule == "LossNotDecreasing":
+        return metric.LossNotDecreasing(p["loss_metric"], num_steps=p["num_steps"], diff_percent=p["diff_percent"],
+                                        increase_threshold_percent=p["increase_threshold_percent"], step_metric=steps)
+    if rule.rule == "Overfit":
+        return metric.Overfit(p["loss_metric"], p["validation_metric"], start_step=p["start_step"],
+                              patience=p["patience"], ratio_threshold=p["ratio_threshold"], step_metric=steps)
+    if rule.rule == "Overtraining":
+        return metric.Overtraining(p["loss_metric"], p["validation_metric"], patience_train=p["patience_train"],
+                                   patience_validation=p["patience_validation"], delta=p["delta"], step_metric=steps)
+    if rule.rule == "ExplodingTensor":
+        return metric.ExplodingTensor(frozenset(rule.metrics), only_nan=p["only_nan"], step_metric=steps,
+                                      loss_metric=p.get("loss_metric"))
+    if rule.rule == "StalledTrainingRule":
+        return metric.StalledTraining(p["threshold"])
+    raise ValueError(f"{rule.rule} is not evaluated by trainmon")
+
+
+def setups(doc: Mapping[str, Any], check_target: Callable[[str], str | None] = lambda target: None
+           ) -> list[tuple[str, RuleSetup]]:
+    """Every rule configuration of a job document, read: (DEBUG or PROFILER, its setup)."""
+    names = [d["Name"] for d in doc.get("AlgorithmSpecification", {}).get("MetricDefinitions", [])]
+    job = str(doc.get("TrainingJobName", ""))
+    return [(kind, setup(config, kind, names, job, check_target)) for kind in (DEBUG, PROFILER)
+            for config in doc.get(kind) or []]
+
+
+def warnings(doc: Mapping[str, Any]) -> list[str]:
+    """What to tell whoever creates a job (a request, or a document) about its rules: those not evaluated."""
+    return [f"rule {rule.name}: {rule.not_evaluated}; it is reported with the status Error"
+            for _, rule in setups(doc) if not rule.evaluated and not rule.issues]
+
+
+_OPTION_PARAMETER = re.compile(r",(?=\s*[A-Za-z_][A-Za-z0-9_]*=)")
+
+
+def from_option(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME[:param=value,...]`` (``trainmon run --rule``) as (the request field, a rule configuration):
+    NAME is the RuleConfigurationName, and the rule to invoke unless ``rule_to_invoke`` is given. A
+    value may hold commas unless one is followed by ``word=``. ValueError says what is wrong."""
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if not name:
+        raise ValueError(f"--rule {text!r} names no rule: give NAME[:param=value,...], e.g. LossNotDecreasing:num_steps=20")
+    parameters: dict[str, str] = {}
+    for item in _OPTION_PARAMETER.split(rest) if rest.strip() else []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--rule {text!r}: {item!r} must look like param=value")
+        parameters[key.strip()] = value
+    parameters = {"rule_to_invoke": parameters.pop("rule_to_invoke", name), **parameters}
+    kind = PROFILER if parameters["rule_to_invoke"] in PROFILER_RULES else DEBUG
+    from .configs import DEBUGGER_IMAGE
+
+    return kind, {"RuleConfigurationName": name, "RuleEvaluatorImage": DEBUGGER_IMAGE, "RuleParameters": parameters}

@@ -1,0 +1,283 @@
+"""Evaluating a running job's rules: a thread of its supervisor that reads the job's new points.
+
+Every :data:`EVERY_S` the :class:`RuleWatcher` reads, on a store connection of its own, the
+points stored since its last pass (only the metrics its rules read), groups them into records
+(one log record's points together, per host) and feeds them to each rule's state machine
+(:mod:`trainmon.rules.metric`, one per rule and host). StalledTrainingRule is asked instead
+whether a host has printed nothing for its threshold, by the injected clock: a host's last output
+is the newer of its last stored record and what ``activity`` says was last read (the
+supervisor's spool files), so a store that lags behind does not make a talking job look silent,
+and a store that cannot be read makes no pass at all. Capture never waits for the rules: they
+read what the ingestor has stored (SQLite's WAL and PostgreSQL let readers and the writer run
+together) and write the job document only when a rule finds something.
+
+A finding is recorded in the job document (:mod:`trainmon.jobs.rulestatus`: the rule becomes
+IssuesFound), sent to the rule's notification targets (:func:`trainmon.runtime.notify.deliver`,
+off this thread) and, for a rule with StopTraining, handed to the supervisor, which stops the job
+through its usual path. :meth:`RuleWatcher.finish` makes the last pass once the job's output is
+all stored, and concludes: the rules that found nothing are NoIssuesFound.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..clock import REAL_CLOCK, Clock
+from ..jobs import rulestatus
+from ..rules import catalog
+from ..rules.metric import Finding, MetricRule, Record, StalledTraining
+from ..store import JobRow, PointRow, Store, open_store
+from . import notify
+
+EVERY_S = 1.0
+FINISH_TIMEOUT_S = 30.0
+MAX_PENDING = 1000  # findings kept for the store while it cannot take them
+FINAL_TRIES = 3  # the last pass, read again after a failure before the rules give up their verdict
+
+Deliver = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class _Rule:
+    setup: catalog.RuleSetup
+    per_host: dict[str, MetricRule | StalledTraining] = field(default_factory=dict)
+    failed: bool = False
+    watched: frozenset[str] = frozenset()  # the metrics it reads
+    stall: bool = False  # StalledTrainingRule: asked about silence, not fed records
+
+    def __post_init__(self) -> None:
+        self.watched = frozenset(self.setup.metrics)
+        self.stall = self.setup.rule == "StalledTrainingRule"
+
+    def evaluator(self, host: str) -> MetricRule | StalledTraining:
+        if host not in self.per_host:
+            self.per_host[host] = catalog.evaluator(self.setup)
+        return self.per_host[host]
+
+
+def evaluated_rules(doc: Any) -> list[catalog.RuleSetup]:
+    """The job's rules that trainmon evaluates (configurations as stored: checked when the job was created)."""
+    return [rule for _, rule in catalog.setups(doc) if rule.evaluated and not rule.issues]
+
+
+class RuleWatcher(threading.Thread):
+    """The rules of one running job, evaluated on a thread of their own (this one: :meth:`start` it,
+    or ``clock.start(watcher)`` with a :class:`~trainmon.clock.ManualClock`, which returns once the
+    first pass is done)."""
+
+    def __init__(self, store: Store, job: JobRow, *, clock: Clock = REAL_CLOCK, every_s: float = EVERY_S,
+                 on_stop: Callable[[str], None] | None = None, active: Callable[[], bool] = lambda: True,
+                 activity: Callable[[], dict[str, float]] = dict, deliver: Deliver = notify.deliver) -> None:
+        super().__init__(name="trainmon-rules", daemon=True)
+        self._home, self._url, self._retention = store.home, store.database_url or "", store.retention
+        self.job_name, self.job_id = job.name, job.id
+        self.arn = job.doc["TrainingJobArn"]
+        self.rules = [_Rule(setup) for setup in evaluated_rules(job.doc)]
+        self.metrics = sorted({name for rule in self.rules for name in rule.setup.metrics})
+        self.clock, self.every_s = clock, every_s
+        self.on_stop, self.active, self.activity, self.deliver = on_stop, active, activity, deliver
+        self.started_s = clock.wall()
+        self.error: Exception | None = None  # the last pass's failure, if it failed
+        self.findings: list[dict[str, Any]] = []  # every finding of this run, as recorded
+        self.passes = 0
+        self._since_ms: int | None = None  # the newest point time read so far
+        self._seen: set[tuple[int, int, str]] = set()  # the points at that time already read
+        self._pending: list[dict[str, Any]] = []  # findings the store has not taken yet
+        self._stopped = False
+        self._final = False
+        self._signal = clock.stop_signal()
+
+    def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> None:
+        """The last pass, over everything the job stored, then the final statuses (the job's output
+        must be stored: the supervisor calls this after the drain)."""
+        self._final = True
+        self._signal.set()
+        if self.is_alive():
+            self.join(timeout_s)
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            store = open_store(self._home, database_url=self._url, retention=self._retention)
+        except Exception as exc:  # the job goes on without its rules (left InProgress: Stopped once it ends)
+            self.error = exc
+            print(f"trainmon: warning: rules: {exc}; the job itself is not affected", file=sys.stderr)
+            return
+        try:
+            deadline = self.clock.monotonic()
+            while True:
+                final = self._final
+                read = self._pass(store, final=final)
+                if final:
+                    for _ in range(FINAL_TRIES - 1):  # the job's last points decide: not a verdict without them
+                        if read:
+                            break
+                        self.clock.stop_signal().wait_until(self.clock.monotonic() + 1.0)  # a pause, on the clock
+                        read = self._pass(store, final=True)
+                    if read:
+                        self._conclude(store)
+                    else:  # left InProgress: a job that ended shows them Stopped, not NoIssuesFound
+                        print(f"trainmon: warning: rules: the job's last points could not be read ({self.error}); "
+                              "the rules give no final verdict", file=sys.stderr)
+                    return
+                deadline += self.every_s
+                deadline = max(deadline, self.clock.monotonic())
+                self._signal.wait_until(deadline)
+        finally:
+            store.close()
+
+    def _pass(self, store: Store, *, final: bool) -> bool:
+        """One pass; whether it could read the new points."""
+        try:
+            found = self.evaluate(store, check_stalls=not final and self.active())
+            self.passes += 1
+            self.error = None
+        except Exception as exc:  # a store outage, say: the next pass reads from where this one began
+            self.error = exc
+            self._handle(store, [], final=final)
+            return False
+        self._handle(store, found, final=final)
+        return True
+
+    def evaluate(self, store: Store, *, check_stalls: bool = True) -> list[dict[str, Any]]:
+        """One pass: the new points fed to the rules, and the findings they gave (as recorded)."""
+        streams = store.streams(self.job_id)
+        hosts = {stream.id: stream.host for stream in streams}
+        found: list[dict[str, Any]] = []
+        if self.metrics:
+            points = store.points(self.job_id, names=self.metrics, start_ms=self._since_ms)
+            for host, record in self._records(self._new(points), hosts):
+                found.extend(self._observe(host, record))
+        if check_stalls:
+            last: dict[str, float] = {}
+            for stream in streams:
+                at = (stream.last_event_ms or 0) / 1000
+                last[stream.host] = max(last.get(stream.host, self.started_s), at, self.started_s)
+            for host, at in self.activity().items():  # read but maybe not stored yet (a store that lags)
+                last[host] = max(last.get(host, self.started_s), at)
+            now_s = self.clock.wall()
+            for rule in self.rules:
+                if rule.stall and not rule.failed:
+                    for host, at in sorted(last.items()):
+                        stalled = rule.evaluator(host)
+                        assert isinstance(stalled, StalledTraining)
+                        finding = stalled.check(now_s, at)
+                        if finding is not None:
+                            found.append(self._recorded(rule, host, finding))
+        return found
+
+    def _new(self, points: list[PointRow]) -> list[PointRow]:
+        """The points not read before (a pass reads from the newest time it has seen, inclusive)."""
+        fresh = [p for p in points if (p.stream_id, p.seq, p.name) not in self._seen
+                 or p.timestamp_ms != self._since_ms]
+        if fresh:
+            newest = max(p.timestamp_ms for p in fresh)
+            if newest != self._since_ms:
+                self._seen = set()
+            self._since_ms = newest
+            self._seen.update((p.stream_id, p.seq, p.name) for p in fresh if p.timestamp_ms == newest)
+        return fresh
+
+    @staticmethod
+    def _records(points: list[PointRow], hosts: dict[int, str]) -> Iterable[tuple[str, Record]]:
+        """Points (in time, stream and record order) as records: one log record's points together."""
+        key: tuple[int, int] | None = None
+        values: dict[str, float] = {}
+        stamp = 0
+        for point in points:
+            if (point.stream_id, point.seq) != key:
+                if key is not None:
+                    yield hosts.get(key[0], "algo-1"), Record(stamp / 1000, values)
+                key, values, stamp = (point.stream_id, point.seq), {}, point.timestamp_ms
+            values[point.name] = point.value
+        if key is not None:
+            yield hosts.get(key[0], "algo-1"), Record(stamp / 1000, values)
+
+    def _observe(self, host: str, record: Record) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for rule in self.rules:
+            if rule.failed or rule.stall or rule.watched.isdisjoint(record.values):
+                continue
+            evaluator = rule.per_host.get(host) or rule.evaluator(host)
+            assert not isinstance(evaluator, StalledTraining)
+            try:
+                findings = evaluator.observe(record)
+            except Exception as exc:  # a rule that breaks is reported Error; the others go on
+                rule.failed = True
+                self._pending.append({"Error": f"the evaluation of {rule.setup.rule} failed: {exc!r}",
+                                      "RuleConfigurationName": rule.setup.name})
+                continue
+            found.extend(self._recorded(rule, host, finding) for finding in findings)
+        return found
+
+    def _recorded(self, rule: _Rule, host: str, finding: Finding) -> dict[str, Any]:
+        """A finding as the job document keeps it and notifications carry it."""
+        actions = (["StopTraining"] if rule.setup.stop_training else []) + [f"Notify {t}" for t in rule.setup.notify]
+        entry: dict[str, Any] = {"RuleConfigurationName": rule.setup.name, "RuleName": rule.setup.rule,
+                                 "Host": host, "Time": finding.timestamp_s, "Message": finding.message,
+                                 "Values": dict(finding.values), "Thresholds": dict(finding.thresholds),
+                                 "Actions": actions}
+        if finding.step is not None:
+            entry["Step"] = finding.step
+        if finding.metric is not None:
+            entry["Metric"] = finding.metric
+        return rulestatus.strict(entry)  # type: ignore[no-any-return]  # a dict stays a dict
+
+    # -- what a finding does -------------------------------------------------------------------
+
+    def _handle(self, store: Store, found: list[dict[str, Any]], *, final: bool) -> None:
+        self._pending.extend(found)
+        del self._pending[:-MAX_PENDING]
+        if self._pending:
+            self._write(store)
+        for finding in found:
+            self.findings.append(finding)
+            self._act(finding, final=final)
+
+    def _write(self, store: Store) -> None:
+        pending = list(self._pending)
+        now = self.clock.wall()
+
+        def mutate(row: JobRow) -> None:
+            for entry in pending:
+                if "Error" in entry:
+                    rulestatus.set_error(row.doc, entry["RuleConfigurationName"], entry["Error"], now)
+                else:
+                    rulestatus.add_finding(row.doc, entry, now)
+
+        try:
+            store.update_job(self.job_name, mutate)
+        except Exception as exc:  # kept, and written at the next pass
+            self.error = exc
+            return
+        del self._pending[:len(pending)]
+
+    def _act(self, finding: dict[str, Any], *, final: bool) -> None:
+        rule = next(r.setup for r in self.rules if r.setup.name == finding["RuleConfigurationName"])
+        payload = {"TrainingJobName": self.job_name, "TrainingJobArn": self.arn,
+                   "RuleConfigurationName": rule.name, "RuleEvaluationStatus": "IssuesFound", "Finding": finding}
+        for target in rule.notify:
+            self.deliver(target, payload)
+        if rule.stop_training and not final and not self._stopped and self.on_stop is not None:
+            self._stopped = True
+            named = rule.name if rule.name == rule.rule else f"{rule.name} ({rule.rule})"
+            self.on_stop(f"rule {named} found an issue on {finding['Host']}: {finding['Message']}")
+
+    def _conclude(self, store: Store) -> None:
+        now = self.clock.wall()
+        for _ in range(3):
+            if self._pending:
+                self._write(store)
+            if self._pending:
+                continue  # findings first: a rule that found something must not conclude NoIssuesFound
+            try:
+                store.update_job(self.job_name, lambda row: rulestatus.conclude(row.doc, now))
+                return
+            except Exception as exc:
+                self.error = exc
+        print(f"trainmon: warning: rules: could not record their final statuses: {self.error}", file=sys.stderr)

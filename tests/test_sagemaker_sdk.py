@@ -1,0 +1,162 @@
+"""The SageMaker Python SDK v2, unchanged, against a real ``trainmon server``: only
+``AWS_ENDPOINT_URL`` (and a key) point it there. Each scenario is a script run by its own
+interpreter, as a user's notebook or pipeline would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from .conftest import PY, ServerProcess
+
+SDK_TIMEOUT_S = 300
+SDK_CONFIG = """\
+SchemaVersion: '1.0'
+SageMaker:
+  PythonSDK:
+    Modules:
+      TelemetryOptOut: true
+      Session:
+        DefaultS3Bucket: sagemaker-trainmon
+"""
+
+
+def _run_with_sdk(server: ServerProcess, tmp_path: Path, body: str) -> dict[str, object]:
+    """Run ``body`` (Python using the SDK) with only the environment a user would set; it prints
+    its findings as JSON on its last line."""
+    config = tmp_path / ".config" / "sagemaker" / "config.yaml"  # what docs/aws.md has a user write once
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(SDK_CONFIG, encoding="utf-8")
+    path = tmp_path / "with_sdk.py"
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": server.url,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        "SAGEMAKER_SUPPRESS_V2_WARNING": "1",
+        "HOME": str(tmp_path),  # no SDK defaults file of the machine's user
+    }
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=SDK_TIMEOUT_S,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 0, f"the SDK script failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+    found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    found["stdout"] = done.stdout
+    return found
+
+
+def _image(tmp_path: Path) -> Path:
+    """A local "image": a directory with an executable ``train``, as a container's entry point."""
+    image = tmp_path / "image"
+    image.mkdir()
+    train = image / "train"
+    train.write_text(textwrap.dedent(f"""\
+        #!{PY}
+        import json, os
+        with open(os.path.join(os.environ["SM_INPUT_CONFIG_DIR"], "hyperparameters.json")) as given:
+            hyperparameters = json.load(given)
+        epochs = int(json.loads(hyperparameters.get("epochs", "3")))
+        for epoch in range(epochs):
+            print(f"epoch={{epoch}} Train_error={{1 / (epoch + 1):.4f}}; Valid_error={{1.5 / (epoch + 1):.4f}};")
+        print("done")
+        """), encoding="utf-8")
+    train.chmod(0o755)
+    return image
+
+
+def test_an_estimator_fits_streams_its_log_and_has_analytics(server: ServerProcess, tmp_path: Path) -> None:
+    image = _image(tmp_path)
+    found = _run_with_sdk(server, tmp_path, f"""
+        import json
+        import sagemaker
+        from sagemaker.estimator import Estimator
+
+        estimator = Estimator(
+            image_uri={str(image)!r},
+            role="arn:aws:iam::000000000000:role/trainmon",
+            instance_count=1,
+            instance_type="ml.m5.large",
+            hyperparameters={{"epochs": 4}},
+            metric_definitions=[{{"Name": "train:error", "Regex": "Train_error=(.*?);"}},
+                                {{"Name": "validation:error", "Regex": "Valid_error=(.*?);"}}],
+        )
+        estimator.fit(logs="All", job_name="sdk-estimator")
+        description = estimator.latest_training_job.describe()
+        frame = estimator.training_job_analytics.dataframe()
+        print(json.dumps({{
+            "status": description["TrainingJobStatus"],
+            "finals": {{m["MetricName"]: m["Value"] for m in description["FinalMetricDataList"]}},
+            "model": estimator.model_data,
+            "metrics": sorted(set(frame["metric_name"])),
+            "rows": len(frame),
+        }}))
+        """)
+    assert found["status"] == "Completed"
+    assert found["finals"] == {"train:error": pytest.approx(0.25), "validation:error": pytest.approx(0.375)}
+    assert found["metrics"] == ["train:error", "validation:error"] and found["rows"] >= 2
+    stdout = str(found["stdout"])
+    assert "epoch=3 Train_error=0.2500; Valid_error=0.3750;" in stdout  # fit(logs="All") streamed the log
+    assert str(found["model"]).endswith("sdk-estimator/output/model.tar.gz")
+    # the artifact the job names is an object the AWS CLI downloads
+    download = tmp_path / "model.tar.gz"
+    copied = subprocess.run([sys.executable, "-m", "awscli", "s3", "cp", str(found["model"]), str(download)],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "AWS_ENDPOINT_URL": server.url, "AWS_ACCESS_KEY_ID": "test",
+                                 "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"})
+    assert copied.returncode == 0, copied.stderr
+    with tarfile.open(download) as archive:
+        archive.getmembers()  # a whole gzip tarball
+
+
+def test_a_framework_estimator_runs_its_entry_point_in_script_mode(server: ServerProcess, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "helpers.py").write_text("def loss(epoch):\n    return 2.0 / (epoch + 1)\n", encoding="utf-8")
+    (source / "train.py").write_text(textwrap.dedent("""\
+        import argparse
+        from helpers import loss
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--epochs", type=int)
+        parser.add_argument("--lr", type=float)
+        args = parser.parse_args()
+        for epoch in range(args.epochs):
+            print(f"epoch {epoch} lr={args.lr} loss={loss(epoch):.3f};")
+        """), encoding="utf-8")
+    found = _run_with_sdk(server, tmp_path, f"""
+        import json
+        from sagemaker.pytorch import PyTorch
+
+        estimator = PyTorch(
+            entry_point="train.py",
+            source_dir={str(source)!r},
+            framework_version="2.1",
+            py_version="py310",
+            role="arn:aws:iam::000000000000:role/trainmon",
+            instance_count=1,
+            instance_type="ml.m5.large",
+            hyperparameters={{"epochs": 3, "lr": 0.1}},
+            metric_definitions=[{{"Name": "loss", "Regex": "loss=([0-9.]+);"}}],
+        )
+        estimator.fit(logs="All", job_name="sdk-script-mode")
+        description = estimator.latest_training_job.describe()
+        print(json.dumps({{
+            "status": description["TrainingJobStatus"],
+            "image": description["AlgorithmSpecification"]["TrainingImage"],
+            "finals": {{m["MetricName"]: m["Value"] for m in description["FinalMetricDataList"]}},
+        }}))
+        """)
+    assert found["status"] == "Completed"
+    assert "pytorch-training" in str(found["image"])
+    assert found["finals"] == {"loss": pytest.approx(0.667)}
+    assert "epoch 2 lr=0.1 loss=0.667;" in str(found["stdout"])
