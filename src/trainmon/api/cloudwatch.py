@@ -228,15 +228,8 @@ def _datapoints(store: Store, key: MetricKey, start_ms: int, end_ms: int, period
 
 
 def _stat_points(store: Store, stat: MetricStat, start_ms: int, end_ms: int) -> dict[int, float]:
-    percentile = stat.stat not in STATISTICS
-    rows = _datapoints(store, stat.key, start_ms, end_ms, stat.period, [] if percentile else [stat.stat],
-                       [stat.stat] if percentile else [], stat.unit, any_unit=stat.unit is None)
-    points: dict[int, float] = {}
-    for row in rows:
-        value = row.get("ExtendedStatistics", {}).get(stat.stat) if percentile else row[stat.stat]
-        if value is not None:  # a percentile is unavailable for some periods
-            points[round(row["Timestamp"] * 1000)] = float(value)
-    return points
+    found = metric_periods(store, stat.key, start_ms, end_ms, stat.period, stat.stat, stat.unit)
+    return {start: value for start, (value, _) in found.items()}
 
 
 def metric_periods(store: Store, key: MetricKey, start_ms: int, end_ms: int, period: int, stat: str,

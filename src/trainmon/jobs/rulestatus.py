@@ -19,10 +19,10 @@ finite are kept as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (do
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..plainjson import finite
 from .document import ACCOUNT, REGION, JobDocument, RuleEvaluationStatus
 
 KEPT_PER_RULE = 10
@@ -68,7 +68,7 @@ def add_finding(doc: JobDocument, finding: dict[str, Any], now: float) -> None:
     name = finding["RuleConfigurationName"]
     kept = doc.setdefault("RuleFindings", {}).setdefault(name, {"Count": 0, "Findings": []})
     kept["Count"] += 1
-    kept["Findings"].append(strict(finding))
+    kept["Findings"].append(finite(finding))
     if len(kept["Findings"]) > KEPT_PER_RULE:
         del kept["Findings"][1]  # the first is kept: it is the one StatusDetails names
     for status in all_statuses(doc):
@@ -109,12 +109,3 @@ def as_described(statuses: list[RuleEvaluationStatus], job_ended: bool, ended_at
     return answer
 
 
-def strict(value: Any) -> Any:
-    """``value`` with NaN and the infinities as strings, for a JSON document."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {key: strict(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict(item) for item in value]
-    return value

@@ -28,7 +28,6 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import math
 import shlex
 import subprocess
 import threading
@@ -38,6 +37,8 @@ import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from ..plainjson import finite
 
 TIMEOUT_S = 10.0
 MAX_IN_FLIGHT = 16
@@ -136,17 +137,7 @@ def last_failure(target: str) -> DeliveryFailure | None:
 
 def encode(payload: dict[str, Any]) -> bytes:
     """The payload as strict JSON (UTF-8)."""
-    return json.dumps(_strict(payload), default=_default, allow_nan=False).encode()
-
-
-def _strict(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {str(key): _strict(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(item) for item in value]
-    return value
+    return json.dumps(finite(payload), default=_default, allow_nan=False).encode()
 
 
 def _default(value: Any) -> str:

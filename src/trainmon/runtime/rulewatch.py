@@ -28,6 +28,7 @@ from typing import Any
 
 from ..clock import REAL_CLOCK, Clock
 from ..jobs import rulestatus
+from ..plainjson import finite
 from ..rules import catalog
 from ..rules.metric import Finding, MetricRule, Record, StalledTraining
 from ..store import JobRow, PointRow, Store, open_store
@@ -226,7 +227,7 @@ class RuleWatcher(threading.Thread):
             entry["Step"] = finding.step
         if finding.metric is not None:
             entry["Metric"] = finding.metric
-        return rulestatus.strict(entry)  # type: ignore[no-any-return]  # a dict stays a dict
+        return finite(entry)  # type: ignore[no-any-return]  # a dict stays a dict
 
     # -- what a finding does -------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ protocols send them), non-finite numbers as the strings "NaN", "Infinity" and "-
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..errors import PayloadTooLarge, TrainmonError, ValidationException
+from ..plainjson import finite
 
 MAX_BODY_BYTES = 20 << 20  # TestMetricDefinitions takes 16 MiB of sample text
 
@@ -25,22 +25,11 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every non-finite float as its name."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def dumps(value: Any) -> bytes:
     try:
         text = json.dumps(value, default=_plain, allow_nan=False, separators=(",", ":"))
     except ValueError:  # a NaN or an infinity somewhere: rare, so only then walk the value
-        text = json.dumps(_finite(value), default=_plain, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(finite(value), default=_plain, allow_nan=False, separators=(",", ":"))
     return text.encode()
 
 
