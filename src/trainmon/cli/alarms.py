@@ -4,6 +4,7 @@ alarm operations (PutMetricAlarm, DescribeAlarms, DescribeAlarmHistory, DeleteAl
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from typing import Any
 
@@ -11,7 +12,7 @@ from ..api import alarm_requests, alarms
 from ..cloudwatch.model import JOB_NAMESPACE
 from ..errors import ValidationException
 from . import render
-from .common import Commands, pairs, print_json, read_text, store, timestamp
+from .common import Commands, every_page, pairs, print_json, read_text, store, timestamp
 
 _SYMBOLS = {">": "GreaterThanThreshold", ">=": "GreaterThanOrEqualToThreshold", "<": "LessThanThreshold",
             "<=": "LessThanOrEqualToThreshold"}
@@ -157,15 +158,8 @@ def _metrics(text: str) -> Any:
 
 def _list(args: argparse.Namespace) -> int:
     db = store(args)
-    found: list[dict[str, Any]] = []
-    token = None
-    while True:
-        page = alarms.describe_alarms(db, AlarmNamePrefix=args.prefix, StateValue=args.state, NextToken=token,
-                                      MaxRecords=100)
-        found += page["MetricAlarms"]
-        token = page.get("NextToken")
-        if token is None:
-            break
+    found = every_page(functools.partial(alarms.describe_alarms, db), "MetricAlarms", AlarmNamePrefix=args.prefix,
+                       StateValue=args.state, MaxRecords=100)
     if args.json:
         print_json(found)
     elif not found:
@@ -194,17 +188,10 @@ def _condition(alarm: dict[str, Any]) -> str:
 
 def _history(args: argparse.Namespace) -> int:
     db = store(args)
-    items: list[dict[str, Any]] = []
-    token = None
-    while True:
-        page = alarms.describe_alarm_history(
-            db, AlarmName=args.name, HistoryItemType=args.type, StartDate=timestamp(args.start, "--start"),
-            EndDate=timestamp(args.end, "--end"), NextToken=token,
-            ScanBy="TimestampAscending" if args.oldest_first else "TimestampDescending")
-        items += page["AlarmHistoryItems"]
-        token = page.get("NextToken")
-        if token is None:
-            break
+    items = every_page(functools.partial(alarms.describe_alarm_history, db), "AlarmHistoryItems",
+                       AlarmName=args.name, HistoryItemType=args.type, StartDate=timestamp(args.start, "--start"),
+                       EndDate=timestamp(args.end, "--end"),
+                       ScanBy="TimestampAscending" if args.oldest_first else "TimestampDescending")
     if args.json:
         print_json(items)
     elif not items:

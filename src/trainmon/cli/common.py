@@ -92,3 +92,15 @@ def print_json(data: Any) -> None:
 
 def warn(message: str) -> None:
     print(f"trainmon: warning: {message}", file=sys.stderr)
+
+
+def every_page(operation: Callable[..., dict[str, Any]], items: str, **request: Any) -> list[Any]:
+    """Every page of a paged operation's ``items``, following NextToken (as boto3's paginators do)."""
+    found: list[Any] = []
+    token = None
+    while True:
+        page = operation(**request, NextToken=token)
+        found += page[items]
+        token = page.get("NextToken")
+        if token is None:
+            return found

@@ -41,22 +41,32 @@ def error_reply(exc: TrainmonError) -> Response:
     return reply({"error": {"code": exc.code, "message": exc.message}}, exc.http_status)
 
 
-async def body(request: Request) -> dict[str, Any]:
-    """The request's JSON object (an empty body is an empty object)."""
+async def read_body(request: Request) -> bytes:
+    """The request's body, refused past MAX_BODY_BYTES (declared or as it arrives)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES >> 20} MiB.")
-    data = b""
+    data = bytearray()
     async for piece in request.stream():
         data += piece
         if len(data) > MAX_BODY_BYTES:
             raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES >> 20} MiB.")
+    return bytes(data)
+
+
+def json_object(data: bytes, error: type[TrainmonError] = ValidationException) -> dict[str, Any]:
+    """A body's JSON object (an empty body is an empty object); ``error`` says why it is not one."""
     if not data.strip():
         return {}
     try:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ValidationException(f"the request body is not JSON: {exc}.") from None
+        raise error(f"the request body is not JSON: {exc}.") from None
     if not isinstance(value, dict):
-        raise ValidationException("the request body must be a JSON object.")
+        raise error("the request body must be a JSON object.")
     return value
+
+
+async def body(request: Request) -> dict[str, Any]:
+    """The request's JSON object (an empty body is an empty object)."""
+    return json_object(await read_body(request))

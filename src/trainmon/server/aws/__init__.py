@@ -31,10 +31,10 @@ from ... import access_keys, api
 from ...errors import PayloadTooLarge, TrainmonError
 from ...store import Store
 from .. import auth
+from ..jsonio import MAX_BODY_BYTES, read_body
 from .protocols import BY_TARGET, PROTOCOLS, QUERY_SERVICES, Protocol, SerializationError, Service
 from .sigv4 import SignatureError, Signed, claimed, decoded_query, is_presigned_v2, verify, verify_presigned_v2
 
-MAX_BODY_BYTES = 20 << 20
 log = logging.getLogger(__name__)
 
 
@@ -73,7 +73,7 @@ class Gateway:
         except _Unroutable as exc:
             return protocol.error(exc.service, exc.code, exc.message, 400, request_id)
         try:
-            body = await _body(request)
+            body = await read_body(request)
         except PayloadTooLarge as exc:
             return protocol.error(service, "RequestEntityTooLarge", exc.message, 413, request_id)
         if kind == "query":
@@ -233,18 +233,6 @@ def _action(body: bytes) -> str:
     from urllib.parse import parse_qs
 
     return (parse_qs(body.decode("utf-8", "replace")).get("Action") or [""])[0]
-
-
-async def _body(request: Request) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES >> 20} MiB")
-    data = bytearray()
-    async for piece in request.stream():
-        data += piece
-        if len(data) > MAX_BODY_BYTES:
-            raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES >> 20} MiB")
-    return bytes(data)
 
 
 def _gunzipped(body: bytes) -> bytes:

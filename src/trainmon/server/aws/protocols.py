@@ -31,6 +31,7 @@ from xml.sax.saxutils import escape
 from starlette.responses import Response
 
 from ...errors import TrainmonError, ValidationException
+from ..jsonio import json_object
 
 
 @dataclass(frozen=True)
@@ -117,15 +118,7 @@ class Json(Protocol):
     name = "json"
 
     def parameters(self, service: Service, operation: str, body: bytes) -> dict[str, Any]:
-        if not body.strip():
-            return {}
-        try:
-            value = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise SerializationError(f"the request body is not JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise SerializationError("the request body must be a JSON object")
-        return value
+        return json_object(body, SerializationError)
 
     def _content_type(self, service: Service) -> str:
         return f"application/x-amz-json-{service.model.metadata.get('jsonVersion', '1.1')}"
