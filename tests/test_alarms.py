@@ -352,6 +352,7 @@ def test_alarms_and_their_history_in_either_store(any_store: Store) -> None:
 
     cw.put_metric_alarm(**{**BASE, "AlarmName": "c", "Threshold": 7.5, "AlarmActions": ["https://example.invalid/c"]})
     cw.set_alarm_state(AlarmName="c", StateValue="ALARM", StateReason="a test", StateReasonData='{"why": 1}')
+    assert notify.flush()  # the action's item is written once its delivery has ended (here: failed)
     cw.put_metric_alarm(**{**BASE, "AlarmName": "c", "Threshold": 8.0})  # a whole new configuration, the same state
     alarm = described(any_store, "c")
     assert (alarm["Threshold"], alarm["StateValue"], alarm["StateReason"]) == (8.0, "ALARM", "a test")
@@ -363,12 +364,15 @@ def test_alarms_and_their_history_in_either_store(any_store: Store) -> None:
     assert cw.describe_alarms(AlarmNames=["c"])["MetricAlarms"] == []
 
     items = cw.describe_alarm_history(AlarmName="c", ScanBy="TimestampAscending")["AlarmHistoryItems"]
-    assert [(i["HistoryItemType"], i["HistorySummary"]) for i in items] == [
+    assert [(i["HistoryItemType"], i["HistorySummary"].split(". Received error")[0]) for i in items] == [
         ("ConfigurationUpdate", 'Alarm "c" created'), ("ConfigurationUpdate", 'Alarm "c" updated'),
-        ("StateUpdate", "Alarm updated from INSUFFICIENT_DATA to ALARM"), ("Action", "Executing action "
-                                                                         "https://example.invalid/c"),
+        ("StateUpdate", "Alarm updated from INSUFFICIENT_DATA to ALARM"),
+        ("Action", "Failed to execute action https://example.invalid/c"),
         ("ConfigurationUpdate", 'Alarm "c" updated'), ("ConfigurationUpdate", 'Alarm "c" updated'),
         ("ConfigurationUpdate", 'Alarm "c" deleted')]
+    failed = json.loads(items[3]["HistoryData"])
+    assert (failed["actionState"], failed["notificationResource"]) == ("Failed", "https://example.invalid/c")
+    assert failed["error"] and json.loads(failed["publishedMessage"])["NewStateValue"] == "ALARM"
     assert {i["AlarmType"] for i in items} == {"MetricAlarm"}
     update = json.loads(items[1]["HistoryData"])
     assert (update["type"], update["originalAlarm"]["threshold"], update["updatedAlarm"]["threshold"]) == (
@@ -503,8 +507,11 @@ def test_an_alarm_on_a_jobs_metric_goes_ok_alarm_ok_and_runs_its_actions(home: P
     assert maintainer.alarm_passes[-1].evaluated == 1
     assert state_changes(store, "loss-spike") == ["Alarm updated from INSUFFICIENT_DATA to OK",
                                                   "Alarm updated from OK to ALARM", "Alarm updated from ALARM to OK"]
+    assert notify.flush()
     actions = cw.describe_alarm_history(AlarmName="loss-spike", HistoryItemType="Action")["AlarmHistoryItems"]
     assert len(actions) == 3 and json.loads(actions[0]["HistoryData"])["notificationResource"] == ok_action
+    assert [json.loads(a["HistoryData"])["actionState"] for a in actions] == ["Succeeded"] * 3
+    assert actions[0]["HistorySummary"] == f"Successfully executed action {ok_action}"
 
     [raised] = payloads(alarm_folder)
     assert (raised["AlarmName"], raised["OldStateValue"], raised["NewStateValue"]) == ("loss-spike", "OK", "ALARM")
@@ -709,8 +716,14 @@ def test_boto3_against_a_real_server(home: Path, monkeypatch: pytest.MonkeyPatch
         assert cw.describe_alarms(StateValue="ALARM")["MetricAlarms"][0]["AlarmName"] == "wire-0"
         cw.disable_alarm_actions(AlarmNames=["wire-1"])
         cw.enable_alarm_actions(AlarmNames=["wire-1"])
-        history = cw.describe_alarm_history(AlarmName="wire-0")["AlarmHistoryItems"]
+        deadline = time.monotonic() + 60
+        while True:  # the action's item comes once the server's delivery has ended (it fails: no such host)
+            history = cw.describe_alarm_history(AlarmName="wire-0")["AlarmHistoryItems"]
+            if len(history) == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert [item["HistoryItemType"] for item in history] == ["Action", "StateUpdate", "ConfigurationUpdate"]
+        assert history[0]["HistorySummary"].startswith("Failed to execute action https://example.invalid/")
         assert history[1]["HistorySummary"] == "Alarm updated from INSUFFICIENT_DATA to ALARM"
         assert history[0]["Timestamp"].tzinfo is not None
         items = [item for page in cw.get_paginator("describe_alarm_history").paginate(

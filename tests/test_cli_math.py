@@ -255,6 +255,7 @@ ERRORS = [
 ]
 
 
+@pytest.mark.timeout(600)  # heavy by design: room for a machine busy with other tests
 def test_errors_are_one_line_with_the_code_the_column_and_what_to_do(home) -> None:
     run_job("errs", "train:loss", "validation:loss")
     for args, message in ERRORS:

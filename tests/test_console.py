@@ -469,3 +469,74 @@ def test_system_metrics_and_the_profile_are_charted(server: Any, page: Any) -> N
     samples = call(server, "GET", "/api/jobs/profiled/profile/algo-1/job_cpu_pct/points")["Count"]
     assert samples > 5 and int(cpu.get_attribute("data-points")) == samples
     assert page.locator("section.chart[data-system]").count() > 0
+
+
+NAN_LOSS = """
+import time
+for step in range(8):
+    print(f"step={step} loss={'nan' if step == 5 else 1 / (step + 1)}", flush=True)
+    time.sleep(0.02)
+"""
+
+
+def test_rules_and_alarms(server: ServerProcess, page: Any, script: Callable[[str], Path], tmp_path: Path) -> None:
+    call(server, "POST", "/api/jobs", {
+        "TrainingJobName": "ruled",
+        "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": [PY, str(script(NAN_LOSS))],
+                                   "MetricDefinitions": DEFINITIONS},
+        "DebugRuleConfigurations": [
+            {"RuleConfigurationName": "nan-watch", "RuleEvaluatorImage": "any",
+             "RuleParameters": {"rule_to_invoke": "ExplodingTensor", "tensor_regex": "loss"}},
+            {"RuleConfigurationName": "LossNotDecreasing", "RuleEvaluatorImage": "any",
+             "RuleParameters": {"rule_to_invoke": "LossNotDecreasing", "num_steps": "100"}}],
+    })
+    wait_status(server, "ruled", {"Completed"}, page)
+    page.goto(server.url + "/jobs/ruled")
+    rules = page.locator(".rules")
+    expect(rules.locator('tr[data-rule="nan-watch"] .rule-status')).to_have_text("IssuesFound")
+    expect(rules.locator('tr[data-rule="nan-watch"]')).to_contain_text("ExplodingTensor")
+    expect(rules.locator('tr[data-rule="LossNotDecreasing"] .rule-status')).to_have_text("NoIssuesFound")
+    finding = rules.locator("table.rule-findings tbody tr")
+    expect(finding).to_have_count(1)
+    expect(finding).to_contain_text("nan-watch")
+    expect(finding).to_contain_text("algo-1")
+    expect(finding).to_contain_text("NaN")
+    rules.screenshot(path=str(SCREENSHOT.with_name("console-rules.png")))
+
+    # an alarm on the job's loss, made with the form; missing data breaches, so the server's first
+    # evaluation raises it (the job's points are long past) and runs its action
+    raised = tmp_path / "raised.json"
+    page.click(".topbar a[href='/alarms']")
+    page.wait_for_url("**/alarms")
+    expect(page.locator(".empty")).to_have_text("No alarms yet.")
+    page.click("details.new-alarm summary")
+    form = page.locator("form.alarm-form")
+    form.locator("input[name=alarm-name]").fill("loss-high")
+    form.locator("input[name=job]").fill("ruled")
+    form.locator("input[name=metric]").fill("loss")
+    form.locator("input[name=threshold]").fill("not a number")
+    form.locator("button[name=create-alarm]").click()
+    expect(form.locator(".form-error")).to_contain_text("Threshold")  # the operation's own error, shown
+    form.locator("input[name=threshold]").fill("0.5")
+    form.locator("select[name=treat-missing-data]").select_option("breaching")
+    keep = f"import sys; open({str(raised)!r}, 'wb').write(sys.stdin.buffer.read())"
+    form.locator("input[name=alarm-action]").fill(f"exec:{shlex.quote(PY)} -c {shlex.quote(keep)}")
+    form.locator("button[name=create-alarm]").click()
+    row = page.locator('tr[data-alarm="loss-high"]')
+    expect(row).to_contain_text("Maximum > 0.5 for 1 of 1 period of 60 s")
+    expect(row).to_contain_text("TrainingJobName=ruled")
+    expect(row.locator(".alarm-state")).to_have_text("ALARM")
+    row.locator("a").click()
+    page.wait_for_url("**/alarms/loss-high")
+    history = page.locator("table.alarm-history")
+    expect(history).to_contain_text("Alarm updated from INSUFFICIENT_DATA to ALARM")
+    expect(history).to_contain_text("Successfully executed action exec:")
+    assert json.loads(raised.read_text())["NewStateValue"] == "ALARM"
+    page.screenshot(path=str(SCREENSHOT.with_name("console-alarm.png")), full_page=True)
+    page.click("button[name=toggle-actions]")
+    expect(page.locator("button[name=toggle-actions]")).to_have_text("Enable actions")
+    assert call(server, "POST", "/api/cloudwatch/DescribeAlarms", {})["MetricAlarms"][0]["ActionsEnabled"] is False
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button[name=delete]")
+    page.wait_for_url(re.compile(r".*/alarms$"))
+    expect(page.locator(".empty")).to_have_text("No alarms yet.")

@@ -176,6 +176,7 @@ def _shims(tmp_path: Path) -> dict[str, str]:
             "TRAINMON_HOME": str(tmp_path / "home"), "PYTHONWARNINGS": ""}
 
 
+@pytest.mark.timeout(600)  # heavy by design: room for a machine busy with other tests
 def test_readme_tour_runs(tmp_path: Path) -> None:
     env = _shims(tmp_path)
     work = tmp_path / "work"

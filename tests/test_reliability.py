@@ -410,7 +410,7 @@ def test_a_dead_supervisors_spool_is_stored_by_whoever_reaps_the_job(home: Path,
     the next command that reads jobs stores all of it before marking the job Failed."""
     finished = tmp_path / "finished"
     train = tmp_path / "flood.py"
-    chunks = 2000
+    chunks = 500  # half a million records, far more than the pipe holds
     train.write_text(
         "import sys, time\n"
         "out = sys.stdout.buffer\n"

@@ -431,6 +431,7 @@ def test_binary_garbage_and_huge_lines_are_captured(home: Path, script) -> None:
     assert "\ufffd" in "".join(e.message for e in events[:-1])
 
 
+@pytest.mark.timeout(600)  # heavy by design: room for a machine busy with other tests
 def test_a_gigabyte_flood_is_captured_without_losing_a_line(home: Path, script) -> None:
     train = script(
         """
@@ -535,6 +536,28 @@ def test_a_store_on_a_full_disk_can_still_be_read(small_disk: Path) -> None:
         store.close()
     listed = run_cli("list", env={"TRAINMON_HOME": str(small_disk)})
     assert listed.returncode == 0 and "kept" in listed.stdout, listed.stderr
+
+
+def test_a_store_left_with_its_wal_on_a_full_disk_can_still_be_read(small_disk: Path) -> None:
+    """A writer that ended without its last checkpoint (killed, or its disk full) leaves the WAL
+    behind; on a full disk the store is still read, WAL included."""
+    written = subprocess.run([PY, "-c", (
+        "import os, pathlib, sys; from trainmon.store import open_store; from trainmon.api.sagemaker import "
+        "register_job\n"
+        "store = open_store(pathlib.Path(sys.argv[1]))\n"
+        "register_job(store, {'TrainingJobName': 'in-the-wal', 'ProfilerConfig': {'DisableProfiler': True},"
+        " 'AlgorithmSpecification': {'TrainingInputMode': 'File', 'ContainerEntrypoint': ['true']}})\n"
+        "os._exit(0)  # no close: no checkpoint"), str(small_disk)], capture_output=True, text=True)
+    assert written.returncode == 0, written.stderr
+    assert (small_disk / "trainmon.db-wal").stat().st_size > 0
+    with open(small_disk / "filler", "wb") as filler:  # every byte left
+        with pytest.raises(OSError):
+            while True:
+                filler.write(b"x" * 65536)
+                filler.flush()
+        filler.truncate(filler.tell())
+    listed = run_cli("list", env={"TRAINMON_HOME": str(small_disk)})
+    assert listed.returncode == 0 and "in-the-wal" in listed.stdout, listed.stderr
 
 
 def test_relative_commands_run_from_the_callers_directory(home: Path, tmp_path: Path) -> None:

@@ -74,6 +74,7 @@ def _image(tmp_path: Path) -> Path:
     return image
 
 
+@pytest.mark.timeout(600)  # heavy by design: room for a machine busy with other tests
 def test_an_estimator_fits_streams_its_log_and_has_analytics(server: ServerProcess, tmp_path: Path) -> None:
     image = _image(tmp_path)
     found = _run_with_sdk(server, tmp_path, f"""
@@ -118,6 +119,7 @@ def test_an_estimator_fits_streams_its_log_and_has_analytics(server: ServerProce
         archive.getmembers()  # a whole gzip tarball
 
 
+@pytest.mark.timeout(600)  # heavy by design: room for a machine busy with other tests
 def test_a_framework_estimator_runs_its_entry_point_in_script_mode(server: ServerProcess, tmp_path: Path) -> None:
     source = tmp_path / "src"
     source.mkdir()

@@ -104,6 +104,30 @@ def start_job(client: httpx.Client, script: Any, tmp_path: Path, name: str, step
     return stop
 
 
+def test_the_live_stream_sends_the_definitions_counts_and_the_rules_statuses(http: httpx.Client, script: Any,
+                                                                              tmp_path: Path) -> None:
+    stop = tmp_path / "live.stop"
+    rule = {"RuleConfigurationName": "nan", "RuleEvaluatorImage": "any",
+            "RuleParameters": {"rule_to_invoke": "ExplodingTensor", "tensor_regex": "loss"}}
+    answer = http.post("/api/jobs", json=job_request("live", script(JOB_SCRIPT), stop, 20,
+                                                     DebugRuleConfigurations=[rule]))
+    assert answer.status_code == 200, answer.text
+
+    def counted(event: str, data: Any, seen: Any) -> bool:
+        if event == "definitions":
+            seen["definitions"] = data["Definitions"]
+        if event == "rules":
+            seen["rules"] = data["DebugRuleEvaluationStatuses"]
+        return (seen.get("definitions") or [{}])[0].get("Matches", 0) >= 21 and any(
+            r["RuleEvaluationStatus"] == "IssuesFound" for r in seen.get("rules", []))
+
+    seen = wait_for(http, "live", counted)  # while the job still runs: it waits for its stop file
+    (status,) = seen["rules"]
+    assert status["RuleConfigurationName"] == "nan" and "loss is nan" in status["StatusDetails"]
+    assert isinstance(status["LastModifiedTime"], float)
+    assert http.get("/api/jobs/live").json()["Job"]["TrainingJobStatus"] == "InProgress"
+
+
 # -- a job through the API, on each backend ---------------------------------------------------------
 
 
@@ -112,7 +136,8 @@ def test_a_job_through_the_api_from_start_to_end(store_target: StoreTarget, scri
     try:
         with httpx.Client(base_url=server.url, timeout=60) as client:
             stop = start_job(client, script, tmp_path, "api-job")
-            seen = wait_for(client, "api-job", lambda e, d, s: len(s["points"].get("loss", [])) >= 21)
+            seen = wait_for(client, "api-job", lambda e, d, s: len(s["points"].get("loss", [])) >= 21
+                            and len(s["log"]) >= 21)  # a poll sends its points before its records
             assert "Training" in seen["status"]
             losses = seen["points"]["loss"]
             assert [v for _, v in losses][:5] == [1.0, 0.5, 0.3333, 0.25, None]  # NaN is null in Values

@@ -375,6 +375,11 @@ def test_final_metrics_is_the_last_finite_value(any_store: Store) -> None:
     assert any_store.final_metrics(job.id) == [("a", 3.0, 30), ("c", 8.0, 50), ("d", 1.7976931348623157e308, 6)]
     assert any_store.metric_summaries(job.id)["d"] == (2, -1e308, 1.7976931348623157e308)
     assert any_store.final_metrics(job.id + 1) == [] and any_store.metric_summaries(job.id + 1) == {}
+    other = new_job(any_store, "other")
+    any_store.write_batch(Batch(other.id, points=[("z", 1, 4.0, "algo-1", stream.id, 0)]))
+    assert any_store.final_metrics_of([other.id, job.id, other.id + 99, job.id]) == {
+        job.id: [("a", 3.0, 30), ("c", 8.0, 50), ("d", 1.7976931348623157e308, 6)], other.id: [("z", 4.0, 1)]}
+    assert any_store.final_metrics_of([]) == {}
 
 
 # -- CloudWatch metrics --------------------------------------------------------------------

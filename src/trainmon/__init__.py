@@ -7,12 +7,34 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import ClientError, ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
-from .sdk.analytics import TrainingJobAnalytics
-from .sdk.analytics import TrainingJobAnalytics as analytics
-from .sdk.clients import client
-from .sdk.estimator import Estimator, Session, UnexpectedStatusException
-from .store.profiles import profile
+
+if TYPE_CHECKING:
+    from .sdk.analytics import TrainingJobAnalytics
+    from .sdk.analytics import TrainingJobAnalytics as analytics
+    from .sdk.clients import client
+    from .sdk.estimator import Estimator, Session, UnexpectedStatusException
+    from .store.profiles import profile
+
+# Imported when first used, so that a training script's ``import trainmon.debug`` stays light.
+_LAZY = {"TrainingJobAnalytics": ("sdk.analytics", "TrainingJobAnalytics"),
+         "analytics": ("sdk.analytics", "TrainingJobAnalytics"), "client": ("sdk.clients", "client"),
+         "Estimator": ("sdk.estimator", "Estimator"), "Session": ("sdk.estimator", "Session"),
+         "UnexpectedStatusException": ("sdk.estimator", "UnexpectedStatusException"),
+         "profile": ("store.profiles", "profile")}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'trainmon' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = getattr(importlib.import_module(f".{module}", __name__), attribute)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

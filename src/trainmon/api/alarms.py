@@ -52,7 +52,7 @@ _ACTIONS = {model.OK: "OKActions", model.ALARM: "AlarmActions", model.INSUFFICIE
 _QUERIES_KEPT = 10_000
 _queries: dict[tuple[str, int], tuple[list[cloudwatch.DataQuery], list[str]]] = {}  # parsed Metrics, per config
 
-Delivery = tuple[str, dict[str, Any]]
+Delivery = tuple[str, str, int, dict[str, Any]]  # (alarm, target, the state change's time, the notification)
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def set_alarm_state(store: Store, *, AlarmName: str | None = None, StateValue: s
 
     if not store.change_alarms([name], change):
         raise AlarmNotFound(f"Alarm {name} not found.")
-    _deliver(deliveries)
+    _deliver(store, deliveries)
     return {}
 
 
@@ -370,7 +370,7 @@ def evaluate_alarms(store: Store, now_s: float) -> AlarmPass:
     done.changed = len(written)
     for alarm in written:
         done.actions += len(deliveries[alarm.name])
-        _deliver(deliveries[alarm.name])
+        _deliver(store, deliveries[alarm.name])
     done.expired_history = store.expire_alarm_history(int(now_s * 1000) - HISTORY_KEPT_MS)
     return done
 
@@ -495,18 +495,22 @@ def _new_state(alarm: AlarmRow, new: model.State, now_ms: int, *,
     targets = alarm.config.get(_ACTIONS[new.value], []) if alarm.config.get("ActionsEnabled", True) else []
     if transition and targets:
         payload = model.notification(metric_alarm(alarm), old.value, new, now_ms, account=ACCOUNT, region=REGION)
-        for target in targets:
-            summary, data = model.action(target, now_ms, payload)
-            history.append(AlarmHistoryRow(alarm.name, now_ms, "Action", summary, data))
-            sent.append((target, payload))
+        sent.extend((alarm.name, target, now_ms, payload) for target in targets)
     return history, sent
 
 
-def _deliver(deliveries: list[Delivery]) -> None:
+def _deliver(store: Store, deliveries: list[Delivery]) -> None:
+    """Hand the deliveries over (they run off this thread); each one's Action history item is
+    written once it has ended, saying whether it succeeded."""
     from ..runtime import notify
 
-    for target, payload in deliveries:
-        notify.deliver(target, payload)
+    for name, target, changed_ms, payload in deliveries:
+        def done(error: str | None, name: str = name, target: str = target, changed_ms: int = changed_ms,
+                 payload: dict[str, Any] = payload) -> None:
+            summary, data = model.action(target, changed_ms, payload, error)
+            store.add_alarm_history([AlarmHistoryRow(name, max(_now_ms(), changed_ms), "Action", summary, data)])
+
+        notify.deliver(target, payload, on_done=done)
 
 
 OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {

@@ -79,6 +79,21 @@ def list_training_jobs(
     SortOrder: Any = "Ascending",
     **unsupported: Any,
 ) -> dict[str, Any]:
+    page, token = list_training_job_rows(
+        store, NextToken=NextToken, MaxResults=MaxResults, CreationTimeAfter=CreationTimeAfter,
+        CreationTimeBefore=CreationTimeBefore, NameContains=NameContains, StatusEquals=StatusEquals, SortBy=SortBy,
+        SortOrder=SortOrder, **unsupported)
+    result: dict[str, Any] = {"TrainingJobSummaries": [summary(row) for row in page]}
+    if token is not None:
+        result["NextToken"] = token
+    return result
+
+
+def list_training_job_rows(store: Store, *, NextToken: Any = None, MaxResults: Any = 10, CreationTimeAfter: Any = None,
+                           CreationTimeBefore: Any = None, NameContains: Any = None, StatusEquals: Any = None,
+                           SortBy: Any = "CreationTime", SortOrder: Any = "Ascending",
+                           **unsupported: Any) -> tuple[list[JobRow], str | None]:
+    """ListTrainingJobs' page as the jobs' rows, and the NextToken (None: the last page)."""
     refuse_unknown(unsupported, where="input")
     if not isinstance(MaxResults, int) or isinstance(MaxResults, bool) or not 1 <= MaxResults <= 100:
         raise ValidationException("MaxResults must be from 1 to 100.")
@@ -97,11 +112,7 @@ def list_training_jobs(
         sort_by=SortBy,
         descending=SortOrder == "Descending",
     )
-    page, token = offset_page(rows, NextToken, MaxResults)
-    result: dict[str, Any] = {"TrainingJobSummaries": [summary(row) for row in page]}
-    if token is not None:
-        result["NextToken"] = token
-    return result
+    return offset_page(rows, NextToken, MaxResults)
 
 
 def summary(row: JobRow) -> dict[str, Any]:

@@ -42,6 +42,8 @@ from ..jobs.status import MESSAGES
 from ..parsing.definitions import validate_definitions
 from ..parsing.framing import Mode
 from ..rules import catalog
+from ..rules.configs import DEBUGGER_IMAGE
+from ..rules.profiler_setup import default_report
 from ..runtime import notify, toolkit
 from ..store import objects, profiles
 from .shapes import Boolean, Integer, Json, ListOf, MapOf, Number, Problems, String, Structure, validate
@@ -206,14 +208,15 @@ def job_document(request: Mapping[str, Any], now: float, *, home: Path | None = 
         "TrainmonConfig": settings,
     }
     doc.update({field: checked[field] for field in _KEPT_AS_GIVEN if field in checked})
-    doc.update(_rule_statuses(checked, algorithm, name, now))
+    doc.update(_rule_statuses(checked, algorithm, name, now, _why_not_profiled(checked, doc["ProfilerConfig"])))
     return cast(JobDocument, doc)
 
 
 def _rule_statuses(checked: dict[str, Any], algorithm: AlgorithmSpecification, name: str,
-                   now: float) -> dict[str, Any]:
+                   now: float, not_profiled: str | None = None) -> dict[str, Any]:
     """The rule configurations read against the job's metric definitions (ValidationException naming
-    the rule and parameter of every problem), as the initial evaluation statuses."""
+    the rule and parameter of every problem), as the initial evaluation statuses. ``not_profiled``:
+    why the job has no profiler, which every profiler rule reads."""
     metric_names = [d["Name"] for d in algorithm["MetricDefinitions"]]
     problems = Problems()
     statuses: dict[str, Any] = {}
@@ -226,6 +229,10 @@ def _rule_statuses(checked: dict[str, Any], algorithm: AlgorithmSpecification, n
             rule = catalog.setup(given, kind, metric_names, name, notify.check_target)
             for issue in rule.issues:
                 problems.add(issue.value, f"{where}.{issue.where}", issue.constraint, issue.hint)
+            if not_profiled is not None and rule.rule in catalog.PROFILER_RULES:
+                problems.add(rule.rule, f"{where}.ruleParameters.rule_to_invoke", "Member must be a rule the job can "
+                             f"evaluate: profiler rules read the profiler's data, and {not_profiled}",
+                             f"rule {rule.name}: turn the profiler on, or leave the rule out")
             if rule.name in seen:
                 problems.add(rule.name, f"{where}.ruleConfigurationName", "Member must be unique among the job's "
                              "DebugRuleConfigurations and ProfilerRuleConfigurations")
@@ -381,6 +388,30 @@ def _interpreter(given: str | None) -> str:
         raise ValidationException(f"{where} {name!r} is not an executable Python interpreter: give its path, or a "
                                   "name on PATH.")
     return os.path.abspath(found)  # a virtual environment's python is a link: resolving it would leave the venv
+
+
+def _why_not_profiled(checked: Mapping[str, Any], settings: ProfilerConfig) -> str | None:
+    """Why a job has no profiler (None: it has one)."""
+    if not settings.get("DisableProfiler"):
+        return None
+    if (checked.get("ProfilerConfig") or {}).get("DisableProfiler"):
+        return "this job's profiler is disabled (ProfilerConfig.DisableProfiler, --disable-profiler)"
+    return "the profiler needs pyarrow, which is not installed (pip install 'trainmon[profiler]')"
+
+
+def profiler_enabled(given: Mapping[str, Any] | None) -> bool:
+    """Whether a job with this ProfilerConfig (None: not given) is profiled."""
+    if given is not None and given.get("DisableProfiler"):
+        return False
+    return given is not None or profiles.available()
+
+
+def with_profiler_report(request: dict[str, Any], now: float) -> dict[str, Any]:
+    """A CreateTrainingJob request with a ``ProfilerReport-<epoch seconds>`` profiler rule, as the
+    SageMaker SDK adds it to a job that profiles, unless the request has profiler rules already."""
+    if request.get("ProfilerRuleConfigurations") or not profiler_enabled(request.get("ProfilerConfig")):
+        return request
+    return {**request, "ProfilerRuleConfigurations": [default_report(now, DEBUGGER_IMAGE)]}
 
 
 def _profiler_config(given: dict[str, Any] | None) -> ProfilerConfig:

@@ -2,8 +2,8 @@
 
 Each group of commands is a module that registers its commands, their options and their handlers
 together: :mod:`.jobs` (run, describe, rules, list, stop, delete, demo), :mod:`.logs` (logs, parse) and
-:mod:`.metrics` (metrics, export, profile, put-metric-data, maintain), :mod:`.alarms` (alarm)
-and :mod:`.server` (server, credentials).
+:mod:`.metrics` (metrics, export, profile, put-metric-data, maintain), :mod:`.report` (report),
+:mod:`.alarms` (alarm) and :mod:`.server` (server, credentials).
 
 Errors print one line that says what went wrong and what to do next; the exit status is 2 for
 invalid input, 1 for other failures (and for a job that Failed), 3 for a job that was Stopped.
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import CloudWatchError, LogsError, TrainmonError, ValidationException
-from . import alarms, jobs, logs, metrics, server
+from . import alarms, jobs, logs, metrics, report, server
 from .common import EXIT_FAILED, EXIT_USAGE, Commands
 
 __all__ = ["build_parser", "main"]
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--home", type=Path, help="data directory (default: $TRAINMON_HOME or ~/.local/share/trainmon)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     commands = Commands(parser.add_subparsers(dest="cmd", metavar="COMMAND", required=True))
-    for group in (jobs, logs, metrics, alarms, server):
+    for group in (jobs, logs, metrics, report, alarms, server):
         group.register(commands)
     return parser
 

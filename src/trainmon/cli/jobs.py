@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import config
 from ..api import sagemaker, trainmon
-from ..api.training_request import DEFAULT_MAX_RUNTIME_S, DEFAULT_STOP_GRACE_S
+from ..api.training_request import DEFAULT_MAX_RUNTIME_S, DEFAULT_STOP_GRACE_S, with_profiler_report
 from ..errors import ValidationException
 from ..jobs.status import TERMINAL
 from ..parsing.definitions import MetricDefinition, definition_warnings, validate_definitions
@@ -83,8 +83,10 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--disable-profiler", action="store_true", help="no profiler data for this job")
     run.add_argument("--rule", action="append", metavar="NAME[:PARAM=VALUE,...]",
                      help="a rule that watches the job (repeatable): LossNotDecreasing, Overfit, Overtraining, "
-                     "ExplodingTensor or StalledTrainingRule, with parameters, e.g. "
-                     "LossNotDecreasing:num_steps=20,stop_training_on_fire=True (see docs/rules.md)")
+                     "ExplodingTensor, StalledTrainingRule or a profiler rule (CPUBottleneck, LowGPUUtilization, "
+                     "ProfilerReport, ...), with parameters, e.g. LossNotDecreasing:num_steps=20,"
+                     "stop_training_on_fire=True (see docs/rules.md); a profiled job gets ProfilerReport unless "
+                     "profiler rules are given")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
 
@@ -163,6 +165,7 @@ def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDe
         except ValueError as exc:
             raise ValidationException(str(exc)) from None
         request.setdefault(field, []).append(rule)
+    request = with_profiler_report(request, time.time())  # as the SageMaker SDK does, unless profiler rules are given
     return {key: value for key, value in request.items() if value is not None}, definitions
 
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .. import units
 from ..api import cloudwatch, sagemaker, trainmon
 from ..api.shapes import snake_case
 from ..api.times import as_datetime
@@ -309,7 +310,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     elif rows:
         print(f"Job {args.name}: profiler every {summary['IntervalMilliseconds']} ms")
         print(render.table(["HOST", "METRIC", "SAMPLES", "MIN", "P50", "P95", "P99", "MAX"],
-                           [[r["host"], r["metric"], r["samples"], *(render.quantity(r[k], render.profile_unit(
+                           [[r["host"], r["metric"], r["samples"], *(render.quantity(r[k], units.profile_unit(
                                r["metric"])) for k in ("min", "p50", "p95", "p99", "max"))] for r in rows]))
     else:
         print(f"no profiler data for job {args.name} yet")

@@ -18,6 +18,7 @@ from typing import Any
 from ..cloudwatch.statistics import PeriodRow
 from ..jobs.status import TERMINAL
 from ..parsing.framing import escape
+from ..units import byte_text
 
 # Control characters but tab, DEL, the C1 controls and the bidirectional overrides (which reorder
 # what the terminal shows); the second leaves line breaks alone.
@@ -61,9 +62,6 @@ def number(value: float | None) -> str:
     return f"{value:.6g}"
 
 
-_BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
-
-
 def quantity(value: float | None, unit: str | None) -> str:
     """A value with its CloudWatch unit: ``42.5%``, ``1.50 GiB``, ``3.20 MiB/s``; plain without one."""
     if value is None or not math.isfinite(value) or unit in (None, "None", "Count"):
@@ -71,23 +69,8 @@ def quantity(value: float | None, unit: str | None) -> str:
     if unit == "Percent":
         return f"{value:.4g}%"
     if unit in ("Bytes", "Bytes/Second"):
-        suffix = "/s" if unit == "Bytes/Second" else ""
-        for name, size in _BINARY:
-            if abs(value) >= size:
-                return f"{value / size:.3g} {name}{suffix}"
-        return f"{value:.4g} B{suffix}"
+        return byte_text(value, unit)
     return f"{number(value)} {unit}"
-
-
-def profile_unit(metric: str) -> str | None:
-    """The unit of a profiler metric, from its name (``job_resident_bytes``, ``cpu0_utilization_pct``)."""
-    if metric.endswith("_bytes_per_s"):
-        return "Bytes/Second"
-    if metric.endswith("_bytes"):
-        return "Bytes"
-    if metric.endswith("_pct"):
-        return "Percent"
-    return None
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "  ") -> str:
@@ -132,6 +115,8 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
         lines += ["", "Rules", table(["RULE", "STATUS", "DETAILS"], [
             [terminal_safe(s["RuleConfigurationName"]), s["RuleEvaluationStatus"], _details(s.get("StatusDetails"))]
             for s in statuses])]
+        lines.extend(f"  {terminal_safe(s['RuleConfigurationName'])}: {terminal_safe(line)}" for s in statuses
+                     for line in _detail_lines(s.get("StatusDetails"))[1:] if line.startswith(_REPORT_LINES))
     lines += ["", _final_heading(doc, unstored)]
     if metrics["Metrics"]:
         lines.append(table(["METRIC", "FINAL", "AT", "POINTS", "MIN", "MAX"], [
@@ -166,12 +151,23 @@ def _facts(doc: Mapping[str, Any], command: Sequence[str]) -> list[tuple[str, st
     return facts
 
 
+_REPORT_LINES = ("Profiling report: ", "The profiling report was not written")  # ProfilerReport's
+
+
+def _detail_lines(details: str | None) -> list[str]:
+    """A rule's StatusDetails without SageMaker's first line: what it found, then its notes (profiler rules)."""
+    lines = (details or "").strip().splitlines()
+    return lines[1:] if len(lines) > 1 and lines[0].startswith("RuleEvaluationConditionMet") else lines
+
+
 def _details(details: str | None) -> str:
-    """A rule's StatusDetails in one line: what it found (after SageMaker's line), else that line."""
-    if not details:
+    """A rule's StatusDetails in one line: what it found (after SageMaker's line), else its first line,
+    with how many more there are (a profiler rule's notes; ``trainmon rules`` shows them)."""
+    lines = _detail_lines(details)
+    if not lines:
         return ""
-    lines = details.strip().splitlines()
-    return terminal_safe(lines[-1] if len(lines) > 1 else lines[0])
+    more = f" (+{len(lines) - 1} more: trainmon rules)" if len(lines) > 1 else ""
+    return terminal_safe(lines[0] + more)
 
 
 def rules(answer: Mapping[str, Any], job_name: str) -> str:
@@ -185,8 +181,9 @@ def rules(answer: Mapping[str, Any], job_name: str) -> str:
     for rule in answer["Rules"]:
         shown = ", ".join(f"{key}={value}" for key, value in sorted(rule["Parameters"].items()))
         lines.append(f"  {terminal_safe(rule['RuleConfigurationName'])}: {terminal_safe(shown) or 'no parameters'}")
-        if rule.get("RuleEvaluationStatus") not in ("IssuesFound", None) and rule.get("StatusDetails"):
-            lines.append(f"      {_details(rule['StatusDetails'])}")
+        if rule.get("RuleEvaluationStatus") is not None:  # what found is below; then the notes
+            shown_lines = _detail_lines(rule.get("StatusDetails"))[rule["RuleEvaluationStatus"] == "IssuesFound":]
+            lines.extend(f"      {terminal_safe(line)}" for line in shown_lines)
     findings = answer["RuleFindings"]
     counted = sum(r["FindingCount"] for r in answer["Rules"])
     heading = "Findings" + (f" ({len(findings)} of {counted} kept)" if counted > len(findings) else "")

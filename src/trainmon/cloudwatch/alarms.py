@@ -247,13 +247,19 @@ def configuration_update(kind: str, name: str, before: Mapping[str, Any] | None,
     return f'Alarm "{name}" {verb}'[:SUMMARY_CHARS], _bounded(data)
 
 
-def action(target: str, state_updated_ms: int, message: Mapping[str, Any]) -> tuple[str, str]:
-    """An Action history item: the target an alarm's state change was handed to, with the message."""
-    data: dict[str, Any] = {"actionState": "Sent", "stateUpdateTimestamp": state_updated_ms,
-                            "notificationResource": target, "publishedMessage": json.dumps(message, default=str, separators=(",", ":"))}
+def action(target: str, state_updated_ms: int, message: Mapping[str, Any], error: str | None) -> tuple[str, str]:
+    """An Action history item: how the delivery of an alarm's state change to ``target`` ended
+    (``error`` None: delivered), with the message sent."""
+    data: dict[str, Any] = {"actionState": "Succeeded" if error is None else "Failed",
+                            "stateUpdateTimestamp": state_updated_ms, "notificationResource": target,
+                            "publishedMessage": json.dumps(message, default=str, separators=(",", ":"))}
+    if error is not None:
+        data["error"] = error[:SUMMARY_CHARS]
     if len(json.dumps(data)) > HISTORY_DATA_CHARS:
         del data["publishedMessage"]
-    return f"Executing action {target}"[:SUMMARY_CHARS], _bounded(data)
+    summary = (f"Successfully executed action {target}" if error is None
+               else f"Failed to execute action {target}. Received error: {error}")
+    return summary[:SUMMARY_CHARS], _bounded(data)
 
 
 def _bounded(data: dict[str, Any]) -> str:

@@ -85,12 +85,15 @@ def set_error(doc: JobDocument, name: str, details: str, now: float) -> None:
             status.update({"RuleEvaluationStatus": "Error", "StatusDetails": details[:1024], "LastModifiedTime": now})
 
 
-def conclude(doc: JobDocument, now: float) -> None:
-    """Every rule still evaluating has seen the job's whole output without a finding: NoIssuesFound."""
+def conclude(doc: JobDocument, now: float, details: Mapping[str, str] | None = None) -> None:
+    """Every rule still evaluating has seen the job's whole output without a finding: NoIssuesFound
+    (``details``: StatusDetails by rule, e.g. a tensor rule's "No tensors were recorded: ...")."""
     for status in all_statuses(doc):
         if status["RuleEvaluationStatus"] in _OPEN:
             status["RuleEvaluationStatus"] = "NoIssuesFound"
             status.pop("StatusDetails", None)
+            if details and status["RuleConfigurationName"] in details:
+                status["StatusDetails"] = details[status["RuleConfigurationName"]][:1024]
             status["LastModifiedTime"] = now
 
 

@@ -8,9 +8,11 @@ filled in, the metrics the rule reads resolved (``loss_metric``, ``validation_me
 the first metric definition with a common name), its actions, and the problems, worded for a
 ValidationException. :func:`evaluator` makes the rule's state machine (:mod:`.metric`) for one host.
 
-trainmon evaluates the rules in :data:`METRIC_RULES`. Debugger's other built-in rules (tensor rules
-that need its hook, profiler rules on system metrics) are accepted, so that SageMaker code runs
-unchanged, and reported with the status ``Error`` and why (:data:`NOT_EVALUATED`).
+trainmon evaluates the rules in :data:`METRIC_RULES`, those in :data:`TENSOR_PARAMETERS` (on the
+tensors that :mod:`trainmon.debug` records), and the profiler rules of :mod:`.profiler_setup`
+(from system metrics and the profile). Debugger's other built-in rules (other tensor rules,
+OverallFrameworkMetrics) are accepted, so that SageMaker code runs unchanged, and reported with the
+status ``Error`` and why (:data:`NOT_EVALUATED`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import metric
+from . import metric, tensor
 
 TRAINING_LOSS_NAMES = ("train:loss", "training:loss", "train_loss", "training_loss", "train-loss", "train/loss",
                        "loss", "train:objective_loss", "objective_loss")
@@ -96,7 +98,18 @@ def _regex() -> Parameter:
             return re.compile(text)
         except re.error:
             raise ValueError from None
-    return Parameter(None, "Member must be a regular expression (Python's re) that matches metric names", parse)
+    return Parameter(None, "Member must be a regular expression (Python's re) that matches metric or tensor names",
+                     parse)
+
+
+def _collections() -> Parameter:
+    def parse(text: str) -> str:
+        names = tensor.split_names(text)
+        if not names:
+            raise ValueError
+        return ",".join(names)
+    return Parameter(None, "Member must name tensor collections, separated by commas (weights, gradients, biases, "
+                     "losses, scalars, default or the script's own)", parse)
 
 
 def _text() -> Parameter:
@@ -129,11 +142,25 @@ METRIC_RULES: dict[str, dict[str, Parameter]] = {
         "patience_train": _with(_integer(1), 5), "patience_validation": _with(_integer(1), 10),
         "delta": _with(_number(0), 0.01), **_BOTH_LOSSES,
     },
-    "ExplodingTensor": {"only_nan": _with(_boolean(), False), "tensor_regex": _regex(), **_LOSS_METRICS},
+    "ExplodingTensor": {"only_nan": _with(_boolean(), False), "tensor_regex": _regex(),
+                        "collection_names": _collections(), **_LOSS_METRICS},
     "StalledTrainingRule": {"threshold": _with(_number(0, above=True), 1800.0)},
 }
 """The rules trainmon evaluates, each parameter with Debugger's default (§8 of the AWS notes) or
 trainmon's own (the metrics: resolved from the job's definitions when not given)."""
+
+_SELECTION = {"collection_names": _collections(), "tensor_regex": _regex()}
+TENSOR_PARAMETERS: dict[str, dict[str, Parameter]] = {
+    "VanishingGradient": {"threshold": _with(_number(0), 1e-7), **_SELECTION},
+    "WeightUpdateRatio": {"num_steps": _integer(1), "large_threshold": _with(_number(0), 10.0),
+                          "small_threshold": _with(_number(0), 1e-8), "epsilon": _with(_number(0, above=True), 1e-9),
+                          **_SELECTION},
+    "AllZero": {"threshold": _with(_number(0, 100), 100.0), **_SELECTION},
+    "UnchangedTensor": {"num_steps": _with(_integer(2), 3), "rtol": _with(_number(0), 1e-5),
+                        "atol": _with(_number(0), 1e-8), "equal_nan": _with(_boolean(), False), **_SELECTION},
+}
+"""The rules on the tensors a script records with trainmon.debug (:mod:`.tensor`), with Debugger's
+defaults; ExplodingTensor, in METRIC_RULES, reads them too."""
 
 COMMON: dict[str, Parameter] = {
     "stop_training_on_fire": _with(_boolean(), False),
@@ -145,10 +172,10 @@ COMMON: dict[str, Parameter] = {
 ``training_job_name_prefix``, the SDK's ``action_json``, and trainmon's ``notify``)."""
 
 NOT_EVALUATED = {
-    **{rule: "a Debugger rule on tensors: it needs Debugger's tensor hook, which trainmon does not have yet"
-       for rule in TENSOR_RULES if rule != "ExplodingTensor"},
-    **{rule: "a profiler rule on system metrics and the profile: trainmon does not evaluate profiler rules yet"
-       for rule in PROFILER_RULES},
+    **{rule: "a Debugger rule on tensors that trainmon does not evaluate: its tensor hook (trainmon.debug) feeds "
+             f"{', '.join(tensor.RULES)}" for rule in TENSOR_RULES if rule not in tensor.RULES},
+    "OverallFrameworkMetrics": "a profiler rule on framework metrics (time in forward and backward passes and "
+                               "data loading): it needs framework profiling, which trainmon does not do",
 }
 
 _TENSOR_SELECTION = ("collection_names", "tensor_regex")
@@ -196,12 +223,16 @@ def setup(config: Mapping[str, Any], kind: str, metric_names: Sequence[str], job
     given = {str(key): str(value) for key, value in (config.get("RuleParameters") or {}).items()}
     rule = given.get("rule_to_invoke", "")
     issues: list[Issue] = []
-    if rule not in METRIC_RULES:
+    if rule in PROFILER_RULES and rule not in NOT_EVALUATED:
+        from . import profiler_setup  # it builds on this module's parameters
+
+        return profiler_setup.setup(config, kind, metric_names, job_name, check_target)
+    if rule not in METRIC_RULES and rule not in TENSOR_PARAMETERS:
         return _not_evaluated(name, rule, given, kind, issues)
     if kind != DEBUG:
         issues.append(Issue(rule, "ruleParameters.rule_to_invoke", f"Member must name a profiler rule: {rule} is a "
                             "Debugger rule", f"put it in {DEBUG}"))
-    specs = {**METRIC_RULES[rule], **COMMON}
+    specs = {**(METRIC_RULES.get(rule) or TENSOR_PARAMETERS[rule]), **COMMON}
     parameters: dict[str, Any] = {}
     for key, text in given.items():
         if key == "rule_to_invoke":
@@ -228,7 +259,8 @@ def _not_evaluated(name: str, rule: str, given: dict[str, str], kind: str, issue
         issues.append(Issue(None, "ruleParameters.rule_to_invoke", "Member must name a built-in rule", _HINT))
     elif rule not in NOT_EVALUATED:
         issues.append(Issue(rule, "ruleParameters.rule_to_invoke", "Member must name one of SageMaker Debugger's "
-                            f"built-in rules; trainmon evaluates {', '.join(METRIC_RULES)}", _HINT))
+                            f"built-in rules; trainmon evaluates {', '.join([*METRIC_RULES, *TENSOR_PARAMETERS])} "
+                            "and the profiler rules", _HINT))
     elif kind == DEBUG and rule in PROFILER_RULES:
         issues.append(Issue(rule, "ruleParameters.rule_to_invoke", f"Member must name a Debugger rule: {rule} is a "
                             "profiler rule", f"put it in {PROFILER}"))
@@ -242,9 +274,9 @@ def _not_evaluated(name: str, rule: str, given: dict[str, str], kind: str, issue
 
 def _unknown_parameter(rule: str, key: str, text: str, specs: Mapping[str, Parameter]) -> Issue:
     if key in _TENSOR_SELECTION:
-        return Issue(text, f"ruleParameters.{key}", "Member must not be given: trainmon's rules read metrics, not "
-                     "tensor collections", f"rule {rule}: name the metric with loss_metric (or tensor_regex for "
-                     "ExplodingTensor)")
+        return Issue(text, f"ruleParameters.{key}", f"Member must not be given: {rule} reads metrics, not tensors",
+                     f"rule {rule}: name the metric with loss_metric; {key} selects tensors for the tensor rules "
+                     f"({', '.join(tensor.RULES)})")
     return Issue(text, f"ruleParameters.{key}", f"Member must be a parameter of {rule}: "
                  f"{', '.join(sorted(specs))}", f"rule {rule}; {_HINT}")
 
@@ -260,7 +292,7 @@ def default_metric(candidates: Sequence[str], metric_names: Sequence[str]) -> st
 def _resolve_metrics(rule: str, parameters: dict[str, Any], given: Mapping[str, str], metric_names: list[str],
                      issues: list[Issue]) -> tuple[str, ...]:
     """The metrics the rule reads (names of the job's definitions), set in ``parameters``."""
-    if rule == "StalledTrainingRule":
+    if rule == "StalledTrainingRule" or rule in TENSOR_PARAMETERS:
         return ()
     wanted: list[tuple[str, Sequence[str], bool]] = []  # (parameter, default candidates, required)
     validation_mode = rule == "LossNotDecreasing" and parameters.get("mode") == "EVAL"
@@ -287,15 +319,11 @@ def _resolve_metrics(rule: str, parameters: dict[str, Any], given: Mapping[str, 
     if step is not None and step not in metric_names and "step_metric" in given:
         issues.append(Issue(step, "ruleParameters.step_metric", "Member must be the name of one of the job's metric "
                             f"definitions: {', '.join(metric_names) or 'it has none'}", f"rule {rule}"))
-    if rule == "ExplodingTensor":
+    if rule == "ExplodingTensor":  # metrics by tensor_regex (none: all); the hook's tensors too (rules.tensor)
         pattern = parameters.get("tensor_regex")
-        watched = [n for n in dict.fromkeys(metric_names) if pattern is None or pattern.fullmatch(n)]
-        if not watched:
-            issues.append(Issue(given.get("tensor_regex"), "ruleParameters.tensor_regex", "Member must match at "
-                                "least one of the job's metric definitions" if pattern is not None else
-                                "Member must select metrics, but the job has no metric definitions",
-                                "rule ExplodingTensor watches the job's metrics for NaN and infinities"))
-        return tuple(watched)
+        if pattern is None and "collection_names" in parameters:
+            return ()
+        return tuple(n for n in dict.fromkeys(metric_names) if pattern is None or pattern.fullmatch(n))
     names = [parameters.get(key) for key in ("loss_metric", "validation_metric", "step_metric")]
     return tuple(dict.fromkeys(n for n in names if isinstance(n, str)))
 

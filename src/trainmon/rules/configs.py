@@ -6,6 +6,10 @@
              Rule.sagemaker(rule_configs.overfit(), actions=Notify("exec:notify-send overfit"))]
     trainmon.Estimator(..., rules=rules).fit()
 
+Profiler rules take the SDK's form too: ``ProfilerRule.sagemaker(rule_configs.CPUBottleneck(
+threshold=30))`` (``rule_configs.ProfilerReport(CPUBottleneck_cpu_threshold=80)``, ...), an entry of
+``ProfilerRuleConfigurations`` through :meth:`ProfilerRule.to_profiler_rule_config_dict`.
+
 ``rule_configs.<rule>(**overrides)`` returns the base configuration the SDK's ``rule_configs``
 functions return (``{"DebugRuleConfiguration": {"RuleConfigurationName", "RuleParameters"}}``),
 with the overrides as rule parameters (strings, as SageMaker takes them). ``Rule.sagemaker`` wraps
@@ -28,6 +32,8 @@ def _value(value: Any) -> str:
     """A rule parameter as SageMaker takes it: a string (booleans as Debugger writes them)."""
     if isinstance(value, bool):
         return "True" if value else "False"
+    if isinstance(value, (list, tuple)):  # collection_names=["weights", "gradients"], as Debugger takes it
+        return ",".join(map(str, value))
     return value if isinstance(value, str) else str(value)
 
 
@@ -54,6 +60,55 @@ class _RuleConfigs:
 
     def stalled_training_rule(self, **overrides: Any) -> dict[str, Any]:
         return base_config("StalledTrainingRule", **overrides)
+
+    # the rules on the tensors trainmon.debug records
+
+    def vanishing_gradient(self, **overrides: Any) -> dict[str, Any]:
+        return base_config("VanishingGradient", **overrides)
+
+    def weight_update_ratio(self, **overrides: Any) -> dict[str, Any]:
+        return base_config("WeightUpdateRatio", **overrides)
+
+    def all_zero(self, **overrides: Any) -> dict[str, Any]:
+        return base_config("AllZero", **overrides)
+
+    def unchanged_tensor(self, **overrides: Any) -> dict[str, Any]:
+        return base_config("UnchangedTensor", **overrides)
+
+    # the profiler rules: classes in the SDK's rule_configs (smdebug_rulesconfig), named as the rules
+
+    def ProfilerReport(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("ProfilerReport", **overrides)
+
+    def BatchSize(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("BatchSize", **overrides)
+
+    def CPUBottleneck(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("CPUBottleneck", **overrides)
+
+    def Dataloader(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("Dataloader", **overrides)
+
+    def GPUMemoryIncrease(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("GPUMemoryIncrease", **overrides)
+
+    def IOBottleneck(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("IOBottleneck", **overrides)
+
+    def LoadBalancing(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("LoadBalancing", **overrides)
+
+    def LowGPUUtilization(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("LowGPUUtilization", **overrides)
+
+    def MaxInitializationTime(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("MaxInitializationTime", **overrides)
+
+    def OverallSystemUsage(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("OverallSystemUsage", **overrides)
+
+    def StepOutlier(self, **overrides: Any) -> ProfilerRuleConfig:
+        return ProfilerRuleConfig("StepOutlier", **overrides)
 
 
 rule_configs = _RuleConfigs()
@@ -129,6 +184,39 @@ class Rule:
                 "RuleParameters": parameters}
 
 
+class ProfilerRuleConfig:
+    """A profiler rule's base configuration, as the SDK's ``rule_configs.CPUBottleneck()`` is: its
+    ``rule_name`` and ``rule_parameters`` (``rule_to_invoke`` and the overrides)."""
+
+    def __init__(self, rule: str, **overrides: Any) -> None:
+        self.rule_name = rule
+        self.rule_parameters = {"rule_to_invoke": rule, **overrides}
+
+
+class ProfilerRule:
+    """A profiler rule for an Estimator's ``rules`` (the SDK's ``ProfilerRule``): one configuration."""
+
+    def __init__(self, name: str, rule_parameters: Mapping[str, Any], *, image_uri: str = DEBUGGER_IMAGE,
+                 **placement: Any) -> None:
+        self.name = name
+        self.image_uri = image_uri
+        self.rule_parameters = {key: _value(value) for key, value in rule_parameters.items()}
+        self.placement = {key: value for key, value in placement.items() if value is not None}
+
+    @classmethod
+    def sagemaker(cls, base_config: Any, name: str | None = None, container_local_output_path: str | None = None,
+                  s3_output_path: str | None = None, instance_type: str | None = None,
+                  volume_size_in_gb: int | None = None) -> ProfilerRule:
+        """A built-in profiler rule from its base configuration (``rule_configs.ProfilerReport()``, or
+        the SDK's), renamed if given; the other arguments are kept in the request, as SageMaker does."""
+        return cls(name or base_config.rule_name, base_config.rule_parameters, LocalPath=container_local_output_path,
+                   S3OutputPath=s3_output_path, InstanceType=instance_type, VolumeSizeInGB=volume_size_in_gb)
+
+    def to_profiler_rule_config_dict(self) -> dict[str, Any]:
+        return {"RuleConfigurationName": self.name, "RuleEvaluatorImage": self.image_uri, **self.placement,
+                "RuleParameters": dict(self.rule_parameters)}
+
+
 def as_request(rule: Any) -> tuple[str, dict[str, Any]]:
     """An Estimator's rule as (``DebugRuleConfigurations`` or ``ProfilerRuleConfigurations``, its entry):
     a :class:`Rule`, the SDK's ``Rule`` or ``ProfilerRule``, a base configuration or a request entry."""
@@ -136,8 +224,14 @@ def as_request(rule: Any) -> tuple[str, dict[str, Any]]:
         return "ProfilerRuleConfigurations", dict(rule.to_profiler_rule_config_dict())
     if hasattr(rule, "to_debugger_rule_config_dict"):
         return "DebugRuleConfigurations", dict(rule.to_debugger_rule_config_dict())
+    if hasattr(rule, "rule_name") and hasattr(rule, "rule_parameters"):  # a profiler rule's base configuration
+        return "ProfilerRuleConfigurations", ProfilerRule.sagemaker(rule).to_profiler_rule_config_dict()
     if isinstance(rule, Mapping):
         if "DebugRuleConfiguration" in rule:
             return "DebugRuleConfigurations", Rule.sagemaker(rule).to_debugger_rule_config_dict()
-        return "DebugRuleConfigurations", {"RuleEvaluatorImage": DEBUGGER_IMAGE, **rule}
+        from .catalog import PROFILER_RULES
+
+        profiled = (rule.get("RuleParameters") or {}).get("rule_to_invoke") in PROFILER_RULES
+        return ("ProfilerRuleConfigurations" if profiled else "DebugRuleConfigurations",
+                {"RuleEvaluatorImage": DEBUGGER_IMAGE, **rule})
     raise TypeError(f"a rule must be trainmon.rules.Rule, the SageMaker SDK's Rule or a dict, not {type(rule).__name__}")

@@ -40,6 +40,7 @@ class Finding:
     metric: str | None = None
     values: dict[str, float] = field(default_factory=dict)
     thresholds: dict[str, Any] = field(default_factory=dict)
+    tensor: str | None = None  # the tensor rules' (trainmon.rules.tensor): the tensor it names
 
 
 class MetricRule(Protocol):

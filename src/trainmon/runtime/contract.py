@@ -1,10 +1,11 @@
 """The SageMaker training-container contract, rooted in a per-host directory instead of /opt/ml.
 
-    <job dir>/algo-N/input/config/{hyperparameters,resourceconfig,inputdataconfig}.json
+    <job dir>/algo-N/input/config/{hyperparameters,resourceconfig,inputdataconfig,debughookconfig}.json
     <job dir>/algo-N/input/data/<channel>/   -> the channel's local path
     <job dir>/algo-N/model/                  packed as model.tar.gz when the job ends
     <job dir>/algo-N/output/                 'failure' here becomes the FailureReason
     <job dir>/algo-N/output/data/            packed as output.tar.gz
+    <job dir>/algo-N/output/tensors/         what trainmon.debug records (TRAINMON_TENSOR_DIR), for the rules
     <job dir>/algo-N/code/                   a script-mode job's source (/opt/ml/code), where it runs
 
 plus the environment variables the SageMaker training toolkit sets (SM_*). A channel that names
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jobs.document import Channel, JobDocument
-from . import toolkit
+from . import tensors, toolkit
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout
     _write_json(layout.config_dir / "hyperparameters.json", hyperparameters)
     _write_json(layout.config_dir / "resourceconfig.json", resource)
     _write_json(layout.config_dir / "inputdataconfig.json", input_config)
+    hook_env = tensors.prepare_host(layout.root, layout.config_dir, doc.get("DebugHookConfig"))  # trainmon.debug's
 
     script = doc["TrainmonConfig"].get("Script")
     split = toolkit.split(hyperparameters)
@@ -174,6 +176,7 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout
     else:
         toolkit.install_source(Path(script["Source"]), layout.code_dir, script["Program"])
         env.update(_script_environment(script["Program"], split, training_env))
+    env.update(hook_env)
     env.update(doc.get("Environment", {}))
     if script is not None:  # the code directory comes first, as the toolkit puts it first on sys.path
         inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))

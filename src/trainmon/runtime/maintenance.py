@@ -58,10 +58,6 @@ class Maintainer(threading.Thread):
         self._stop_requested.set()
         if self.is_alive():
             self.join()
-        if self._delivered:
-            from . import notify
-
-            notify.flush()
 
     def run(self) -> None:
         clock = self._clock
@@ -86,6 +82,10 @@ class Maintainer(threading.Thread):
                 if self._stop_requested.wait_until(min(next_alarms, next_maintenance)):
                     return
         finally:
+            if self._delivered:  # their history items are written to this store once they end
+                from . import notify
+
+                notify.flush()
             store.close()
 
     def _maintain(self, store: Store) -> None:

@@ -15,8 +15,9 @@ dimension ``Host=<job>/algo-N``:
     ProcessReadThroughput, ProcessWriteThroughput (Bytes/Second)
 
 and every profiling tick it makes the profiler a row of finer readings (per core, I/O wait,
-disk and network throughput, per GPU, the job's tree). What the sampler reads at which tick is
-described in :mod:`trainmon.runtime.sampler`.
+disk and network throughput, per GPU, the job's tree), which also goes to ``tap`` when one is
+given (the profiler rules', :mod:`trainmon.runtime.profilewatch`: it never waits). What the
+sampler reads at which tick is described in :mod:`trainmon.runtime.sampler`.
 
 A tick only takes readings: the host-wide files' contents, the job's busy processes (parsed at
 once, they are few), the GPUs. Turning host readings into numbers, adding up the interval and
@@ -37,6 +38,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -115,6 +117,7 @@ class SystemMonitor(threading.Thread):
         reader: ProcReader | None = None,
         gpu: GpuSource | None = None,
         clock: Clock = REAL_CLOCK,
+        tap: Callable[[str, int, dict[str, float]], None] | None = None,
     ) -> None:
         super().__init__(name=f"trainmon-monitor-{job}", daemon=True)
         self.store = store
@@ -127,6 +130,7 @@ class SystemMonitor(threading.Thread):
         self.reader = reader or ProcReader()
         self.gpu = gpu
         self.clock = clock
+        self.tap = tap  # also gets each profile row (host, timestamp_ms, values): the profiler rules'; never blocks
         # at least one tick a second, so processes that live less than an interval are counted
         self.tick_s = min(float(system_interval_s), MAX_TICK_S, (self.profile_interval_ms or 10**9) / 1000)
         self.tick_times: deque[float] = deque(maxlen=100_000)  # recent ticks: the interval accuracy is measurable
@@ -308,7 +312,10 @@ class SystemMonitor(threading.Thread):
             ]
             if tick.gpus:
                 row.append(tick.gpu_memory_bytes[name])
-            self.profiler.add(name, stamp_ms, dict(zip(names, row, strict=True)))
+            values = dict(zip(names, row, strict=True))
+            self.profiler.add(name, stamp_ms, values)
+            if self.tap is not None:
+                self.tap(name, stamp_ms, values)
 
 
 @lru_cache(maxsize=8)

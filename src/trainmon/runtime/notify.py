@@ -17,7 +17,8 @@ and kept: :func:`recent_failures` returns the last :data:`FAILURES_KEPT`, oldest
 :func:`last_failure` the newest for a target. A process about to exit calls :func:`flush` so that
 deliveries under way get their chance to finish. :func:`attempt` is the same delivery on the
 calling thread, returning the error instead of recording it, and :func:`check_target` says what
-is wrong with a target before anything is sent (for validating a configuration).
+is wrong with a target before anything is sent (for validating a configuration). A caller that
+records outcomes (an alarm's history) passes ``on_done`` to :func:`deliver`.
 
 The payload is made strict JSON: NaN and the infinities become the strings ``"NaN"``,
 ``"Infinity"`` and ``"-Infinity"``, datetimes ISO 8601 strings, anything else unknown ``str()``.
@@ -34,6 +35,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -48,6 +50,8 @@ _ERROR_CHARS = 500  # of a command's stderr or an HTTP answer, in a failure's te
 
 log = logging.getLogger(__name__)
 
+Done = Callable[[str | None], None]  # told a delivery's outcome: None once delivered, else the error
+
 
 @dataclass(frozen=True)
 class DeliveryFailure:
@@ -60,24 +64,26 @@ class DeliveryFailure:
 
 _lock = threading.Lock()
 _failures: collections.deque[DeliveryFailure] = collections.deque(maxlen=FAILURES_KEPT)
-_queue: collections.deque[tuple[str, bytes]] = collections.deque()
+_queue: collections.deque[tuple[str, bytes, Done | None]] = collections.deque()
 _workers: set[threading.Thread] = set()
 _commands: set[int] = set()  # the notification commands running now
 
 
-def deliver(target: str, payload: dict[str, Any]) -> None:
-    """Sends ``payload`` to ``target`` on a worker thread; failures are logged and recorded, never raised."""
+def deliver(target: str, payload: dict[str, Any], on_done: Done | None = None) -> None:
+    """Sends ``payload`` to ``target`` on a worker thread; failures are logged and recorded, never raised.
+    ``on_done``, if given, is told the outcome on that thread once it is known (None: delivered, else
+    what went wrong); what it raises is logged."""
     try:
         body = encode(payload)
         with _lock:
-            _queue.append((target, body))
+            _queue.append((target, body, on_done))
             if len(_workers) >= MAX_IN_FLIGHT:
                 return  # a worker takes it when it is done with what it sends
             worker = threading.Thread(target=_work, name="trainmon-notify", daemon=True)
             _workers.add(worker)
         worker.start()
     except Exception as error:  # a notification must never break its caller
-        _record(target, f"not sent: {error}")
+        _finished(target, f"not sent: {error}", on_done)
 
 
 def commands_running() -> frozenset[int]:
@@ -151,13 +157,22 @@ def _work() -> None:
             if not _queue:
                 _workers.discard(threading.current_thread())
                 return
-            target, body = _queue.popleft()
+            target, body, on_done = _queue.popleft()
         try:
             error = _send(target, body, TIMEOUT_S)
-            if error is not None:
-                _record(target, error)
         except Exception as unexpected:
-            _record(target, f"not sent: {unexpected}")
+            error = f"not sent: {unexpected}"
+        _finished(target, error, on_done)
+
+
+def _finished(target: str, error: str | None, on_done: Done | None) -> None:
+    if error is not None:
+        _record(target, error)
+    if on_done is not None:
+        try:
+            on_done(error)
+        except Exception:
+            log.exception("what follows the delivery to %s failed", target)
 
 
 def _send(target: str, body: bytes, timeout_s: float) -> str | None:

@@ -3,8 +3,10 @@
 Every :data:`EVERY_S` the :class:`RuleWatcher` reads, on a store connection of its own, the
 points stored since its last pass (only the metrics its rules read), groups them into records
 (one log record's points together, per host) and feeds them to each rule's state machine
-(:mod:`trainmon.rules.metric`, one per rule and host). StalledTrainingRule is asked instead
-whether a host has printed nothing for its threshold, by the injected clock: a host's last output
+(:mod:`trainmon.rules.metric`, one per rule and host), and the new lines of the hosts' tensor
+files to the tensor rules (:mod:`trainmon.runtime.tensors`), and the profile rows the system
+monitor handed over to the profiler rules (:mod:`trainmon.runtime.profilewatch`).
+StalledTrainingRule is asked instead whether a host has printed nothing for its threshold, by the injected clock: a host's last output
 is the newer of its last stored record and what ``activity`` says was last read (the
 supervisor's spool files), so a store that lags behind does not make a talking job look silent,
 and a store that cannot be read makes no pass at all. Capture never waits for the rules: they
@@ -32,7 +34,8 @@ from ..plainjson import finite
 from ..rules import catalog
 from ..rules.metric import Finding, MetricRule, Record, StalledTraining
 from ..store import JobRow, PointRow, Store, open_store
-from . import notify
+from . import notify, tensors
+from .profilewatch import ProfilerRules, ProfileTap
 
 EVERY_S = 1.0
 FINISH_TIMEOUT_S = 30.0
@@ -49,9 +52,11 @@ class _Rule:
     failed: bool = False
     watched: frozenset[str] = frozenset()  # the metrics it reads
     stall: bool = False  # StalledTrainingRule: asked about silence, not fed records
+    profiler: bool = False  # a profiler rule: fed by ProfilerRules (runtime.profilewatch), not here
 
     def __post_init__(self) -> None:
-        self.watched = frozenset(self.setup.metrics)
+        self.profiler = self.setup.rule in catalog.PROFILER_RULES
+        self.watched = frozenset() if self.profiler else frozenset(self.setup.metrics)
         self.stall = self.setup.rule == "StalledTrainingRule"
 
     def evaluator(self, host: str) -> MetricRule | StalledTraining:
@@ -72,13 +77,16 @@ class RuleWatcher(threading.Thread):
 
     def __init__(self, store: Store, job: JobRow, *, clock: Clock = REAL_CLOCK, every_s: float = EVERY_S,
                  on_stop: Callable[[str], None] | None = None, active: Callable[[], bool] = lambda: True,
-                 activity: Callable[[], dict[str, float]] = dict, deliver: Deliver = notify.deliver) -> None:
+                 activity: Callable[[], dict[str, float]] = dict, deliver: Deliver = notify.deliver,
+                 profile: ProfileTap | None = None) -> None:
         super().__init__(name="trainmon-rules", daemon=True)
         self._home, self._url, self._retention = store.home, store.database_url or "", store.retention
         self.job_name, self.job_id = job.name, job.id
         self.arn = job.doc["TrainingJobArn"]
         self.rules = [_Rule(setup) for setup in evaluated_rules(job.doc)]
         self.metrics = sorted({name for rule in self.rules for name in rule.setup.metrics})
+        self.tensors = tensors.TensorFeed.for_job(self._home, job.doc, [rule.setup for rule in self.rules])
+        self.profiling = ProfilerRules([rule.setup for rule in self.rules if rule.profiler], profile)  # the monitor's rows
         self.clock, self.every_s = clock, every_s
         self.on_stop, self.active, self.activity, self.deliver = on_stop, active, activity, deliver
         self.started_s = clock.wall()
@@ -91,14 +99,15 @@ class RuleWatcher(threading.Thread):
         self._stopped = False
         self._final = False
         self._signal = clock.stop_signal()
+        self._concluded = threading.Event()  # the final statuses are written (or given up)
 
     def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> None:
         """The last pass, over everything the job stored, then the final statuses (the job's output
         must be stored: the supervisor calls this after the drain)."""
         self._final = True
         self._signal.set()
-        if self.is_alive():
-            self.join(timeout_s)
+        if self.is_alive():  # ProfilerReport's report is written after, on this thread: join() waits for it
+            self._concluded.wait(timeout_s)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -121,7 +130,10 @@ class RuleWatcher(threading.Thread):
                         self.clock.stop_signal().wait_until(self.clock.monotonic() + 1.0)  # a pause, on the clock
                         read = self._pass(store, final=True)
                     if read:
-                        self._conclude(store)
+                        recorded = self._conclude(store)
+                        self._concluded.set()
+                        if recorded:  # once the verdicts are in (not on a store that cannot take them)
+                            self.profiling.write_report(store, self.job_name)
                     else:  # left InProgress: a job that ended shows them Stopped, not NoIssuesFound
                         print(f"trainmon: warning: rules: the job's last points could not be read ({self.error}); "
                               "the rules give no final verdict", file=sys.stderr)
@@ -130,6 +142,7 @@ class RuleWatcher(threading.Thread):
                 deadline = max(deadline, self.clock.monotonic())
                 self._signal.wait_until(deadline)
         finally:
+            self._concluded.set()  # whatever happened: finish() waits no longer
             store.close()
 
     def _pass(self, store: Store, *, final: bool) -> bool:
@@ -154,6 +167,9 @@ class RuleWatcher(threading.Thread):
             points = store.points(self.job_id, names=self.metrics, start_ms=self._since_ms)
             for host, record in self._records(self._new(points), hosts):
                 found.extend(self._observe(host, record))
+                found.extend(self._profiled(self.profiling.observe_record(host, record)))
+        found.extend(self._observe_tensors())
+        found.extend(self._profiled(self.profiling.evaluate()))  # after the steps the records held
         if check_stalls:
             last: dict[str, float] = {}
             for stream in streams:
@@ -216,6 +232,23 @@ class RuleWatcher(threading.Thread):
             found.extend(self._recorded(rule, host, finding) for finding in findings)
         return found
 
+    def _observe_tensors(self) -> list[dict[str, Any]]:
+        """What the hosts' tensor files gained since the last pass, fed to the tensor rules (runtime.tensors)."""
+        found, failures = self.tensors.evaluate(final=self._final, failed=[r.setup.name for r in self.rules if r.failed])
+        by_name = {rule.setup.name: rule for rule in self.rules}
+        for name, why in failures:
+            by_name[name].failed = True
+            self._pending.append({"Error": why, "RuleConfigurationName": name})
+        return [self._recorded(by_name[name], host, finding) for name, host, finding in found]
+
+    def _profiled(self, found: list[tuple[str, str, Finding]]) -> list[dict[str, Any]]:
+        """The profiler rules' findings (by RuleConfigurationName) as recorded, and their failures noted."""
+        by_name = {rule.setup.name: rule for rule in self.rules}
+        for error in self.profiling.take_errors():
+            by_name[error["RuleConfigurationName"]].failed = True
+            self._pending.append(error)
+        return [self._recorded(by_name[name], host, finding) for name, host, finding in found]
+
     def _recorded(self, rule: _Rule, host: str, finding: Finding) -> dict[str, Any]:
         """A finding as the job document keeps it and notifications carry it."""
         actions = (["StopTraining"] if rule.setup.stop_training else []) + [f"Notify {t}" for t in rule.setup.notify]
@@ -227,6 +260,8 @@ class RuleWatcher(threading.Thread):
             entry["Step"] = finding.step
         if finding.metric is not None:
             entry["Metric"] = finding.metric
+        if finding.tensor is not None:
+            entry["Tensor"] = finding.tensor
         return finite(entry)  # type: ignore[no-any-return]  # a dict stays a dict
 
     # -- what a finding does -------------------------------------------------------------------
@@ -269,16 +304,24 @@ class RuleWatcher(threading.Thread):
             named = rule.name if rule.name == rule.rule else f"{rule.name} ({rule.rule})"
             self.on_stop(f"rule {named} found an issue on {finding['Host']}: {finding['Message']}")
 
-    def _conclude(self, store: Store) -> None:
+    def _conclude(self, store: Store) -> bool:
+        """The final statuses written; whether they could be."""
         now = self.clock.wall()
+        details = self.tensors.details()  # what a tensor rule that found nothing had to read
+
+        def concluded(row: JobRow) -> None:
+            rulestatus.conclude(row.doc, now, details)
+            self.profiling.annotate(row.doc)  # what each profiler rule could not judge, and why
+
         for _ in range(3):
             if self._pending:
                 self._write(store)
             if self._pending:
                 continue  # findings first: a rule that found something must not conclude NoIssuesFound
             try:
-                store.update_job(self.job_name, lambda row: rulestatus.conclude(row.doc, now))
-                return
+                store.update_job(self.job_name, concluded)
+                return True
             except Exception as exc:
                 self.error = exc
         print(f"trainmon: warning: rules: could not record their final statuses: {self.error}", file=sys.stderr)
+        return False

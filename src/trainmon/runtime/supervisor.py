@@ -35,6 +35,7 @@ from ..jobs.status import profiler_settings
 from ..parsing.definitions import validate_definitions
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
+from ..rules.catalog import PROFILER_RULES
 from ..store import JobRow, Store, StreamRow, objects, open_store
 from ..store.profiles import ProfileWriter
 from . import contract, notify, orphans, recovery, toolkit
@@ -55,6 +56,7 @@ from .capture import (
 from .jobstate import JobState
 from .maintenance import Maintainer
 from .monitor import SystemMonitor
+from .profilewatch import ProfileTap
 from .retry import Backoff
 from .rulewatch import RuleWatcher, evaluated_rules
 from .sampler import default_gpu_source
@@ -63,6 +65,7 @@ POLL_S = 0.05
 STOP_POLL_S = 0.25
 ORPHAN_GRACE_S = 2.0
 PIPE_DRAIN_S = 5.0
+REPORT_TIMEOUT_S = 600.0  # the profiling report, after the job's final status: its time, bounded
 FAILURE_REASON_CHARS = 1024
 
 
@@ -102,6 +105,7 @@ class Supervisor:
         self._wake = threading.Event()
         self.first_failure: str | None = None
         self.ended_at: float | None = None
+        self._profile_tap: ProfileTap | None = None  # the monitor's profile rows, for the profiler rules
 
     # -- the whole life of a job ------------------------------------------------------------
 
@@ -179,7 +183,10 @@ class Supervisor:
         if rules is not None:
             rules.finish()  # the last pass, over everything stored, before the job's final status
         shutil.rmtree(spool_dir, ignore_errors=True)  # all stored, or counted as lost: nothing to recover
-        return self._conclude(job, exit_codes, start_failure, ingestor)
+        row = self._conclude(job, exit_codes, start_failure, ingestor)
+        if rules is not None:
+            self._await_report(rules)
+        return row
 
     def _start_hosts(self, job: JobRow, prepared: list[tuple[contract.HostLayout, dict[str, str]]],
                      spool_dir: Path, mode: Mode, extractor: Extractor, budget: MemoryBudget) -> str | None:
@@ -241,9 +248,17 @@ class Supervisor:
             return found
 
         watcher = RuleWatcher(self.store, job, on_stop=stop, activity=last_read,
-                              active=lambda: self._stop_reason is None and self.ended_at is None)
+                              active=lambda: self._stop_reason is None and self.ended_at is None,
+                              profile=self._profile_tap)
         watcher.start()
         return watcher
+
+    def _await_report(self, rules: RuleWatcher) -> None:
+        """ProfilerReport's report, which the rules' thread writes after the verdicts: for at most
+        REPORT_TIMEOUT_S, and not past a Ctrl-C (the job itself has ended)."""
+        interrupts, deadline = self._interrupts, time.monotonic() + REPORT_TIMEOUT_S
+        while rules.is_alive() and time.monotonic() < deadline and self._interrupts == interrupts:
+            rules.join(STOP_POLL_S)
 
     def _start_monitor(self, doc: JobDocument, job_dir: Path) -> SystemMonitor | None:
         if not self.hosts:
@@ -251,11 +266,14 @@ class Supervisor:
         settings = profiler_settings(doc)
         profiler = ProfileWriter(settings["S3OutputPath"], self.name) if settings else None
         env = {**os.environ, **doc.get("Environment", {})}
+        if profiler is not None and any(r.rule in PROFILER_RULES for r in evaluated_rules(doc)):
+            self._profile_tap = ProfileTap()
         monitor = SystemMonitor(
             self.store, self.name, self.launcher.process_groups(), job_dir,
             system_interval_s=doc["TrainmonConfig"].get("SystemMetricsIntervalSeconds", 60),
             profile_interval_ms=settings.get("ProfilingIntervalInMilliseconds") if settings else None,
             profiler=profiler, gpu=default_gpu_source(env),
+            tap=self._profile_tap.put if self._profile_tap is not None else None,
         )
         monitor.start()
         return monitor

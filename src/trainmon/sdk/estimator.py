@@ -12,7 +12,8 @@ A local "image" is a command line (``"python train.py"``) or a directory holding
 ``train``; ``entry_point`` (+ ``source_dir``) runs a Python script with the hyperparameters as
 ``--name value`` arguments, as the SDK's framework estimators do. ``rules`` takes
 ``trainmon.rules.Rule.sagemaker(rule_configs.loss_not_decreasing())`` and the like (the SDK's own
-``Rule`` objects too): see docs/rules.md.
+``Rule`` objects too); a job that profiles gets a ``ProfilerReport-<epoch seconds>`` profiler rule
+unless ``rules`` holds profiler rules or is ``[]``, as the SDK did: see docs/rules.md.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .. import config
 from ..api import logs as cloudwatch_logs
 from ..api import sagemaker, trainmon
 from ..api.logs import LOG_GROUP
-from ..api.training_request import DEFAULT_MAX_RUNTIME_S
+from ..api.training_request import DEFAULT_MAX_RUNTIME_S, with_profiler_report
 from ..errors import TrainmonError
 from ..jobs.document import ACCOUNT
 from ..jobs.status import TERMINAL
@@ -251,6 +252,7 @@ class Estimator:
         self.profiler_config = profiler_config
         self.disable_profiler = disable_profiler
         self.rules = list(rules or [])
+        self._no_rules = rules is not None and not rules  # rules=[]: no rule at all, not even ProfilerReport
         self.sagemaker_session = sagemaker_session or Session()
         self.latest_training_job: TrainingJob | None = None
         self._current_job_name: str | None = None
@@ -379,7 +381,7 @@ class Estimator:
         elif self.profiler_config is not None:
             request["ProfilerConfig"] = (self.profiler_config if isinstance(self.profiler_config, dict)
                                          else dict(getattr(self.profiler_config, "_to_request_dict", dict)()))
-        return request
+        return request if self._no_rules else with_profiler_report(request, time.time())  # as the SDK did
 
 
 __all__ = ["Estimator", "Session", "TrainingJob", "TrainmonError", "UnexpectedStatusException"]

@@ -111,14 +111,12 @@ async def list_jobs(request: Request, store: Store) -> Any:
             request_[member] = q[param]
 
     def work() -> dict[str, Any]:
-        answer = sagemaker.list_training_jobs(store, **request_)
-        for summary in answer["TrainingJobSummaries"]:
-            row = store.get_job(summary["TrainingJobName"])
-            summary["FinalMetrics"] = {name: value for name, value, _ in store.final_metrics(row.id)} if row else {}
-            if row is not None:
-                summary["TrainingStartTime"] = row.doc.get("TrainingStartTime")
-                summary["HyperParameters"] = row.doc.get("HyperParameters", {})
-        return answer
+        rows, token = sagemaker.list_training_job_rows(store, **request_)
+        finals = store.final_metrics_of([row.id for row in rows])  # one read for the page, not one per job
+        summaries = [{**sagemaker.summary(row), "TrainingStartTime": row.doc.get("TrainingStartTime"),
+                      "HyperParameters": row.doc.get("HyperParameters", {}),
+                      "FinalMetrics": {name: value for name, value, _ in finals.get(row.id, [])}} for row in rows]
+        return {"TrainingJobSummaries": summaries, **({"NextToken": token} if token is not None else {})}
 
     return await _call(work)
 
@@ -260,6 +258,19 @@ async def profile_points(request: Request, store: Store) -> Any:
         return {"MetricName": metric, "Host": host, **shown}
 
     return await _call(work)
+
+
+async def job_report(request: Request, store: Store) -> Any:
+    """The job's profiling report, made now from what the store and the profile hold (a running
+    job's too), as the self-contained page ``trainmon report`` writes."""
+    name = request.path_params["name"]
+
+    def work() -> str:
+        from ..report import render
+
+        return render(store, sagemaker.job(store, name).name)
+
+    return HTMLResponse(await _call(work), headers=_REPORT_HEADERS)
 
 
 # -- logs -----------------------------------------------------------------------------------------
@@ -406,6 +417,8 @@ ROUTES: tuple[Endpoint, ...] = (
              "A host's profiler metric at full resolution, for a chart", profile_points,
              (Param("name", where="path"), Param("host", where="path"), Param("metric", where="path"),
               Param("width", "integer"), Param("start", "integer"), Param("end", "integer")), tags=("metrics",)),
+    Endpoint("GET", "/api/jobs/{name}/report", "The job's profiling report (an HTML page)", job_report,
+             (Param("name", where="path"),), tags=("rules",)),
     Endpoint("GET", "/api/jobs/{name}/logs", "A page of a job's log records, or those that hold a text or match a "
              "regex", job_logs, (
                  Param("name", where="path"), Param("host"), Param("limit", "integer", "1 to 10000 (500)"),
@@ -460,6 +473,14 @@ _PAGE_HEADERS = {
     # only this server's scripts run: a job that prints <script> shows those characters
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
                                "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+_REPORT_HEADERS = {
+    # the report draws with its own inline styles and script and loads nothing
+    "Content-Security-Policy": "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+                               "script-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
@@ -538,6 +559,8 @@ def create_app(store: Store, settings: Settings | None = None) -> Any:
         Route("/jobs/{rest:path}", page, methods=["GET"]),
         Route("/compare", page, methods=["GET"]),
         Route("/new", page, methods=["GET"]),
+        Route("/alarms", page, methods=["GET"]),
+        Route("/alarms/{rest:path}", page, methods=["GET"]),
     ]
     uplot = CONSOLE / "node_modules" / "uplot" / "dist"
     if uplot.is_dir():

@@ -2,8 +2,10 @@
 what is new. Every server process reads the same store, so any of them can follow any job.
 
 A job's stream sends ``status`` (on connecting and on each change), ``points`` (each metric's new
-points, with the log record of each), ``log`` (new records, with the positions to resume from)
-and, once the job has ended and everything it wrote was sent, ``end``. The jobs' stream sends
+points, with the log record of each), ``log`` (new records, with the positions to resume from),
+``definitions`` (what each metric definition matched and rejected, when that changed), ``rules``
+(the rules' statuses, when they changed) and, once the job has ended and everything it wrote was
+sent, ``end``. The jobs' stream sends
 ``job`` whenever a job's status or final metrics change and ``deleted`` when one goes."""
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .jsonio import dumps
 POINTS_PER_EVENT = 20_000  # per metric; more come in the next poll
 RECORDS_PER_EVENT = 2_000
 HEARTBEAT_S = 15.0
+RULE_STATUSES = ("DebugRuleEvaluationStatuses", "ProfilerRuleEvaluationStatuses")
 
 Event = tuple[str, Any]
 
@@ -56,6 +59,8 @@ class JobFollower:
         self.name = name
         self.finished = False
         self._status: tuple[Any, ...] | None = None
+        self._definitions: Any = None
+        self._rules: Any = None
         self._counts: dict[str, int] = {}
         self._since = since_ms if since_ms is not None else int(time.time() * 1000)  # None: points from now on
         self._cursor: dict[str, tuple[int, int, int]] = {}  # per metric: the last point sent (ms, stream, seq)
@@ -76,10 +81,19 @@ class JobFollower:
         if status != self._status:
             self._status = status
             events.append(("status", status_of(row)))
+        if row.diagnostics != self._definitions:
+            self._definitions = row.diagnostics
+            events.append(("definitions", {"Definitions": row.diagnostics}))
+        doc: dict[str, Any] = dict(row.doc)
+        rules = {name: doc[name] for name in RULE_STATUSES if name in doc}
+        if rules != self._rules:
+            self._rules = rules
+            if rules:
+                events.append(("rules", as_datetimes(rules)))
         events.extend(self._points(row))
         if self._logs:
             events.extend(self._records())
-        if ended and not any(kind in ("points", "log") for kind, _ in events):
+        if ended and not any(kind in ("points", "log", "definitions", "rules") for kind, _ in events):
             self.finished = True
             events.append(("end", {"TrainingJobStatus": row.status}))
         return events
@@ -148,11 +162,12 @@ class JobsFollower:
         rows = self.store.list_jobs()
         seen: dict[str, tuple[Any, ...]] = {}
         events: list[Event] = []
+        # the final metrics of a job seen ended already no longer change (read once more as it ends)
+        settled = {row.name: known[-1] for row in rows
+                   if (known := (self._seen or {}).get(row.name)) is not None and known[0] in TERMINAL}
+        read = self.store.final_metrics_of([row.id for row in rows if row.name not in settled])
         for row in rows:
-            known = (self._seen or {}).get(row.name)
-            # the final metrics of a job seen ended already no longer change (read once more as it ends)
-            finals = known[-1] if known is not None and known[0] in TERMINAL else tuple(
-                self.store.final_metrics(row.id))
+            finals = settled[row.name] if row.name in settled else tuple(read.get(row.id, []))
             state = (row.status, row.doc["SecondaryStatus"], row.last_modified_time, finals)
             seen[row.name] = state
             if self._seen is not None and self._seen.get(row.name) != state:

@@ -150,6 +150,10 @@ class Store(Protocol):
         """Per metric, the last finite value and its time: (name, value, timestamp_ms)."""
         ...
 
+    def final_metrics_of(self, job_ids: Sequence[int]) -> dict[int, list[tuple[str, float, int]]]:
+        """:meth:`final_metrics` of several jobs in one read (a page of a job list)."""
+        ...
+
     def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
         """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
         ...
@@ -217,6 +221,10 @@ class Store(Protocol):
     def record_evaluations(self, outcomes: list[tuple[AlarmRow, list[AlarmHistoryRow]]]) -> list[AlarmRow]:
         """Evaluations' new states with their history items, in one transaction; an alarm changed
         since it was claimed (its revision moved) is left alone. The alarms written."""
+        ...
+
+    def add_alarm_history(self, items: Sequence[AlarmHistoryRow]) -> None:
+        """Add history items (an action's outcome, written once the delivery has ended)."""
         ...
 
     def alarm_history(self, *, name: str | None = None, item_type: str | None = None, start_ms: int | None = None,
@@ -497,9 +505,19 @@ class SqlStore:
 
     def final_metrics(self, job_id: int) -> list[tuple[str, float, int]]:
         """Per metric, the last finite value and its time: (name, value, timestamp_ms)."""
-        rows = self._read("SELECT name, final_value, final_ms FROM series WHERE job_id = ? "
-                          "AND final_ms IS NOT NULL ORDER BY name", (job_id,))
-        return [(name, value, ts) for name, value, ts in rows]
+        return self.final_metrics_of([job_id]).get(job_id, [])
+
+    def final_metrics_of(self, job_ids: Sequence[int]) -> dict[int, list[tuple[str, float, int]]]:
+        """:meth:`final_metrics` of several jobs in one read (a page of a job list)."""
+        found: dict[int, list[tuple[str, float, int]]] = {}
+        ids = list(dict.fromkeys(job_ids))
+        for start in range(0, len(ids), 500):  # within any engine's limit on parameters
+            chunk = ids[start:start + 500]
+            rows = self._read(f"SELECT job_id, name, final_value, final_ms FROM series WHERE job_id IN "
+                              f"({', '.join('?' * len(chunk))}) AND final_ms IS NOT NULL ORDER BY job_id, name", chunk)
+            for job_id, name, value, ts in rows:
+                found.setdefault(job_id, []).append((name, value, ts))
+        return found
 
     def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
         """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
@@ -618,6 +636,12 @@ class SqlStore:
                     alarms.add_history(sql, history)
                     written.append(alarm)
         return written
+
+    def add_alarm_history(self, items: Sequence[AlarmHistoryRow]) -> None:
+        from . import alarms
+
+        with self._transaction() as sql:
+            alarms.add_history(sql, items)
 
     def alarm_history(self, *, name: str | None = None, item_type: str | None = None, start_ms: int | None = None,
                       end_ms: int | None = None, ascending: bool = False, after: tuple[int, int] | None = None,

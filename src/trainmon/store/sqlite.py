@@ -251,15 +251,20 @@ class SqliteStore(SqlStore):
 
     def _open_read_only(self) -> bool:
         """On a full disk SQLite cannot make the files WAL mode needs (``-shm``, ``-wal``) once the
-        last writer closed them. The file then holds everything, so it can still be read: open it
-        as unchanging, for reading only (a write says the database is read-only). False when that
-        is not so (another process has the store open, or it needs a migration)."""
+        last writer closed them, nor write a checkpoint. The store can still be read: the file
+        alone, as unchanging, when it holds everything, else through the WAL left with it; for
+        reading only (a write says the database is read-only). False when it cannot be read (it
+        needs a migration, say)."""
         wal = self.path.with_name(self.path.name + "-wal")
-        if (wal.exists() and wal.stat().st_size > 0) or not self.path.exists():  # an empty one is the failed open's
+        if not self.path.exists():
             return False
+        # A WAL left behind (a writer killed, or its last checkpoint refused by the full disk) holds
+        # the newest pages: read through it, with the -shm index it came with. An empty one is the
+        # failed open's: the file alone is then the whole store.
+        pending = wal.exists() and wal.stat().st_size > 0
         try:
-            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
-                                       isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro{'' if pending else '&immutable=1'}",
+                                       uri=True, isolation_level=None, check_same_thread=False)
             current = self._db.execute("PRAGMA user_version").fetchone()[0] == len(_MIGRATIONS)
         except sqlite3.Error:
             return False

@@ -4,6 +4,7 @@ import * as jobs from "./jobs.js";
 import * as job from "./job.js";
 import * as compare from "./compare.js";
 import * as create from "./create.js";
+import * as alarms from "./alarms.js";
 import {h, clear} from "./dom.js";
 import {navigate, setRouteHandler} from "./router.js";
 
@@ -21,6 +22,8 @@ const ROUTES = [
     }),
   ],
   [/^\/new\/?$/, create, () => ({})],
+  [/^\/alarms\/?$/, alarms, () => ({})],
+  [/^\/alarms\/([^/]+)\/?$/, alarms, (m) => ({name: decodeURIComponent(m[1])})],
 ];
 
 const root = document.getElementById("app");

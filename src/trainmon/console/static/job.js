@@ -17,6 +17,7 @@ import {
   TERMINAL,
 } from "./dom.js";
 import {LogPane} from "./logs.js";
+import {RulesPanel} from "./rules.js";
 
 const LOG_TAIL = 500;
 
@@ -62,6 +63,13 @@ function systemSource(name, host, metric, origin) {
   };
 }
 
+/** A job whose profiler rules include ProfilerReport has a report (made from what is there so far). */
+function hasReport(job) {
+  return (job.ProfilerRuleConfigurations || []).some(
+    (c) => (c.RuleParameters || {}).rule_to_invoke === "ProfilerReport",
+  );
+}
+
 export function mount(root, {name}) {
   const page = new JobPage(root, name);
   page.start();
@@ -99,12 +107,7 @@ class JobPage {
     this.follow();
     this.loadSystem();
     this.loadProfile();
-    // the definitions' counts come from the server: look again now and then while the job runs
-    this.timers.push(
-      setInterval(() => {
-        if (!TERMINAL.has(this.job.TrainingJobStatus)) this.refresh();
-      }, 5000),
-    );
+    // statuses, the definitions' counts, the rules, points and records all come live (follow)
     this.timers.push(
       setInterval(() => {
         const duration = this.overview.querySelector("[data-fact=Duration]");
@@ -135,6 +138,7 @@ class JobPage {
     this.head = h("div", {class: "job-head"});
     this.overview = h("div", {class: "job-overview"});
     this.tables = h("div", {class: "grid"});
+    this.rules = new RulesPanel(this.name);
     this.chartsEl = h("div", {class: "charts"});
     this.systemEl = h("div", {class: "system"});
     this.profileEl = h("div", {class: "profile"});
@@ -148,6 +152,7 @@ class JobPage {
       this.head,
       this.overview,
       this.tables,
+      this.rules.el,
       h("section", {class: "panel"}, h("h2", {}, "Metrics"), this.chartsEl),
       this.systemEl,
       this.profileEl,
@@ -179,6 +184,13 @@ class JobPage {
         "div",
         {class: "actions"},
         h("a", {class: "button", href: `/compare?jobs=${encodeURIComponent(job.TrainingJobName)}`}, "Compare…"),
+        hasReport(job)
+          ? h(
+              "a",
+              {class: "button", name: "report", href: jobPath(job.TrainingJobName, "report"), target: "_blank"},
+              "Profiling report",
+            )
+          : null,
         stoppable
           ? h("button", {type: "button", class: "danger", name: "stop", onclick: () => this.dialog.showModal()}, "Stop")
           : null,
@@ -203,6 +215,7 @@ class JobPage {
       this.timeline(job),
     );
     this.showTables();
+    this.rules.update(job);
   }
 
   duration() {
@@ -649,6 +662,14 @@ class JobPage {
           this.refreshSoon();
         },
         points: (news) => this.onPoints(news),
+        definitions: ({Definitions}) => {
+          this.metrics.Definitions = Definitions;
+          this.showTablesSoon();
+        },
+        rules: (statuses) => {
+          Object.assign(this.job, statuses);
+          this.rules.update(this.job);
+        },
         log: ({Records, After}) => {
           this.after = After;
           this.logs.append(Records);

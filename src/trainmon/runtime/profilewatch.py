@@ -1,0 +1,252 @@
+"""A running job's profiler rules: the monitor's profile rows handed over, evaluated on the rules' thread.
+
+The system monitor makes a profile row per host at every profiling tick
+(:meth:`~trainmon.runtime.monitor.SystemMonitor._profile`). A :class:`ProfileTap` takes each one as
+it is made and never makes the monitor wait: it is a bounded queue that, when full, drops its
+oldest row and counts it, and the count is told in the findings (``dropped_datapoints``) and in
+the rules' final StatusDetails, so nothing is lost silently. The profile itself keeps every row.
+
+On each pass of the :class:`~trainmon.runtime.rulewatch.RuleWatcher` (its thread), the
+:class:`ProfilerRules` of the job take the records of the pass first, for the steps they hold (a
+step metric's value, or each point of the loss metric, see :mod:`trainmon.rules.profiler_setup`),
+then what the tap holds, a datapoint at a time, each fed to the state machines of every profiler
+rule for its host (:mod:`trainmon.rules.profiler`; ProfilerReport runs ten of them). Steps first:
+a datapoint past MaxInitializationTime's threshold is judged knowing the steps read by then.
+
+When the watcher concludes, :meth:`ProfilerRules.annotate` writes into each profiler rule's
+StatusDetails what it could not judge and why ("no GPU on algo-1"), and then
+:meth:`ProfilerRules.write_report` has ProfilerReport write the profiling report
+(``trainmon.report.write_job_report``), its location, or why there is none, going into the same
+StatusDetails. A report that fails is a line there, never the job's failure.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..jobs.document import JobDocument
+from ..rules import profiler, profiler_setup
+from ..rules.catalog import RuleSetup
+from ..rules.metric import Finding, Record
+from ..store import JobRow, Store
+
+CAPACITY_ROWS = 4096  # about 7 minutes of one host at 100 ms; a pass takes them every second
+MAX_DETAILS_CHARS = 1024  # StatusDetails' length in SageMaker's model
+
+Found = tuple[str, str, Finding]  # (RuleConfigurationName, host, finding)
+
+
+class ProfileTap:
+    """Profile rows from the monitor's thread to the rules' thread: :meth:`put` never waits (it
+    holds a lock for an append), and past ``capacity_rows`` the oldest row goes and is counted."""
+
+    def __init__(self, capacity_rows: int = CAPACITY_ROWS) -> None:
+        self.capacity_rows = capacity_rows
+        self.dropped = 0  # rows dropped so far, because the rules did not take them in time
+        self._rows: deque[tuple[str, int, dict[str, float]]] = deque()
+        self._lock = threading.Lock()
+
+    def put(self, host: str, timestamp_ms: int, values: dict[str, float]) -> None:
+        with self._lock:
+            if len(self._rows) >= self.capacity_rows:
+                self._rows.popleft()
+                self.dropped += 1
+            self._rows.append((host, timestamp_ms, values))
+
+    def take(self) -> list[tuple[str, int, dict[str, float]]]:
+        """Every row held, oldest first; the tap is empty after."""
+        with self._lock:
+            rows = list(self._rows)
+            self._rows.clear()
+        return rows
+
+
+@dataclass
+class _Configured:
+    """One profiler rule configuration: its state machines (and their step sources) per host."""
+
+    setup: RuleSetup
+    per_host: dict[str, list[tuple[profiler.ProfilerRule, profiler_setup.StepSource | None]]] = field(
+        default_factory=dict)
+    failed: bool = False
+
+    @property
+    def report(self) -> bool:
+        return self.setup.rule == "ProfilerReport"
+
+    def rules(self, host: str) -> list[tuple[profiler.ProfilerRule, profiler_setup.StepSource | None]]:
+        made = self.per_host.get(host)
+        if made is None:
+            made = self.per_host[host] = profiler_setup.evaluators(self.setup)
+        return made
+
+
+class ProfilerRules:
+    """The profiler rules of one job (configurations read and without issues), fed on the rules' thread."""
+
+    def __init__(self, setups: Sequence[RuleSetup], tap: ProfileTap | None = None) -> None:
+        self.configured = [_Configured(setup) for setup in setups]
+        self.tap = tap
+        self.metrics = frozenset(name for setup in setups for name in setup.metrics)  # step sources to read
+        self.datapoints: dict[str, int] = {}  # per host, every datapoint taken
+        self.errors: list[tuple[str, str]] = []  # (RuleConfigurationName, why) of rules whose evaluation failed
+        self._points: dict[tuple[str, str], int] = {}  # (host, metric): points so far, for counted steps
+
+    @property
+    def dropped(self) -> int:
+        return self.tap.dropped if self.tap is not None else 0
+
+    # -- feeding ------------------------------------------------------------------------------
+
+    def observe_record(self, host: str, record: Record) -> list[Found]:
+        """A record of the job's output (its points of the metrics read here): the steps it holds."""
+        if not self.configured or self.metrics.isdisjoint(record.values):
+            return []
+        for name in self.metrics.intersection(record.values):
+            self._points[(host, name)] = self._points.get((host, name), 0) + 1
+        found: list[Found] = []
+        for configured in self.configured:
+            if configured.failed:
+                continue
+            try:
+                for rule, source in configured.rules(host):
+                    if source is None or source.metric not in record.values:
+                        continue
+                    value = record.values[source.metric]
+                    if source.counted:
+                        step = self._points[(host, source.metric)]
+                    elif math.isfinite(value):
+                        step = int(value)
+                    else:
+                        continue
+                    found.extend(self._found(configured, host, rule.observe_step(step, record.timestamp_s)))
+            except Exception as exc:  # the rule is reported Error; the others go on
+                self._fail(configured, exc)
+        return found
+
+    def observe_step(self, host: str, step: int, timestamp_s: float) -> list[Found]:
+        """A step of the training loop on ``host`` from elsewhere (the tensor hook): every step rule
+        of every configuration hears it. Call it on the rules' thread, within a pass."""
+        found: list[Found] = []
+        for configured in self.configured:
+            if configured.failed:
+                continue
+            try:
+                for rule, _ in configured.rules(host):
+                    found.extend(self._found(configured, host, rule.observe_step(step, timestamp_s)))
+            except Exception as exc:
+                self._fail(configured, exc)
+        return found
+
+    def evaluate(self) -> list[Found]:
+        """The datapoints the tap holds, fed to every rule, and what they found."""
+        if self.tap is None or not self.configured:
+            return []
+        found: list[Found] = []
+        for host, timestamp_ms, values in self.tap.take():
+            self.datapoints[host] = self.datapoints.get(host, 0) + 1
+            datapoint = profiler.tick(timestamp_ms, values)
+            for configured in self.configured:
+                if configured.failed:
+                    continue
+                try:
+                    for rule, _ in configured.rules(host):
+                        findings = rule.observe(datapoint)
+                        if findings:
+                            found.extend(self._found(configured, host, findings))
+                except Exception as exc:
+                    self._fail(configured, exc)
+        return found
+
+    def _found(self, configured: _Configured, host: str, findings: list[Finding]) -> list[Found]:
+        shown = []
+        for finding in findings:
+            if configured.report:  # ProfilerReport's: say which of its rules found it
+                finding = replace(finding, message=f"{finding.rule}: {finding.message}")
+            if self.dropped:
+                finding = replace(finding, values={**finding.values, "dropped_datapoints": float(self.dropped)})
+            shown.append((configured.setup.name, host, finding))
+        return shown
+
+    def _fail(self, configured: _Configured, exc: Exception) -> None:
+        configured.failed = True
+        self.errors.append((configured.setup.name, f"the evaluation of {configured.setup.rule} failed: {exc!r}"))
+
+    def take_errors(self) -> list[dict[str, Any]]:
+        """Rules whose evaluation failed since the last call, as the watcher records errors."""
+        errors, self.errors = self.errors, []
+        return [{"Error": why, "RuleConfigurationName": name} for name, why in errors]
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def notes(self, configured: _Configured) -> list[str]:
+        """What a configuration could not judge, and why, one line each (ProfilerReport: which of
+        its rules each line is about); the datapoints dropped."""
+        lines = []
+        hosts = sorted({*configured.per_host, *self.datapoints})
+        if not any(self.datapoints.get(host) for host in hosts):
+            lines.append("no profile datapoints reached the rules")
+        grouped: dict[str, list[str]] = {}
+        for host in hosts:
+            for rule, _ in configured.rules(host):
+                for note in rule.notes(host):
+                    grouped.setdefault(note, []).append(rule.name)
+        for note, rules in grouped.items():
+            lines.append(f"{note} ({', '.join(rules)})" if configured.report else note)
+        if self.dropped:
+            lines.append(f"{self.dropped} profile datapoints were dropped before the rules read them (the rules' "
+                         "thread fell behind); the profile has them")
+        return lines
+
+    def annotate(self, doc: JobDocument) -> None:
+        """After the verdicts (``rulestatus.conclude``): each profiler rule's notes in its StatusDetails."""
+        by_name = {configured.setup.name: configured for configured in self.configured}
+        for status in doc.get("ProfilerRuleEvaluationStatuses") or []:
+            configured = by_name.get(status["RuleConfigurationName"])
+            if configured is None or configured.failed or status["RuleEvaluationStatus"] not in (
+                    "NoIssuesFound", "IssuesFound"):
+                continue
+            lines = self.notes(configured)
+            if lines:
+                _add_details(status, lines)
+
+    def write_report(self, store: Store, job_name: str) -> None:
+        """ProfilerReport's profiling report, once the rules have concluded; where it is (or why
+        it is not) goes into ProfilerReport's StatusDetails. Never raises."""
+        names = [c.setup.name for c in self.configured if c.report and not c.failed]
+        if not names:
+            return
+        try:
+            from ..report import write_job_report  # another part of trainmon, loaded only for this
+
+            line = f"Profiling report: {write_job_report(store, job_name)}"
+        except Exception as exc:  # missing or failing: told, never the job's problem
+            line = f"The profiling report was not written: {type(exc).__name__}: {exc}"
+
+        def mutate(row: JobRow) -> None:
+            for status in row.doc.get("ProfilerRuleEvaluationStatuses") or []:
+                if status["RuleConfigurationName"] in names:
+                    _add_details(status, [line], first=True)
+
+        try:
+            store.update_job(job_name, mutate)
+        except Exception as exc:
+            print(f"trainmon: warning: rules: {line}; it could not be recorded: {exc}", file=sys.stderr)
+
+
+def _add_details(status: Any, lines: list[str], *, first: bool = False) -> None:
+    """Lines added to a status's StatusDetails (``first``: before the notes, after what it found),
+    within SageMaker's length: what comes last is cut first."""
+    kept = status["StatusDetails"].split("\n") if status.get("StatusDetails") else []
+    head = 2 if kept and kept[0].startswith("RuleEvaluationConditionMet") else 0
+    kept = [*kept[:head], *lines, *kept[head:]] if first else [*kept, *lines]
+    details = "\n".join(kept)
+    if len(details) > MAX_DETAILS_CHARS:
+        details = details[:MAX_DETAILS_CHARS - 1] + "…"
+    status["StatusDetails"] = details
