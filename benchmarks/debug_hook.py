@@ -129,10 +129,12 @@ def _check(path: Path, interval: int, steps: int, per_step: int, model: str) -> 
 
     parsed = [records.parse(line) for line in path.read_bytes().splitlines()]
     found = [r for r in parsed if isinstance(r, TensorRecord)]
+    ends = [records.read_step_ends(r) for r in parsed if isinstance(r, dict) and "steps" in r]
+    ended = sum(len(times) for _, times in ends)
     saved = len(range(0, steps, interval))
-    return (len(found) == saved * per_step and len(parsed) == len(found) + 1,
+    return (len(found) == saved * per_step and len(parsed) == len(found) + len(ends) + 1 and ended == steps,
             f"{model}, save_interval {interval}: {len(found)} records for {saved} saved steps "
-            f"({saved * per_step} expected)")
+            f"({saved * per_step} expected), {ended} step ends ({steps} expected)")
 
 
 def _models(work: Path) -> list[tuple[str, dict[str, Callable[[], None]], dict[int, Any]]]:

@@ -4,12 +4,15 @@ takes whole lines only, and the PyTorch adapter against real torch (CPU) on a ti
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
 import subprocess
 import sys
 import threading
+import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +205,51 @@ def test_a_writer_that_falls_behind_drops_lines_and_the_training_never_waits(tmp
     drain.join(60)
     os.close(reader)
     saved = [json.loads(line) for line in b"".join(received).splitlines()]
-    assert saved[0]["hook"] == "trainmon.debug" and 70 < len(saved) - 1 < 120  # whole lines, the first steps
-    assert [line["step"] for line in saved[1:]] == list(range(len(saved) - 1))
+    kept = [line for line in saved if "step" in line]  # each with its step's end (a steps line)
+    assert saved[0]["hook"] == "trainmon.debug" and 70 < len(kept) < 120  # whole lines, the first steps
+    assert [line["step"] for line in kept] == list(range(len(kept)))
+    assert saved[-1]["dropped"] == 120 - len(kept)  # the records dropped are counted in the file
+
+
+def test_a_step_bigger_than_the_writers_limit_is_written_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hook, "FLUSH_BYTES", 64 << 20)  # the step goes as one batch (not in parts a slow writer
+    h = Hook(1, tensor_dir=tmp_path, host="h")  # may fall behind on): taken whole, as the writer holds nothing else
+    for index in range(100):  # 10 MB in one step, more than the writer may hold: it holds nothing else
+        h.record(f"{index:03d}" + "w" * 100_000, np.ones(2))
+    h.end_step()
+    h.close()
+    assert len(recorded(tmp_path / "h.jsonl")) == 100
+
+
+def test_what_the_hook_keeps_in_the_training_process_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    h = Hook(1, tensor_dir=tmp_path, host="h")
+    for index in range(3000):  # a script that never ends its step: its lines go to the writer as they pile up
+        h.record(f"{index:04d}" + "n" * 1000, np.ones(2))
+        assert sum(map(len, h._lines)) <= hook.FLUSH_BYTES + 2000
+    h.close()
+    assert len(recorded(tmp_path / "h.jsonl")) == 3000
+
+    monkeypatch.setattr(hook, "MAX_NAMES", 10)
+    monkeypatch.setattr(records, "MAX_CACHED", 10)
+    monkeypatch.setattr(hook, "MAX_WARNINGS", 5)
+    h = Hook(2, tensor_dir=tmp_path, host="names")
+    h.end_step()  # step 1: the weights are kept for step 2's update
+    for index in range(50):  # names without end
+        h.record(f"w{index}", np.ones(3), "weights")
+    assert len(h._kept) == 10
+    h.end_step()  # step 2, saved
+    for index in range(50):
+        h.record(f"w{index}", np.ones(3), "weights")
+        h.record(f"bad{index}", "text")
+    assert len(h._encoder._names) <= 10 and len(hook._warned) <= 6
+    err = capsys.readouterr().err
+    assert "more than 10 weights recorded" in err and err.count("more than 5 warnings: no more are shown") == 1
+    h.close()
+    gone = weakref.ref(h)
+    del h
+    gc.collect()
+    assert gone() is None  # closed: not kept alive (by atexit) until the interpreter exits
 
 
 def test_a_script_under_minus_w_error_is_not_stopped(tmp_path: Path) -> None:
@@ -228,9 +274,54 @@ def test_the_reader_takes_whole_lines_only_and_goes_on_from_its_offset(tmp_path:
     assert reader.read() == [] and reader.hooked
     with open(path, "ab") as file:
         file.write(line[20:] + b"not json\n" + b'{"step": 8, "name": "x"}\n' + line)
-    found = reader.read()
+    assert reader.read() == []  # step 7 waits: more of it could come
+    found = reader.read()  # nothing did: it is whole
     assert [(r.step, r.name, r.mean) for r in found] == [(7, "loss", 0.5), (7, "loss", 0.5)]
     assert reader.bad_lines == 2 and reader.read() == []
+
+
+def test_the_hook_writes_when_each_step_ended_and_the_reader_takes_them(tmp_path: Path) -> None:
+    before = time.time()
+    with Hook(2, tensor_dir=tmp_path, host="algo-1") as recording:
+        for step in range(5):
+            recording.record_scalar("loss", float(step))
+            recording.end_step()
+        recording.set_step(10)  # a loop that counts its own steps: a run of its own
+        recording.end_step()
+    after = time.time()
+    path = tmp_path / "algo-1.jsonl"
+    written = [(line["steps"]["first"], len(line["steps"]["ends"])) for line in lines(path) if "steps" in line]
+    assert written == [(0, 1), (1, 2), (3, 2), (10, 1)]  # the first at once, then with saved steps 2 and 4, at close
+    reader = TensorFile(path, keep_steps=True)
+    reader.read(to_end=True)
+    ends = reader.take_steps()
+    assert [step for step, _ in ends] == [0, 1, 2, 3, 4, 10] and reader.take_steps() == []
+    times = [at for _, at in ends]
+    assert before <= times[0] and times == sorted(times) and times[-1] <= after
+    with open(path, "ab") as file:  # malformed steps lines: counted, skipped
+        file.write(b'{"hook": "trainmon.debug", "steps": {"first": "1", "ends": []}}\n'
+                   b'{"hook": "trainmon.debug", "steps": {"first": 1, "ends": [1, NaN]}}\n'
+                   + records.step_ends(20, [5.0, 6.5]).encode())
+    reader.read(to_end=True)
+    assert reader.take_steps() == [(20, 5.0), (21, 6.5)] and reader.bad_lines == 2
+
+
+def test_the_step_ends_held_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(records, "MAX_STEP_ENDS", 3)
+    with Hook(1000, tensor_dir=tmp_path, host="algo-1") as recording:  # only step 0 saved: no lines to go with
+        for _ in range(7):
+            recording.end_step()
+        assert len(recording._ends) <= 3
+    written = [(line["steps"]["first"], len(line["steps"]["ends"])) for line in lines(tmp_path / "algo-1.jsonl")
+               if "steps" in line]
+    assert written == [(0, 1), (1, 3), (4, 3)]
+
+
+def test_outside_a_job_no_step_end_is_kept() -> None:
+    outside = Hook(2)
+    for _ in range(3):
+        outside.end_step()
+    assert outside._ends == [] and outside.step == 3
 
 
 # -- PyTorch ----------------------------------------------------------------------------------------
@@ -261,6 +352,9 @@ def test_the_torch_adapter_records_a_tiny_models_weights_and_gradients(tmp_path:
     hook.close()
     found = recorded(tmp_path / "algo-1.jsonl")
     assert sorted({r.step for r in found}) == [0, 2]
+    ended = TensorFile(tmp_path / "algo-1.jsonl", keep_steps=True)
+    ended.read(to_end=True)
+    assert [step for step, _ in ended.take_steps()] == [0, 1, 2, 3]  # each optimizer.step() ended one
     by_key = {(r.step, r.name): r for r in found}
     assert set(by_key) == {(s, n) for s in (0, 2) for n in ("loss", "0.weight", "0.bias", "2.weight", "2.bias",
                                                           "gradient/0.weight", "gradient/0.bias",
@@ -274,8 +368,35 @@ def test_the_torch_adapter_records_a_tiny_models_weights_and_gradients(tmp_path:
             assert (record.mean_abs, record.mean) == (pytest.approx(first), pytest.approx(second, abs=1e-7))
         else:
             assert (record.mean_abs, record.l2) == (pytest.approx(first), pytest.approx(second))
-            assert record.update_l2 == (None if step == 0 else pytest.approx(update))  # step 0 has no step before it
+            assert record.update_l2 == pytest.approx(update)  # step 0's too: the weights before it were copied
         assert record.size == dict(model.named_parameters())[name.removeprefix("gradient/")].numel()
+
+
+def test_the_torch_adapter_copies_the_weights_only_across_optimizer_step(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from trainmon.debug.torch import TorchHook
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3).to(torch.bfloat16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    hook = TorchHook(model, optimizer, save_interval=3, tensor_dir=tmp_path, host="h")
+    copies: list[int] = []  # what the hook holds as the optimizer steps (this runs after the hook's pre-hook)
+    optimizer.register_step_pre_hook(lambda *_: copies.append(len(hook._before)))
+    held = []
+    for _ in range(7):
+        optimizer.zero_grad()
+        model(torch.randn(2, 4, dtype=torch.bfloat16)).float().sum().backward()
+        before = model.weight.detach().float().clone()
+        optimizer.step()
+        held.append((len(hook._before), len(hook._kept)))  # through the next forward and backward pass
+        update = float(torch.linalg.vector_norm(model.weight.detach().float() - before))
+    hook.close()
+    assert copies == [2, 0, 0, 2, 0, 0, 2] and held == [(0, 0)] * 7  # steps 0, 3, 6: copied, then let go
+    weight = {r.step: r for r in recorded(tmp_path / "h.jsonl") if r.name == "weight"}
+    assert sorted(weight) == [0, 3, 6] and weight[6].update_l2 == pytest.approx(update, rel=1e-6)
+    exact = model.weight.detach().float()
+    assert (weight[6].l2, weight[6].mean_abs) == (pytest.approx(float(torch.linalg.vector_norm(exact)), rel=1e-6),
+                                                  pytest.approx(float(exact.abs().mean()), rel=1e-6))
 
 
 def test_the_torch_adapter_without_an_optimizer_and_torch_tensors_in_record(tmp_path: Path) -> None:
@@ -287,8 +408,14 @@ def test_the_torch_adapter_without_an_optimizer_and_torch_tensors_in_record(tmp_
     hook = TorchHook(model, save_interval=1, tensor_dir=tmp_path, host="h", gradients=False)
     hook.record("activation", torch.tensor([[1.0, float("nan")]], requires_grad=True))  # reduced by torch
     hook.end_step()  # the loop ends its steps itself
+    assert {kept.device.type for _, kept in hook._kept.values()} == {"cpu"}  # the copies for step 1: in host memory
+    with torch.no_grad():
+        model.weight += 3.0
+    hook.end_step()
     hook.close()
-    found = {r.name: r for r in recorded(tmp_path / "h.jsonl")}
+    assert [r.update_l2 for r in recorded(tmp_path / "h.jsonl") if r.name == "weight" and r.step == 1] == [
+        pytest.approx(math.sqrt(18))]
+    found = {r.name: r for r in recorded(tmp_path / "h.jsonl") if r.step == 0}
     assert set(found) == {"activation", "weight", "bias"}
     assert (found["activation"].nan, found["activation"].size) == (1, 2)
     assert found["weight"].zero_fraction == 1.0 and found["weight"].collections == {"weights"}

@@ -21,10 +21,12 @@ from trainmon.api.training_request import job_document, with_profiler_report
 from trainmon.cli import build_parser
 from trainmon.cli.jobs import run_request
 from trainmon.clock import ManualClock
+from trainmon.config import job_dir
+from trainmon.debug import records
 from trainmon.errors import ValidationException
 from trainmon.rules import ProfilerRule, catalog, profiler_setup, rule_configs
 from trainmon.rules.configs import as_request
-from trainmon.rules.metric import Finding
+from trainmon.rules.metric import Finding, Record
 from trainmon.rules.profiler import (
     BatchSize,
     CPUBottleneck,
@@ -45,7 +47,7 @@ from trainmon.rules.profiler import (
 from trainmon.rules.profiler import (
     ProfilerRule as StateMachine,
 )
-from trainmon.runtime import notify
+from trainmon.runtime import notify, tensors
 from trainmon.runtime.fakegpu import FakeGpuSource
 from trainmon.runtime.monitor import _row_names
 from trainmon.runtime.profilewatch import ProfilerRules, ProfileTap
@@ -179,6 +181,9 @@ def test_batch_size_fires_when_cpu_gpu_and_memory_are_all_low() -> None:
     assert finding.values == {"gpu": 0.0, "gpu_p95": 30.0, "gpu_memory_p95": 20.0, "cpu_p95": 25.0}
     assert at(BatchSize(), datapoints(1200, cpu=(20.0, 30.0), gpus=[(90.0, 20.0)])) == []
     assert at(BatchSize(), datapoints(1200, cpu=(90.0, 90.0), gpus=[(30.0, 20.0)])) == []
+    short = BatchSize(patience=10)  # past its patience, but its window of 500 never filled
+    assert at(short, datapoints(200, cpu=(20.0, 30.0), gpus=[(30.0, 20.0)])) == []
+    assert short.notes("algo-1") == ["algo-1 gave 200 datapoints, fewer than the window of 500: not judged"]
 
 
 # -- steps -----------------------------------------------------------------------------------
@@ -202,7 +207,8 @@ def test_max_initialization_time_takes_fractions_of_a_minute_and_needs_steps_to_
                                             datapoints(10, every_s=0.25))] == [1.25]
     stepless = MaxInitializationTime(threshold_min=0.02, expects_steps=False)
     assert at(stepless, datapoints(10, every_s=0.25)) == []
-    assert stepless.notes("algo-1") == ["no steps known on algo-1: the job has no step or loss metric"]
+    assert stepless.notes("algo-1") == ["no steps known on algo-1: the job has no step or loss metric, and no "
+                                        "tensor hook step came"]
 
 
 def _steps(rule: StepOutlier, durations: list[float]) -> list[Finding]:
@@ -483,6 +489,10 @@ def test_the_fake_gpu_shows_what_its_file_says(tmp_path: Path) -> None:
     assert source.read() == [GpuReading(0, 60.0, 0.0)]
     path.write_text('[{"utilization_pct": ', encoding="utf-8")  # half written: the last readings stand
     assert source.read() == [GpuReading(0, 60.0, 0.0)]
+    for wrong in ('[{"utilization_pct": 5, "index": null}]', '[{"utilization_pct": 5, "process_memory_bytes": 7}]',
+                  '[{"utilization_pct": 5, "process_memory_bytes": {"x": 1}}]'):
+        path.write_text(wrong, encoding="utf-8")  # not as documented: never an error that stops the monitor
+        assert source.read() == [GpuReading(0, 60.0, 0.0)]
     path.unlink()
     assert source.read() == []
 
@@ -521,6 +531,8 @@ def test_the_runner_feeds_steps_then_datapoints_and_concludes_with_notes(store: 
                             points=[("step", start_ms + 1000, 1.0, "algo-1", stream.id, 0)],
                             stream_stats={stream.id: (1, 6, start_ms + 1000)}))
     watcher.finish()  # the verdicts
+    assert watcher.is_alive()  # the report waits for the job's own final status
+    watcher.job_ended()
     watcher.join()  # and then ProfilerReport's report
     stored = store.get_job("watched")
     assert stored is not None
@@ -533,6 +545,62 @@ def test_the_runner_feeds_steps_then_datapoints_and_concludes_with_notes(store: 
     assert "algo-1 gave 4 datapoints with GPU readings, not more than patience 1000: not judged (BatchSize, " \
            "CPUBottleneck, GPUMemoryIncrease, IOBottleneck, LowGPUUtilization)" in report
     assert "algo-1 gave 0 step durations, not more than the 100 StepOutlier needs (StepOutlier)" in report
+
+
+def _hooked_job(store: Store, name: str, rules: list[dict[str, Any]], ends: list[float],
+                metrics: list[dict[str, str]] | None = None) -> dict[str, dict[str, Any]]:
+    """A job whose tensor hook wrote ``ends`` (steps 0, 1, ... ended then), run through a RuleWatcher
+    to its verdicts: the profiler rules' statuses, by name."""
+    doc = job_document({"TrainingJobName": name, "ProfilerRuleConfigurations": rules, "AlgorithmSpecification": {
+        "ContainerEntrypoint": ["true"], "MetricDefinitions": metrics or []}}, time.time(), home=store.home)
+    row = store.create_job(name, doc, time.time())
+    path = tensors.tensor_dir(job_dir(store.home, name) / "algo-1") / records.file_name("algo-1")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(records.header(1, 500, ends[0]) + records.step_ends(0, ends[:60]) + "{\"hook\": "
+                    "\"trainmon.debug\", \"steps\": {\"first\": 1, \"ends\": [\"x\"]}}\n"  # a bad one: skipped
+                    + records.step_ends(60, ends[60:]), encoding="utf-8")
+    tap = ProfileTap()
+    for i in range(3):
+        tap.put("algo-1", int(1000 * ends[0]) + 100 * i, _row(5.0, None))
+    clock = ManualClock(wall_s=ends[0])
+    watcher = RuleWatcher(store, row, clock=clock, profile=tap)
+    clock.start(watcher)  # the first pass: the hook's steps, then the datapoints
+    watcher.finish()
+    watcher.join()
+    assert watcher.tensors.files["algo-1"].bad_lines == (1 if watcher.profiling.hook_steps else 0)  # else unread
+    stored = store.get_job(name)
+    assert stored is not None
+    return {s["RuleConfigurationName"]: s for s in stored.doc["ProfilerRuleEvaluationStatuses"]}
+
+
+def test_the_hooks_steps_reach_step_outlier_and_max_initialization_time(store: Store) -> None:
+    rules = [_config("StepOutlier", n_outliers="0", stddev="3"), _config("MaxInitializationTime", threshold="1")]
+    even = [1_700_000_000.0 + i for i in range(150)]  # a step a second, no metric giving steps
+    statuses = _hooked_job(store, "hooked-even", rules, even)
+    assert statuses["StepOutlier"]["RuleEvaluationStatus"] == "NoIssuesFound"
+    assert statuses["MaxInitializationTime"]["RuleEvaluationStatus"] == "NoIssuesFound"
+    assert "no step" not in statuses["MaxInitializationTime"].get("StatusDetails", "")
+    slow = even[:130] + [t + 5.0 for t in even[130:]]  # step 130 took 6 s
+    statuses = _hooked_job(store, "hooked-slow", rules, slow)
+    assert statuses["StepOutlier"]["RuleEvaluationStatus"] == "IssuesFound"
+    assert "step 130 took 6 s, the mean is 1 s" in statuses["StepOutlier"]["StatusDetails"]
+    stepped = _hooked_job(store, "hooked-stepped", rules, slow, [{"Name": "step", "Regex": r"step=(\d+)"}])
+    assert stepped["StepOutlier"]["RuleEvaluationStatus"] == "NoIssuesFound"  # the step metric's steps win
+
+
+def test_the_hooks_steps_replace_the_loss_points_as_steps() -> None:
+    setup = _setup("StepOutlier", n_outliers="0")
+    assert setup.parameters.get("loss_metric") == "train:loss" and profiler_setup.reads_hook_steps(setup)
+    rules = ProfilerRules([setup])
+    rules.observe_record("algo-1", Record(5.0, {"train:loss": 1.0}))  # a step by the loss, before the hook's came
+    found = [f for step in range(120) for _, _, f in rules.observe_step("algo-1", step, 100.0 + step)]
+    found += [f for _, _, f in rules.observe_step("algo-1", 120, 230.0)]
+    assert [f.step for f in found] == [120]  # the loss's point of 5.0 s is not a step before the hook's 100.0 s
+    rules.observe_record("algo-1", Record(231.0, {"train:loss": 1.0}))  # and no step once the hook's came
+    [(rule, _)] = rules.configured[0].rules("algo-1")
+    assert isinstance(rule, StepOutlier) and rule.outliers == 1
+    stepped = ProfilerRules([_setup("StepOutlier", ("step", "train:loss"), step_metric="step")])
+    assert not stepped.hook_steps and stepped.observe_step("algo-1", 1, 1.0) == []
 
 
 # -- real jobs ------------------------------------------------------------------------------
@@ -621,6 +689,8 @@ def test_profiler_report_is_on_by_default_and_writes_the_report(home: Path, scri
         pytest.fail(first)
     assert first.startswith("Profiling report: ")
     page = Path(first.removeprefix("Profiling report: "))
-    assert page.is_file() and "<html" in page.read_text(encoding="utf-8")[:2000].lower()
+    text = page.read_text(encoding="utf-8")
+    assert page.is_file() and "<html" in text[:2000].lower()
+    assert '<b id="status">Completed</b>' in text  # made after the job's final status, not while it packed up
     described = run_cli("describe", "reported", check=True).stdout
     assert f"{rule['RuleConfigurationName']}  NoIssuesFound  Profiling report: {page} (+" in described

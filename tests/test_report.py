@@ -24,6 +24,7 @@ from trainmon.report import analysis, charts
 from trainmon.report.gather import gather
 from trainmon.report.page import SECTIONS
 from trainmon.report.sources import read_system_metrics
+from trainmon.report.text import clock as clock_text
 from trainmon.runtime.jobstate import set_status
 from trainmon.store import Batch, Store, profiles
 
@@ -86,9 +87,9 @@ def test_a_profile_file_in_any_row_order_is_read_per_metric_in_time_order(tmp_pa
                                  "metric": pa.array(["b", "a", "b", "b"] if first == 0 else ["a", "b", "b", "a"]),
                                  "value": pa.array([3.0, 1.0, 2.0, 1.5] if first == 0 else [4.0, 5.0, 6.0, 7.0])}),
                        directory / f"{first}-x.parquet")
-    readings, unreadable = read_profile(str(tmp_path), "job")
-    metrics = readings["algo-1"].metrics
-    assert unreadable == [] and sorted(metrics) == ["a", "b"]
+    read = read_profile(str(tmp_path), "job")
+    metrics = read.readings["algo-1"].metrics
+    assert read.unreadable == [] and sorted(metrics) == ["a", "b"] and (read.rows, read.left_out) == (8, 0)
     assert metrics["a"][0].tolist() == [10, 40, 50] and metrics["a"][1].tolist() == [1.0, 4.0, 7.0]
     assert metrics["b"][0].tolist() == [10, 20, 30, 40, 50] and metrics["b"][1].tolist() == [1.5, 2.0, 3.0, 6.0, 5.0]
 
@@ -103,6 +104,30 @@ def test_a_chart_of_a_million_points_keeps_its_spike_and_stays_small() -> None:
     path = re.search(r'<path class="series s0" d="([^"]+)"', svg).group(1)  # type: ignore[union-attr]
     ys = [float(y) for y in re.findall(r"[ML][\d.]+ ([\d.]+)", path)]
     assert min(ys) < charts.TOP + charts.PLOT_H / 10  # the one spike reaches the top of the plot
+
+
+HOSTILE_VALUES = [[0.3, 0.30000000000000004], [1.0, 1.0000000000000002], [-1e308, 1e308], [1.7e308, 1.7e308],
+                  [-5e-324, 5e-324], [math.nan, math.inf, -math.inf], [math.nan], [], [42.0], [7.0] * 100_000,
+                  [-math.inf, 1e-300, 1.79e308]]
+
+
+@pytest.mark.timeout(30)  # each of these hung (or raised OverflowError) before
+def test_charts_of_hostile_values_and_times_end_with_bounded_axes() -> None:
+    spans = [(0, 1000), (-2**62, 2**62), (0, 1), (1_700_000_000_000, 1_700_000_000_001)]
+    for values in HOSTILE_VALUES:
+        for start, end in spans:
+            stamps = np.linspace(start, end, len(values)).astype(np.int64)
+            markers = [charts.Marker(start, "m", values[0] if values else None)]
+            svg = charts.chart("t", [charts.Line("v", stamps, np.asarray(values, np.float64))], start_ms=start,
+                               end_ms=end, markers=markers, bands=[charts.Band(start, end, "cpu", "b")])
+            numbers = re.findall(r' (?:x|y|x1|x2|y1|y2|cx|cy|width)="([^"]*)"', svg)
+            numbers += re.findall(r"[ML]([-\d.]+) ([-\d.]+)", svg)[0] if "<path" in svg else []
+            assert numbers and all(math.isfinite(float(n)) for n in numbers), (values[:3], start)
+            assert svg.count('class="grid"') <= charts.MAX_TICKS and svg.count('class="tick"') <= charts.MAX_TICKS
+    flat = charts.chart("t", [charts.Line("v", np.array([0, 1]), np.array([0.3, 0.30000000000000004]))],
+                        start_ms=0, end_ms=1000)
+    assert 2 <= flat.count('class="grid"') <= 6  # a band around the one value, with its ticks
+    assert clock_text(1e300) == "1e+300 s after the epoch" and clock_text(math.nan) == "NaN s after the epoch"
 
 
 # -- a known profile ---------------------------------------------------------------------------------
@@ -236,6 +261,101 @@ def test_a_damaged_profile_file_is_left_out_and_said(store: Store, known: str, t
     html = report.render(store, known)
     assert "1 profile file could not be read and is left out" in html
     assert "<td>algo-1</td><td>gpu0_utilization_pct</td>" in _section(html, "system-usage")
+
+
+def test_the_budget_reads_the_earliest_rows_and_points_and_the_page_says_what_it_left_out(
+        store: Store, known: str, tmp_path: Path) -> None:
+    from trainmon.report.sources import read_profile
+
+    minutes = str(tmp_path / "minutes")  # two hosts, three minutes, a file per host per minute
+    clock = ManualClock(wall_s=T0_S)
+    writer = profiles.ProfileWriter(minutes, "m", clock=clock)
+    for i in range(18):
+        for host in ("algo-1", "algo-2"):
+            writer.add(host, int(T0_S * 1000) + 10_000 * i, {"cpu0_utilization_pct": float(i), "cpu_iowait_pct": 1.0})
+        clock.advance(10.0)
+    writer.close()
+    whole = read_profile(minutes, "m")
+    assert (whole.rows, whole.files, whole.left_out) == (72, 6, 0)
+    last = max(profiles.Profile("m", minutes).files(), key=lambda name: Path(name).name)
+    cut = read_profile(minutes, "m", max_rows=71)  # a row short: the latest file is left out
+    assert cut.left_out == 1 and cut.cut_s == int(Path(last).name.split("-")[0])
+    kept = {host: cut.readings[host].metrics["cpu0_utilization_pct"][1].tolist() for host in ("algo-1", "algo-2")}
+    assert kept["algo-1"] == kept["algo-2"] and 0 < len(kept["algo-1"]) < 18  # every host ends at the same moment
+    assert read_profile(minutes, "m", max_rows=0).readings == {}
+
+    whole = read_profile(str(tmp_path / "profiles"), known)
+    cut = read_profile(str(tmp_path / "profiles"), known, max_rows=whole.rows - 1)
+    html = report.render(store, known, budget=report.Budget(profile_rows=whole.rows - 1, metric_points=20))
+    banner = re.search(r'<p class="banner cut">([^<]*)</p>', html)
+    assert banner and "This report was cut short" in banner.group(1)
+    assert f"the profile&#x27;s last {cut.left_out:,} of {whole.files:,} files (from " in banner.group(1)
+    assert f"the points of the metric &#x27;step&#x27; after its first 10 (from {clock_text(T0_S + STEP_TIMES_S[10])}, of 41)" \
+        in banner.group(1)
+    assert "step (10 points)" in _section(html, "metrics")  # 20 points shared between step and loss
+    assert '<p class="banner cut">' not in report.render(store, known)  # the default budget holds it all
+
+
+@pytest.mark.timeout(60)
+def test_a_report_of_hostile_readings_is_written_whole(store: Store, tmp_path: Path) -> None:
+    """NaN and infinities everywhere, empty and one-point series, a million identical values, a huge
+    metric name, readings stamped at the ends of time: the page is written, and says what it left out."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    location = tmp_path / "profiles"
+    register_job(store, {
+        "TrainingJobName": "hostile",
+        "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"], "MetricDefinitions": [
+            {"Name": "loss", "Regex": r"loss=(\S+)"}, {"Name": "step", "Regex": r"step=(\d+)"}]},
+        "ProfilerConfig": {"S3OutputPath": str(location), "ProfilingIntervalInMilliseconds": 100},
+        "ProfilerRuleConfigurations": [{"RuleConfigurationName": "CPUBottleneck", "RuleEvaluatorImage": "any",
+                                        "RuleParameters": {"rule_to_invoke": "CPUBottleneck"}}],
+    })
+    set_status(store, "hostile", "Training", at=T0_S)
+    t0 = int(T0_S * 1000)
+    million = 1_000_000
+    columns: dict[str, tuple[list[int] | np.ndarray, list[float] | np.ndarray]] = {
+        "cpu0_utilization_pct": (t0 + np.arange(million) * 100, np.full(million, 50.0)),
+        "gpu0_utilization_pct": ([t0, t0 + 100], [math.nan, math.nan]),
+        "gpu1_utilization_pct": ([t0, t0 + 100, t0 + 200], [math.inf, -math.inf, math.nan]),
+        "cpu_iowait_pct": ([t0], [1e308]),
+        "job_resident_bytes": ([-2**62, t0, 2**62], [-1e308, 1e308, 0.30000000000000004]),
+        "gpu0_memory_used_pct": ([t0, t0 + 1], [0.3, 0.30000000000000004]),
+        "m" * 100_000 + "_pct": ([t0], [1.0]),
+    }
+    directory = location / "hostile" / "algo-1"
+    directory.mkdir(parents=True)
+    names = sorted(columns)
+    pq.write_table(pa.table({
+        "timestamp_ms": pa.array(np.concatenate([np.asarray(columns[n][0], np.int64) for n in names])),
+        "metric": pa.array([n for n in names for _ in range(len(columns[n][0]))]).dictionary_encode(),
+        "value": pa.array(np.concatenate([np.asarray(columns[n][1], np.float64) for n in names]))}),
+        directory / f"{int(T0_S)}-00000000.parquet")
+    pq.write_table(pa.table({"timestamp_ms": pa.array([], pa.int64()), "metric": pa.array([], pa.string()),
+                             "value": pa.array([], pa.float64())}), directory / f"{int(T0_S) + 60}-00000001.parquet")
+    row = store.get_job("hostile")
+    assert row is not None
+    stream = store.add_stream(row.id, "algo-1", "hostile/algo-1-1", 0)
+    points = [("loss", t0 + i, value, "algo-1", stream.id, i) for i, value in enumerate([math.nan, math.inf, -math.inf])]
+    points.append(("step", t0 + 5, 1.0, "algo-1", stream.id, 3))
+    store.write_batch(Batch(row.id, chunks=[(stream.id, 0, 4, t0, "r\nr\nr\nr")], points=points,
+                            stream_stats={stream.id: (4, 4, 0)}))
+
+    def found(job: Any) -> None:
+        rulestatus.add_finding(job.doc, {"RuleConfigurationName": "CPUBottleneck", "RuleName": "CPUBottleneck",
+                                         "Host": "algo-1", "Time": T0_S + 5, "Message": "x" * 10_000,
+                                         "Values": {}, "Thresholds": {}}, T0_S)
+
+    store.update_job("hostile", found)
+    set_status(store, "hostile", "Completed", at=T0_S + 60)
+    html = report.render(store, "hostile")
+    assert html.endswith("</html>\n") and all(f'<section id="{key}">' for key, _ in SECTIONS)
+    assert "1 profile metric name longer than 256 characters" in html and "m" * 300 not in html
+    usage = _section(html, "system-usage")
+    assert "<td>algo-1</td><td>cpu0_utilization_pct</td><td>percent</td><td>50%</td>" in usage
+    assert f"<td>{million}</td>" in usage and "<td>gpu0_utilization_pct</td>" not in usage  # no number: no row
+    assert not re.search(r'="[^"]*(?:nan|inf)[^"]*"', html.split("<style>")[0] + html.split("</style>")[1])
 
 
 def test_a_tensor_rules_chart_draws_the_tensor_it_found_issues_with(store: Store) -> None:

@@ -236,6 +236,15 @@ def test_default_loss_metrics_fit_common_names(names: tuple[str, ...], loss: str
     assert setup.metrics == (loss, validation)
 
 
+def test_steps_come_from_a_step_like_definition_unless_step_metric_names_one() -> None:
+    names = ("loss", "Global_Step", "epoch")
+    assert _setup("LossNotDecreasing", names=names).parameters["step_metric"] == "Global_Step"
+    assert _setup("LossNotDecreasing", names=names).metrics == ("loss", "Global_Step")
+    assert _setup("LossNotDecreasing", names=names, step_metric="epoch").parameters["step_metric"] == "epoch"
+    assert "step_metric" not in _setup("LossNotDecreasing", names=("loss", "epoch")).parameters
+    assert _setup("ExplodingTensor", names=names).parameters["step_metric"] == "Global_Step"
+
+
 def test_loss_not_decreasing_mode_eval_watches_the_validation_loss() -> None:
     assert _setup("LossNotDecreasing", mode="eval").parameters["loss_metric"] == "validation:loss"
 

@@ -117,14 +117,14 @@ def test_the_live_stream_sends_the_definitions_counts_and_the_rules_statuses(htt
         if event == "definitions":
             seen["definitions"] = data["Definitions"]
         if event == "rules":
-            seen["rules"] = data["DebugRuleEvaluationStatuses"]
+            seen["rules"], seen["counts"] = data["DebugRuleEvaluationStatuses"], data["RuleFindingCounts"]
         return (seen.get("definitions") or [{}])[0].get("Matches", 0) >= 21 and any(
             r["RuleEvaluationStatus"] == "IssuesFound" for r in seen.get("rules", []))
 
     seen = wait_for(http, "live", counted)  # while the job still runs: it waits for its stop file
     (status,) = seen["rules"]
     assert status["RuleConfigurationName"] == "nan" and "loss is nan" in status["StatusDetails"]
-    assert isinstance(status["LastModifiedTime"], float)
+    assert isinstance(status["LastModifiedTime"], float) and seen["counts"] == {"nan": 1}
     assert http.get("/api/jobs/live").json()["Job"]["TrainingJobStatus"] == "InProgress"
 
 

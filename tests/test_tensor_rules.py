@@ -5,6 +5,10 @@ vanish, or do not."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,8 +34,10 @@ from trainmon.rules.tensor import (
     WeightUpdateRatio,
     allclose,
 )
+from trainmon.runtime import tensors
 from trainmon.runtime.rulewatch import RuleWatcher
-from trainmon.store import Store
+from trainmon.runtime.tensors import TensorFeed, TensorFile
+from trainmon.store import Batch, Store
 
 from .conftest import PY, run_cli
 
@@ -184,6 +190,39 @@ def test_collection_names_and_tensor_regex_select_tensors() -> None:
     assert only_regex == Selection(frozenset(), only_regex.regex)  # the default collection gives way
 
 
+def _within(seconds: float, work: Callable[[], Any]) -> Any:
+    """``work``'s answer, failing (not hanging) if it has none in ``seconds`` (a generous bound: what
+    it guards against blocks forever, or for minutes)."""
+    answer: list[Any] = []
+    worker = threading.Thread(target=lambda: answer.append(work()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert answer, f"no answer within {seconds} s: blocked"
+    return answer[0]
+
+
+_SELECTS = """
+from trainmon.rules import catalog, tensor
+from trainmon.rules.tensor import TensorRecord
+config = {"RuleConfigurationName": "r", "RuleEvaluatorImage": "x",
+          "RuleParameters": {"rule_to_invoke": "AllZero", "tensor_regex": "(a|a)*b"}}
+setup = catalog.setup(config, catalog.DEBUG, [], "j")
+selection = tensor.selection("AllZero", setup.parameters)
+names = ["a" * 40 + "c", "a" * 30 + "b", "a" * 5000 + "b"]
+print([selection.selects(TensorRecord(0, name, frozenset(), 0.0, 1)) for name in names])
+"""
+
+
+def test_tensor_regex_runs_in_bounded_time_on_the_jobs_names() -> None:
+    # RE2 runs (a|a)*b: it is allowed, and matched by RE2; Python's re takes 2**40 steps on the first name, in C,
+    # holding the GIL: hence a process of its own, which the timeout can end
+    done = subprocess.run([sys.executable, "-c", _SELECTS], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "[False, True, False]\n", done.stderr
+    long_names = tensor.selection("AllZero", _setup("AllZero", tensor_regex="x.*").parameters)
+    assert long_names.selects(rec(0, "x" * tensor.MAX_NAME_CHARS)) and not long_names.selects(
+        rec(0, "x" * (tensor.MAX_NAME_CHARS + 1)))  # past the cap: by collection only
+
+
 def test_exploding_tensor_watches_metrics_and_tensors() -> None:
     assert _setup("ExplodingTensor").metrics == ("train:loss",)
     assert _setup("ExplodingTensor", tensor_regex="gradient/.*").metrics == ()  # matches no metric: tensors only
@@ -214,6 +253,9 @@ def _config(rule: str, **parameters: str) -> dict[str, Any]:
     (_config("UnchangedTensor", equal_nan="maybe"), "Member must be True or False"),
     (_config("AllZero", collection_names=","), "Member must name tensor collections"),
     (_config("VanishingGradient", tensor_regex="("), "Member must be a regular expression"),
+    (_config("AllZero", tensor_regex="(?=a)(a|a)*b"), "ruleParameters.tensor_regex' failed to satisfy constraint: "
+     "Member must be a regular expression (Python's re) that matches metric or tensor names, and can be matched in "
+     "bounded time (no nested repetition with lookaround or back-references) (rule AllZero, parameter tensor_regex)"),
     (_config("VanishingGradient", loss_metric="loss"), "Member must be a parameter of VanishingGradient"),
 ])
 def test_bad_tensor_rule_configurations_name_rule_and_parameter(config_: dict[str, Any], words: str) -> None:
@@ -264,6 +306,8 @@ def test_the_runner_feeds_a_hosts_tensor_file_and_names_step_and_tensor(store: S
     assert watcher.passes == 2 and watcher.findings == []
     _append(path, vanished[30:])
     clock.advance(1.0)
+    assert watcher.findings == []  # step 500 waits a pass: more of it could come
+    clock.advance(1.0)  # nothing more came: it is fed
     [finding] = watcher.findings
     assert (finding["RuleName"], finding["Host"], finding["Step"], finding["Tensor"]) == (
         "VanishingGradient", "algo-1", 500, "gradient/fc1")
@@ -289,6 +333,107 @@ def test_a_tensor_rule_over_a_job_that_recorded_nothing_says_so(store: Store) ->
     [status] = stored.doc["DebugRuleEvaluationStatuses"]
     assert status["RuleEvaluationStatus"] == "NoIssuesFound"
     assert status["StatusDetails"].startswith("No tensors were recorded: record them with trainmon.debug")
+
+
+def _lines(*steps: tuple[int, int], update: float | None = None) -> str:
+    """(step, tensors) each as the hook's lines: weights t0, t1, ... of ones (with ``update``'s norm)."""
+    encode = records.Encoder()
+    return "".join(encode.tensor(step, f"t{i}", ("weights",), float(step), 4, (1.0, 1.0, 2.0, 1.0, 1.0), 0, 0, 0.0,
+                                 update) for step, count in steps for i in range(count))
+
+
+def test_the_reader_never_blocks_nor_raises_on_what_the_job_made_of_its_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)  # opened plainly, a FIFO no one writes blocks its reader forever
+    feed = TensorFeed({"algo-1": fifo, "algo-2": tmp_path}, [_setup("AllZero")])  # and a directory
+    assert _within(30, lambda: feed.evaluate(final=True)) == ([], [])
+    assert feed.details()["AllZero"] == ("No tensors were recorded: " + tensors.HOW_TO_RECORD + ". (fifo.jsonl is "
+                                         f"not a regular file: not read; {tmp_path.name} is not a regular file: not read)")
+    path = tmp_path / "algo-1.jsonl"
+    path.write_text(records.header(1, 1, 0.0) + '{"step": 1e400, "name": "x", "size": 1}\n' + "[" * 100_000 + "\n"
+                    + '{"step": 0, "name": "x", "size": 1e400}\n' + _lines((0, 1)), encoding="utf-8")
+    reader = TensorFile(path)
+    assert [r.name for r in reader.read(to_end=True)] == ["t0"] and reader.bad_lines == 3  # overflow, depth
+
+
+def test_the_first_line_after_an_over_long_one_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tensors, "MAX_LINE_BYTES", 100)
+    path = tmp_path / "algo-1.jsonl"
+    path.write_text(_lines((0, 1)) + "x" * 500, encoding="utf-8")  # a good line, and a partial one too long
+    reader = TensorFile(path)
+    assert [r.name for r in reader.read()] == []  # step 0 waits: more of it may come
+    _append(path, "x\n" + _lines((1, 1)))
+    assert [(r.step, r.name) for r in reader.read(to_end=True)] == [(0, "t0"), (1, "t0")] and reader.bad_lines == 1
+
+
+def test_a_step_split_between_two_reads_is_fed_once_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _lines((0, 3), (1, 3), update=1e-12)  # every update too small
+    monkeypatch.setattr(tensors, "MAX_READ_BYTES", len(_lines((0, 2), update=1e-12)) + 10)  # a read ends in line 3
+    path = tmp_path / "algo-1.jsonl"
+    path.write_text(text, encoding="utf-8")
+    reader = TensorFile(path)
+    reads = [reader.read() for _ in range(5)]
+    steps = [[r.step for r in read] for read in reads]
+    assert [0, 0, 0] in steps and [1, 1, 1] in steps and sum(map(len, steps)) == 6  # each step in one read, once
+    feed = TensorFeed({"algo-1": path}, [_setup("WeightUpdateRatio", num_steps="2")])  # step 0 split: checked once
+    found = [finding for _ in range(5) for _, _, finding in feed.evaluate()[0]]
+    assert [(f.step, f.values["tensors"]) for f in found] == [(0, 3.0)]
+
+
+def test_the_final_pass_reads_the_backlog_in_chunks_within_its_time(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    line = len(_lines((0, 1)))
+    monkeypatch.setattr(tensors, "MAX_READ_BYTES", line * 2)  # two records a chunk
+    path = tmp_path / "algo-1.jsonl"
+    path.write_text(_lines(*[(step, 2) for step in range(10)]), encoding="utf-8")
+    now = [0.0]
+
+    def monotonic() -> float:  # each chunk read takes a second
+        now[0] += 1.0
+        return now[0]
+    feed = TensorFeed({"algo-1": path}, [_setup("AllZero")], monotonic=monotonic, final_read_s=2.5)
+    feed.evaluate(final=True)
+    assert feed.records == 6  # three chunks, fed as they were read: then the time was up
+    assert feed.details()["AllZero"] == (f"Evaluated on part of the tensors only: the final pass stopped reading "
+                                         f"algo-1.jsonl with {line * 14} bytes unread (its time was up).")
+
+
+def test_records_the_hook_dropped_are_in_the_rules_details(tmp_path: Path) -> None:
+    path = tmp_path / "algo-1.jsonl"
+    path.write_text(records.header(1, 1, 0.0) + _lines((0, 1)) + records.dropped(12, 1.0) + _lines((5, 1)),
+                    encoding="utf-8")
+    feed = TensorFeed({"algo-1": path}, [_setup("AllZero"), _setup("VanishingGradient")])
+    feed.evaluate(final=True)
+    details = feed.details()
+    assert details["AllZero"] == ("Evaluated on part of the tensors only: the hook dropped 12 records, its writer "
+                                  "having fallen behind.")
+    assert details["VanishingGradient"].startswith("None of the 2 tensor records is in collection gradients") and \
+        details["VanishingGradient"].endswith("(the hook dropped 12 records, its writer having fallen behind)")
+
+
+class _BrokenFeed(TensorFeed):
+    """A feed that fails unforeseen (what the other tests make sure of cannot: a bug of its own)."""
+
+    def evaluate(self, *, final: bool = False, failed: Any = ()) -> Any:
+        raise RuntimeError("a bug in the feed")
+
+
+def test_a_failing_tensor_feed_keeps_the_passs_metric_findings(store: Store, capsys: pytest.CaptureFixture[str]
+                                                               ) -> None:
+    doc = job_document({"TrainingJobName": "both", "DebugRuleConfigurations": [_config("ExplodingTensor")],
+                        "AlgorithmSpecification": {"ContainerEntrypoint": ["true"], "MetricDefinitions": [
+                            {"Name": "train:loss", "Regex": "loss=(.*)"}]}}, time.time(), home=store.home)
+    row = store.create_job("both", doc, time.time())
+    stream = store.add_stream(row.id, "algo-1", "both/algo-1-1", 0)
+    store.write_batch(Batch(row.id, chunks=[(stream.id, 0, 1, 1000, "record")],
+                            points=[("train:loss", 1000, math.nan, "algo-1", stream.id, 0)],
+                            stream_stats={stream.id: (1, 6, 1000)}))
+    watcher = RuleWatcher(store, row, clock=ManualClock(wall_s=time.time()))
+    watcher.tensors = _BrokenFeed({}, [])
+    [finding] = watcher.evaluate(store)
+    assert (finding["RuleName"], finding["Metric"]) == ("ExplodingTensor", "train:loss")
+    watcher.evaluate(store)
+    assert capsys.readouterr().err.count("reading the tensor files failed: RuntimeError('a bug in the feed')") == 1
 
 
 # -- real jobs ----------------------------------------------------------------------------------------

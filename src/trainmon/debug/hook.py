@@ -14,8 +14,15 @@ first step is 0). A saved tensor becomes one line of the host's tensor file
 (:mod:`.records`): its reductions (:mod:`.reductions`), never its values; a weight (collections
 ``weights`` and ``biases``) recorded at the step before a saved one is copied, for the norm of its
 update at the saved step (numpy's copy is kept and reused; a torch tensor's lives for that step). :meth:`Hook.end_step` hands the step's lines to a writer thread, so the
-training thread never waits on the disk; a writer that falls 8 MiB behind drops lines and says
-so once.
+training thread never waits on the disk; a writer that falls 8 MiB behind drops lines, says so
+once, and counts them in the file, so that the rules report that they read part of the tensors.
+What the hook keeps is bounded: a step's lines go to the writer past 1 MiB, and state by name
+(weights' copies, warnings) stops growing at a cap.
+
+Each :meth:`Hook.end_step` (TorchHook's: each ``optimizer.step()``) also notes when the step ended,
+in memory, and the times go to the file as one line (:func:`records.step_ends`) with the next saved
+step's lines, at the first step, past :data:`records.MAX_STEP_ENDS` of them, and at
+:meth:`Hook.close`: StepOutlier and MaxInitializationTime read them where no step metric gives steps.
 
 The hook never raises into the training script and never stops it. Outside a trainmon job (no
 ``TRAINMON_TENSOR_DIR``, no ``tensor_dir``) it records nothing, after one warning; a problem
@@ -46,6 +53,9 @@ if TYPE_CHECKING:
 
 DEFAULT_SAVE_INTERVAL = 500  # Debugger's
 MAX_PENDING_BYTES = 8 << 20  # what the writer may fall behind by before lines are dropped
+FLUSH_BYTES = 1 << 20  # a step's lines handed to the writer before the step ends, past this (a loop without end_step)
+MAX_NAMES = 100_000  # distinct tensor names a hook keeps state for (weights' copies, warnings)
+MAX_WARNINGS = 1000  # distinct warnings a process remembers; past them, the rest are not shown
 CLOSE_TIMEOUT_S = 5.0  # what close() (and the interpreter's exit) waits for the writer
 WEIGHT_COLLECTIONS = frozenset({"weights", "biases"})
 
@@ -61,6 +71,10 @@ def warn_once(key: str, message: str) -> None:
     with _warned_lock:
         if key in _warned:
             return
+        if len(_warned) >= MAX_WARNINGS:  # a warning per name, for names without end: no more are shown
+            if "" in _warned:
+                return
+            key, message = "", f"more than {MAX_WARNINGS} warnings: no more are shown"
         _warned.add(key)
     try:
         print(f"trainmon: warning: tensor hook: {message}", file=sys.stderr, flush=True)
@@ -69,37 +83,53 @@ def warn_once(key: str, message: str) -> None:
 
 
 class _Writer:
-    """Appends the hook's lines to its file on a thread of its own, a batch of whole lines per write."""
+    """Appends the hook's lines to its file on a thread of its own, a batch of whole lines per write.
 
-    def __init__(self, path: Path, first: bytes) -> None:
+    It holds at most MAX_PENDING_BYTES it has not written, or one batch of any size when it holds
+    nothing else (a step bigger than that is written, not dropped); lines it drops are counted in
+    the file (:func:`records.dropped`) once it takes lines again, or as it closes."""
+
+    def __init__(self, path: Path) -> None:
         self.path = path
         self.failed: str | None = None
-        self.dropped = 0
-        self._queue: deque[bytes] = deque([first])
-        self._pending = len(first)
+        self.dropped = 0  # lines dropped, all told
+        self._unsaid = 0  # lines dropped that no line of the file counts yet
+        self._queue: deque[bytes] = deque()
+        self._pending = 0
         self._closed = False
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="trainmon-debug-writer", daemon=True)
         self._thread.start()
 
-    def put(self, data: bytes) -> bool:
-        """Queue whole lines; False when they were dropped (the writer failed, or is too far behind)."""
+    def put(self, data: bytes, lines: int) -> bool:
+        """Queue ``lines`` whole lines; False when they were dropped (the writer failed, or is too far behind)."""
         with self._changed:
             if self.failed is not None or self._closed:
                 return False
-            if self._pending + len(data) > MAX_PENDING_BYTES:
-                self.dropped += 1
-                if self.dropped == 1:
-                    warn_once(f"behind:{self.path}", f"writing {self.path} is {MAX_PENDING_BYTES >> 20} MiB behind; "
-                              "records are dropped until it catches up (the training goes on)")
+            if self._queue and self._pending + len(data) > MAX_PENDING_BYTES:
+                self.dropped += lines
+                self._unsaid += lines
+                warn_once(f"behind:{self.path}", f"writing {self.path} is {MAX_PENDING_BYTES >> 20} MiB behind; "
+                          "records are dropped until it catches up (the training goes on)")
                 return False
+            self._say_dropped()
             self._queue.append(data)
             self._pending += len(data)
             self._changed.notify()
         return True
 
+    def _say_dropped(self) -> None:
+        """The line that counts the lines dropped since the last such line, queued (under the lock)."""
+        if self._unsaid:
+            line = records.dropped(self._unsaid, time.time()).encode()
+            self._queue.append(line)
+            self._pending += len(line)
+            self._unsaid = 0
+
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         with self._changed:
+            if self.failed is None:
+                self._say_dropped()
             self._closed = True
             self._changed.notify()
         self._thread.join(timeout_s)
@@ -178,6 +208,12 @@ class Hook:
                  tensor_dir: str | os.PathLike[str] | None = None, host: str | None = None) -> None:
         self._step = 0
         self._lines: list[str] = []
+        self._line_bytes = 0  # what _lines hold, about (characters)
+        self._ends: list[float] = []  # when steps _ends_first, _ends_first + 1, ... ended: not written yet
+        self._ends_first = 0
+        self._runs: list[tuple[int, list[float]]] = []  # earlier runs of ends not written (set_step moved)
+        self._run_ends = 0  # the ends _runs hold
+        self._ends_due = True  # the ends go out at the next flush, saved step or not (the first step's, say)
         self._kept: dict[str, tuple[int, Any]] = {}  # weights copied at the step before a saved one
         self._plans: dict[Any, tuple[tuple[str, ...], int, int, bool]] = {}  # _plan's, by collections
         self._writer: _Writer | None = None
@@ -198,7 +234,7 @@ class Hook:
             return
         name = host or os.environ.get("SM_CURRENT_HOST") or socket.gethostname() or "algo-1"
         self.path = Path(directory) / records.file_name(name)
-        atexit.register(self.close)
+        atexit.register(self.close)  # unregistered by close(): a closed hook is not kept alive
 
     @staticmethod
     def _intervals(config: Mapping[str, Any], given: int | None, per_collection: Mapping[str, int] | None
@@ -254,7 +290,7 @@ class Hook:
                 self._record_reduced([name], [names], [reducer.reduce(value, previous)])
                 if not reducer.REUSES_COPIES:
                     self._kept.pop(name, None)
-            if keep:
+            if keep and self._may_keep(name):
                 self._kept[name] = (self._step, reducer.snapshot(value, kept[1] if kept is not None else None))
         except Exception as exc:
             self._skip(name, exc)
@@ -269,20 +305,32 @@ class Hook:
             if not due or not self.active:
                 return
             number = float(value.item() if hasattr(value, "item") else value)
-            line = self._encoder.scalar(self._step, name, names, time.time(), number)
-            with self._lock:
-                self._lines.append(line)
+            self._add([self._encoder.scalar(self._step, name, names, time.time(), number)])
         except Exception as exc:
             self._skip(name, exc)
 
     def end_step(self) -> None:
-        """The current step is done: its records go to the file, and the next step begins."""
+        """The current step is done: when it ended is noted, its records go to the file, and the next step begins."""
+        if self.path is not None:  # the end time kept (a float appended, no I/O), for a flush to write
+            try:  # the ends are the stepping thread's (end_step, set_step, close): no lock
+                ends = self._ends
+                if ends and self._ends_first + len(ends) != self._step:  # set_step moved: a run of its own
+                    self._runs.append((self._ends_first, ends))
+                    self._run_ends += len(ends)
+                    self._ends = ends = []
+                if not ends:
+                    self._ends_first = self._step
+                ends.append(time.time())
+                if len(ends) + self._run_ends >= records.MAX_STEP_ENDS:
+                    self._ends_due = True
+            except Exception as exc:  # never into the training loop
+                warn_once(f"ends:{id(self)}", f"the steps' end times are not recorded: {exc!r}")
         self.set_step(self._step + 1)
 
     def set_step(self, step: int) -> None:
         """Go to ``step`` (a loop with a counter of its own); the current step's records go to the file."""
         try:
-            self._flush()
+            self._flush(step_end=True)
         except Exception as exc:  # a thread that cannot start, say: never into the training loop
             warn_once(f"flush:{id(self)}", f"the records of step {self._step} are lost: {exc!r}")
         try:
@@ -299,7 +347,12 @@ class Hook:
         if self._closed:
             return
         try:
-            self._flush()
+            atexit.unregister(self.close)
+        except Exception:
+            pass
+        try:
+            self._ends_due = True
+            self._flush(step_end=True)
             self._closed = True
             if self._writer is not None and os.getpid() == self._pid:
                 self._writer.close()
@@ -348,23 +401,49 @@ class Hook:
         lines = [self._encoder.tensor(self._step, name, names_of, now, r.size, r.reductions, r.nan, r.inf,
                                       r.zero_fraction, r.update_l2)
                  for name, names_of, r in zip(names, collections, reduced, strict=True)]
+        self._add(lines)
+
+    def _add(self, lines: list[str]) -> None:
+        """Lines of the current step, handed to the writer before the step ends once they pass
+        FLUSH_BYTES (a script that never ends its steps must not keep them all)."""
         with self._lock:
             self._lines.extend(lines)
+            self._line_bytes += sum(map(len, lines))
+            full = self._line_bytes > FLUSH_BYTES
+        if full:
+            self._flush()
 
-    def _flush(self) -> None:
+    def _may_keep(self, name: str) -> bool:
+        """Whether a copy of weight ``name`` may be kept: at most MAX_NAMES of them (then one warning)."""
+        if name in self._kept or len(self._kept) < MAX_NAMES:
+            return True
+        warn_once(f"names:{id(self)}", f"more than {MAX_NAMES} weights recorded: the update of the others is not "
+                  "computed")
+        return False
+
+    def _flush(self, *, step_end: bool = False) -> None:
+        """The lines held to the writer; at a step's end (``step_end``: on the stepping thread), the
+        step ends too, with the lines, or alone when due."""
         with self._lock:
-            lines, self._lines = self._lines, []
+            lines, self._lines, self._line_bytes = self._lines, [], 0
+        count = len(lines)  # records, as the writer counts what it drops (not the steps lines)
+        if step_end and self._ends and (lines or self._ends_due):
+            runs = [*self._runs, (self._ends_first, self._ends)]
+            self._runs, self._run_ends, self._ends, self._ends_due = [], 0, [], False
+            lines.extend([records.step_ends(first, taken) for first, taken in runs])
         if not lines or not self.active:
             return
         assert self.path is not None
         data = "".join(lines).encode("utf-8", "backslashreplace")
         if self._writer is None:
-            first = records.header(self._pid, self.save_interval, time.time()).encode()
-            self._writer = _Writer(self.path, first)
-        self._writer.put(data)
+            self._writer = _Writer(self.path)
+            data = records.header(self._pid, self.save_interval, time.time()).encode() + data
+            self._writer.put(data, count + 1)
+            return
+        self._writer.put(data, count)
 
     def _skip(self, name: str, exc: Exception) -> None:
-        warn_once(f"skip:{id(self)}:{name}", f"{name!r} is not recorded: {exc}")
+        warn_once(f"skip:{id(self)}:{name[:200]}", f"{name[:200]!r} is not recorded: {exc}")
 
 
 def _reducer(value: Any) -> ModuleType:

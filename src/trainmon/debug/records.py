@@ -12,7 +12,9 @@ SageMaker's ``/opt/ml/output/tensors``) and the hook's configuration at
      "zero_fraction": 0.0, "update_l2": 0.0125}
     {"step": 500, "name": "loss", "collections": ["losses"], "time": 1733067913.207, "value": 0.25}
 
-(one line each). Floats that are not finite are the strings ``"NaN"``, ``"Infinity"`` and
+(one line each), the times the steps ended (:func:`step_ends`: steps 1234, 1235, ... ended at
+those times, written with the next saved step's lines), and, when the hook's writer fell behind and dropped records, a line that counts
+them (:func:`dropped`), which the rules' statuses report. Floats that are not finite are the strings ``"NaN"``, ``"Infinity"`` and
 ``"-Infinity"`` (strict JSON); a reduction that is not defined (the mean of an empty tensor) is
 ``null``. :func:`parse` reads a line back as a :class:`~trainmon.rules.tensor.TensorRecord`.
 """
@@ -48,8 +50,45 @@ def number(value: float | None) -> str:
 
 
 def header(pid: int, save_interval: int, timestamp_s: float) -> str:
+    """The line a hook writes first."""
     return (f'{{"hook": "trainmon.debug", "version": {VERSION}, "pid": {pid}, "save_interval": {save_interval}, '
             f'"time": {number(timestamp_s)}}}\n')
+
+
+def dropped(count: int, timestamp_s: float) -> str:
+    """The line that says the hook's writer fell behind and dropped ``count`` records: the rules
+    that read the file saw only part of the tensors, and say so."""
+    return f'{{"hook": "trainmon.debug", "dropped": {count}, "time": {number(timestamp_s)}}}\n'
+
+
+MAX_STEP_ENDS = 10_000  # step ends in one line: a hook with more waiting writes them early
+
+
+def step_ends(first: int, ends: Iterable[float]) -> str:
+    """The line that says step ``first``, ``first + 1``, ... ended at ``ends`` (seconds since the
+    epoch): the profiler rules' steps where no step metric gives them."""
+    return f'{{"hook": "trainmon.debug", "steps": {{"first": {first}, "ends": [{", ".join(map(repr, ends))}]}}}}\n'
+
+
+def read_step_ends(line: dict[str, Any]) -> tuple[int, list[float]]:
+    """The first step and the end times a :func:`step_ends` line gives (ValueError: malformed)."""
+    steps = line.get("steps")
+    first = steps.get("first") if isinstance(steps, dict) else None
+    ends = steps.get("ends") if isinstance(steps, dict) else None
+    if not isinstance(first, int) or isinstance(first, bool) or not isinstance(ends, list):
+        raise ValueError("a malformed steps line")
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) for t in ends):
+        raise ValueError("a steps line with a time that is not a finite number")
+    return first, [float(t) for t in ends]
+
+
+def dropped_count(line: dict[str, Any]) -> int:
+    """The records a hook's line says were dropped (0 for its other lines)."""
+    value = line.get("dropped")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+MAX_CACHED = 10_000  # names (and collection lists) whose JSON an Encoder keeps: a script may make names without end
 
 
 class Encoder:
@@ -63,10 +102,14 @@ class Encoder:
     def _prefix(self, step: int, name: str, collections: tuple[str, ...], timestamp_s: float) -> str:
         quoted = self._names.get(name)
         if quoted is None:
-            quoted = self._names[name] = json.dumps(name)
+            quoted = json.dumps(name)
+            if len(self._names) < MAX_CACHED:
+                self._names[name] = quoted
         listed = self._collections.get(collections)
         if listed is None:
-            listed = self._collections[collections] = json.dumps(list(collections))
+            listed = json.dumps(list(collections))
+            if len(self._collections) < MAX_CACHED:
+                self._collections[collections] = listed
         return f'{{"step": {step}, "name": {quoted}, "collections": {listed}, "time": {number(timestamp_s)}'
 
     def tensor(self, step: int, name: str, collections: tuple[str, ...], timestamp_s: float, size: int,
@@ -99,8 +142,8 @@ def parse(line: bytes | str) -> TensorRecord | dict[str, Any] | None:
     not one of the file's (ValueError: a record that is malformed)."""
     try:
         data = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not a JSON line: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or nested too deep to read
+        raise ValueError(f"not a JSON line: {exc!r}") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     if "step" not in data or "name" not in data:
@@ -115,8 +158,8 @@ def parse(line: bytes | str) -> TensorRecord | dict[str, Any] | None:
         return TensorRecord(step, name, collections, timestamp_s, int(data["size"]), mean, mean_abs, l2, low, high,
                             nan=int(data.get("nan", 0)), inf=int(data.get("inf", 0)),
                             zero_fraction=_float(data.get("zero_fraction")), update_l2=_float(data.get("update_l2")))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"a malformed record: {exc}") from None
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # OverflowError: a step of 1e400
+        raise ValueError(f"a malformed record: {exc!r}") from None
 
 
 def _scalar(step: int, name: str, collections: frozenset[str], timestamp_s: float, value: float | None

@@ -18,8 +18,9 @@ gradient accumulation and several forward passes per step would make ambiguous).
 
 At a saved step every parameter is recorded as ``<name>`` in ``weights`` (``biases`` for a name
 ending in ``bias``) and its gradient, where it has one, as ``gradient/<name>`` in ``gradients``.
-The reductions are computed on the tensors' device, under ``torch.no_grad()``, and come back
-to the host in one transfer per device. This module imports torch; ``trainmon.debug`` does not.
+The reductions are computed on the tensors' device, under ``torch.no_grad()``, one tensor at a
+time (the sums of a half-precision tensor accumulate in float32 without a float32 copy of it),
+and come back to the host in one transfer per device. This module imports torch; ``trainmon.debug`` does not.
 """
 
 from __future__ import annotations
@@ -38,23 +39,29 @@ _RECORDED = ("weights", "biases", "gradients")
 _WEIGHTS = ("weights", "biases")
 
 
-def _accumulator(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor in a type fit to sum over: float32 unless it is float64."""
-    if tensor.dtype in (torch.float32, torch.float64):
-        return tensor
+def _summable(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
+    """The tensor to reduce and the type its sums are taken in (float64 for float64, else float32):
+    a floating tensor as it is (its sums take ``dtype=``, no copy is made); another, as float32."""
     if tensor.is_complex():
         raise TypeError(f"a tensor of real numbers is needed, not one of {tensor.dtype}")
-    return tensor.to(torch.float32)
+    if not tensor.is_floating_point():
+        return tensor.to(torch.float32), torch.float32
+    return tensor, torch.float64 if tensor.dtype == torch.float64 else torch.float32
 
 
-def _parts(x: torch.Tensor, previous: torch.Tensor | None) -> list[torch.Tensor]:
-    """A tensor's reductions as 0-d tensors on its device, in five kernels (six with the update):
-    mean, mean |x|, L2, min, max, the non-zero count, and the update's norm where it is known."""
+def _parts(x: torch.Tensor, into: torch.dtype, previous: torch.Tensor | None) -> list[torch.Tensor]:
+    """A tensor's reductions as 0-d tensors of ``into`` on its device, in six kernels (seven with
+    the update): mean, mean |x|, L2, min, max, the non-zero count, and the update's norm where the
+    tensor before it is known. The sums accumulate in ``into``; only the update of a tensor of
+    half precision makes a temporary of ``into`` (of that one tensor)."""
     low, high = torch.aminmax(x)
-    parts = [x.mean(), torch.linalg.vector_norm(x, 1) / x.numel(), torch.linalg.vector_norm(x), low, high,
-             torch.count_nonzero(x).to(x.dtype)]
+    parts = [x.mean(dtype=into), torch.linalg.vector_norm(x, 1, dtype=into) / x.numel(),
+             torch.linalg.vector_norm(x, dtype=into), low.to(into), high.to(into), torch.count_nonzero(x).to(into)]
     if previous is not None and previous.shape == x.shape:
-        parts.append(torch.linalg.vector_norm(x - _accumulator(previous.to(x.device))))
+        before = previous.to(x.device)
+        difference = x - before if x.dtype == into else x.to(into) - before.to(into)
+        parts.append(torch.linalg.vector_norm(difference))
+        del difference, before
     return parts
 
 
@@ -64,33 +71,35 @@ def _counts(x: torch.Tensor) -> tuple[int, int]:
 
 
 def reduce_all(tensors: Sequence[torch.Tensor], previous: Sequence[torch.Tensor | None]) -> list[Reduced]:
-    """Every tensor's reductions, with one transfer to the host per device and dtype."""
+    """Every tensor's reductions, one tensor at a time (no copy of them all is ever made), with one
+    transfer to the host per device and type."""
     answers: list[Reduced] = []
     with torch.no_grad():
-        xs = [_accumulator(tensor.detach()) for tensor in tensors]
         groups: dict[tuple[torch.device, torch.dtype], list[tuple[int, int, int]]] = {}  # index, first part, parts
         parts: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-        for index, (x, before) in enumerate(zip(xs, previous, strict=True)):
+        for index, (tensor, before) in enumerate(zip(tensors, previous, strict=True)):
+            x, into = _summable(tensor.detach())
             if x.numel() == 0:
                 continue
-            key = (x.device, x.dtype)
-            found = _parts(x, before)
+            key = (x.device, into)
+            found = _parts(x, into, before)
             listed = parts.setdefault(key, [])
             groups.setdefault(key, []).append((index, len(listed), len(found)))
             listed.extend(found)
+            del x
         values: dict[int, list[float]] = {}
         for key, entries in groups.items():
-            flat = torch.stack(parts[key]).to(torch.float64).cpu().tolist()
+            flat = torch.stack(parts[key]).cpu().tolist()
             for index, first, count in entries:
                 values[index] = flat[first:first + count]
-        for index, x in enumerate(xs):
-            size = x.numel()
+        for index, tensor in enumerate(tensors):
+            size = tensor.numel()
             if size == 0:
                 answers.append(Reduced(0, (None, None, None, None, None), 0, 0, None))
                 continue
             mean, mean_abs, l2, low, high, nonzero, *update = values[index]
-            nan, inf = _counts(x) if not math.isfinite(l2) else (0, 0)
-            answers.append(Reduced(size, (mean, mean_abs, l2, low, high), nan, inf, (size - nonzero) / size,
+            nan, inf = _counts(tensor.detach()) if not math.isfinite(l2) else (0, 0)
+            answers.append(Reduced(size, (mean, mean_abs, l2, low, high), nan, inf, (size - round(nonzero)) / size,
                                    update[0] if update else None))
     return answers
 
@@ -101,20 +110,27 @@ def reduce(value: Any, previous: Any = None) -> Reduced:
 
 
 REUSES_COPIES = False
-"""A weight's copy lives for one step: a copy of every weight kept on a GPU would double the model's memory."""
+"""A weight's copy lives for one step (in host memory: see :func:`snapshot`), made anew each time."""
 
 
 def snapshot(value: Any, into: Any = None) -> torch.Tensor:
-    """A copy of a tensor, on its device, for the next step's update (made anew: see REUSES_COPIES)."""
+    """A copy of a tensor in host memory, for the next step's update: a copy kept on a GPU through
+    the next forward and backward pass would add the weights' size to the training's peak."""
     with torch.no_grad():
-        copy: torch.Tensor = value.detach().clone()
+        copy: torch.Tensor = value.detach().to("cpu", copy=True)
     return copy
 
 
 class TorchHook(Hook):
     """A :class:`~trainmon.debug.Hook` that records ``module``'s parameters and gradients as each step
     ends; given ``optimizer``, the step ends after each ``optimizer.step()``. ``weights`` and
-    ``gradients`` say whether each is recorded."""
+    ``gradients`` say whether each is recorded.
+
+    The norm of a weight's update needs the weight before it. Given the optimizer, the weights of a
+    saved step are copied on their device just before its ``optimizer.step()`` and the copies freed
+    as soon as the update is reduced after it: they never live through a forward or backward pass,
+    where a job's memory peaks. Without it, they are copied to host memory at the end of the step
+    before (and moved back one at a time to be compared)."""
 
     def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
                  save_interval: int | None = None, *, save_intervals: Mapping[str, int] | None = None,
@@ -123,30 +139,52 @@ class TorchHook(Hook):
         super().__init__(save_interval, save_intervals=save_intervals, tensor_dir=tensor_dir, host=host)
         self.module = module
         self.weights, self.gradients = weights, gradients
-        self._removal: Any = None
+        self._removals: list[Any] = []
+        self._before: dict[str, tuple[int, torch.Tensor]] = {}  # the weights of this step before optimizer.step()
         if optimizer is not None:
             try:
-                self._removal = optimizer.register_step_post_hook(self._after_optimizer_step)
+                self._removals.append(optimizer.register_step_pre_hook(self._before_optimizer_step))
+                self._removals.append(optimizer.register_step_post_hook(self._after_optimizer_step))
             except Exception as exc:  # not a torch optimizer: the loop can still end its steps
+                for removal in self._removals:
+                    removal.remove()
+                self._removals = []
                 warn_once(f"optimizer:{id(self)}", f"cannot follow the optimizer's steps ({exc!r}): call "
                           "hook.end_step() after each optimizer.step()")
+
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """At a saved step, the weights as they are before the update, copied on their device."""
+        try:
+            self._before.clear()
+            if not (self.weights and self.active):
+                return
+            with torch.no_grad():
+                for name, parameter in self.module.named_parameters():
+                    if self._is_due(_collection(name)):
+                        self._before[name] = (self._step, parameter.detach().clone())
+        except Exception as exc:  # never into the training loop (a copy that does not fit, say)
+            self._before.clear()
+            self._skip(type(self.module).__name__, exc)
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.end_step()
 
     def end_step(self) -> None:
         """The module's parameters and gradients recorded (if the step is saved), then the next step."""
-        if self.active and (self._is_due(_RECORDED) or self._is_due_next(_WEIGHTS)):  # else: nothing to do
-            try:
+        try:
+            if self.active and (self._is_due(_RECORDED) or (not self._removals and self._is_due_next(_WEIGHTS))):
                 self._record_module()
-            except Exception as exc:  # never into the training loop
-                self._skip(type(self.module).__name__, exc)
+        except Exception as exc:  # never into the training loop
+            self._skip(type(self.module).__name__, exc)
+        finally:
+            self._before.clear()  # the copies live across optimizer.step() only
         super().end_step()
 
     def close(self) -> None:
-        if self._removal is not None:
-            self._removal.remove()
-            self._removal = None
+        for removal in self._removals:
+            removal.remove()
+        self._removals = []
+        self._before.clear()
         super().close()
 
     def _record_module(self) -> None:
@@ -154,16 +192,18 @@ class TorchHook(Hook):
         collections: list[tuple[str, ...]] = []
         tensors: list[torch.Tensor] = []
         previous: list[torch.Tensor | None] = []
+        follows = bool(self._removals)  # the optimizer's hooks copy the weights before its step
         for name, parameter in self.module.named_parameters():
-            collection: tuple[str, ...] = ("biases",) if name.endswith("bias") else ("weights",)
+            collection = _collection(name)
             if self.weights:
                 if self._is_due(collection):
-                    kept = self._kept.pop(name, None)
+                    kept = self._before.pop(name, None) if follows else self._kept.pop(name, None)
                     names.append(name)
                     collections.append(collection)
                     tensors.append(parameter)
-                    previous.append(kept[1] if kept is not None and kept[0] == self._step - 1 else None)
-                if self._is_due_next(collection):
+                    previous.append(kept[1] if kept is not None and kept[0] == self._step - (0 if follows else 1)
+                                    else None)
+                if not follows and self._is_due_next(collection) and self._may_keep(name):
                     self._kept[name] = (self._step, snapshot(parameter))
             if self.gradients and parameter.grad is not None and self._is_due(("gradients",)):
                 names.append(f"gradient/{name}")
@@ -172,3 +212,7 @@ class TorchHook(Hook):
                 previous.append(None)
         if tensors:
             self._record_reduced(names, collections, reduce_all(tensors, previous))
+
+
+def _collection(name: str) -> tuple[str, ...]:
+    return ("biases",) if name.endswith("bias") else ("weights",)

@@ -199,15 +199,10 @@ def periods(stamps: np.ndarray, held: np.ndarray, merge_ms: int = 0) -> list[Per
     ends_at = np.append(stamps[1:], stamps[-1] + max(step, 1))
     flags = held.astype(np.int8)
     edges = np.diff(np.concatenate(([0], flags, [0])))
-    starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
-    found: list[Period] = []
-    for first, last in zip(starts.tolist(), stops.tolist(), strict=True):
-        start, end = int(stamps[first]), int(ends_at[last])
-        if found and start - found[-1].end_ms <= merge_ms:
-            found[-1] = Period(found[-1].start_ms, end)
-        else:
-            found.append(Period(start, end))
-    return found
+    begins, ends = stamps[np.flatnonzero(edges == 1)], ends_at[np.flatnonzero(edges == -1) - 1]
+    apart = np.flatnonzero(begins[1:] - ends[:-1] > merge_ms)  # runs joined without a loop over them
+    firsts, lasts = np.concatenate(([0], apart + 1)), np.append(apart, len(begins) - 1)
+    return [Period(int(b), int(e)) for b, e in zip(begins[firsts].tolist(), ends[lasts].tolist(), strict=True)]
 
 
 def bottlenecks(busy: Columns, gpu: Columns, busy_above: float, gpu_below: float,

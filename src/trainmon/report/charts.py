@@ -27,6 +27,11 @@ PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 COLORS = 8  # series classes s0..s7 (the page's style gives their colours)
 _TIME_STEPS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
                  86400, 172800, 604800)
+MAX_TICKS = 12  # of each axis; the steps chosen give at most 9
+LIMIT = 2.0**1020  # the value axis stops here (about 1e307): its span stays finite (beyond: on the edge)
+FLAT = 1e-9  # a range smaller than this share of its values' size is drawn as one value
+TINY = 1e-300  # below this a span or a step is zero (no tick divides it)
+SAFE_SPAN_MS = 2**52  # a time axis wider (142,000 years: a reading stamped at the ends of time) is bucketed coarser
 
 
 @dataclass(frozen=True)
@@ -66,10 +71,15 @@ class _Scale:
 
     def x(self, stamps: np.ndarray) -> np.ndarray:
         span = max(self.end_ms - self.start_ms, 1)
-        return np.asarray(LEFT + (stamps.astype(np.float64) - self.start_ms) * (PLOT_W / span))
+        with np.errstate(all="ignore"):
+            x = LEFT + (stamps.astype(np.float64) - self.start_ms) * (PLOT_W / span)
+        return np.clip(np.nan_to_num(x, nan=LEFT), LEFT - 1, LEFT + PLOT_W + 1)
 
     def y(self, values: np.ndarray) -> np.ndarray:
-        return np.asarray(TOP + (self.high - values) * (PLOT_H / (self.high - self.low)))
+        """Pixels of ``values``; one beyond the axis (the axis stops at ±LIMIT) on its edge."""
+        with np.errstate(all="ignore"):
+            y = TOP + (self.high - np.asarray(values, np.float64)) * (PLOT_H / (self.high - self.low))
+        return np.clip(np.nan_to_num(y, nan=TOP + PLOT_H), TOP, TOP + PLOT_H)
 
 
 def chart(title: str, lines: Sequence[Line], *, start_ms: int, end_ms: int, unit: str | None = None,
@@ -112,11 +122,19 @@ def _kept(line: Line, start_ms: int, end_ms: int) -> Line:
     if len(stamps) and (stamps[0] < start_ms or stamps[-1] > end_ms):
         inside = (stamps >= start_ms) & (stamps <= end_ms)
         stamps, values = stamps[inside], values[inside]
-    index = keep(stamps, values, PLOT_W, start_ms, end_ms + 1)
+    span = end_ms + 1 - start_ms
+    if span <= SAFE_SPAN_MS:
+        index = keep(stamps, values, PLOT_W, start_ms, end_ms + 1)
+    else:  # readings stamped ages apart: bucketed in coarser units, keep()'s arithmetic stays within int64
+        unit = span / SAFE_SPAN_MS
+        coarse = ((stamps.astype(np.float64) - start_ms) / unit).astype(np.int64)
+        index = keep(coarse, values, PLOT_W, 0, SAFE_SPAN_MS)
     return Line(line.label, stamps[index], values[index])
 
 
 def _value_range(lines: Sequence[Line], markers: Sequence[Marker], unit: str | None) -> tuple[float, float]:
+    """The value axis: finite, never flat (a range within :data:`FLAT` of its size is padded) and
+    within ±:data:`LIMIT`, so its span and every tick are ordinary floats."""
     finite = [line.values[np.isfinite(line.values)] for line in lines]
     values = np.concatenate(finite) if finite else np.empty(0)
     marked = [m.value for m in markers if m.value is not None and math.isfinite(m.value)]
@@ -124,45 +142,67 @@ def _value_range(lines: Sequence[Line], markers: Sequence[Marker], unit: str | N
         values = np.concatenate((values, np.asarray(marked, dtype=np.float64)))
     if not len(values):
         return 0.0, 1.0
-    low, high = float(values.min()), float(values.max())
+    low = min(max(float(values.min()), -LIMIT), LIMIT)
+    high = min(max(float(values.max()), -LIMIT), LIMIT)
     if unit == "Percent" and low >= 0 and high <= 100:
         return 0.0, 100.0
     if low >= 0 and high > 0 and low < 0.25 * high:
         low = 0.0
-    if high == low:
-        pad = abs(high) * 0.1 or 1.0
+    size = max(abs(low), abs(high))
+    if high - low <= FLAT * size or high - low < TINY:  # one value (to the last bits): a band around it
+        pad = size * 0.1 if size >= TINY else 1.0
         return low - pad, high + pad
     pad = (high - low) * 0.05
     return (low if low == 0 else low - pad), high + pad
 
 
 def _nice_step(span: float, count: int) -> float:
+    """A round step (1, 2, 2.5 or 5 times a power of ten) giving at most ``count`` steps over
+    ``span``; 0.0 when ``span`` is no ordinary positive number (no ticks then)."""
     raw = span / count
-    magnitude = 10.0 ** math.floor(math.log10(raw))
-    return float(next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw))
+    if not math.isfinite(raw) or raw < TINY:
+        return 0.0
+    magnitude = 10.0 ** min(max(math.floor(math.log10(raw)), -300), 300)
+    return float(next((m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw), raw))
+
+
+def _time_step(span_s: float) -> float:
+    """The time axis' step: a round one of :data:`_TIME_STEPS_S` giving at most 8 steps, else
+    whole weeks (an axis of years, from a reading stamped far from the job)."""
+    found = next((s for s in _TIME_STEPS_S if span_s / s <= 8), None)
+    if found is not None:
+        return found
+    weeks = span_s / 8 / _TIME_STEPS_S[-1]
+    return _TIME_STEPS_S[-1] * float(math.ceil(weeks)) if math.isfinite(weeks) else math.inf
 
 
 def _grid(scale: _Scale, unit: str | None) -> str:
-    """Axes, value ticks and time ticks (time since the job started)."""
+    """Axes, value ticks and time ticks (time since the job started). Ticks are counted by an
+    integer index, at most :data:`MAX_TICKS` of each: a float that stops moving cannot hold a loop."""
     out = [f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}"/>']
     step = _nice_step(scale.high - scale.low, 4)
-    tick = math.ceil(scale.low / step) * step
-    while tick <= scale.high + step * 1e-9:
-        y = float(scale.y(np.asarray([tick]))[0])
-        out.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                   f'<text class="axis" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
-                   f'{escape(quantity(tick, unit, short=True))}</text>')
-        tick += step
+    first = scale.low / step if step > 0 else math.nan
+    if math.isfinite(first):
+        base = math.ceil(first)
+        for index in range(MAX_TICKS):
+            tick = (base + index) * step
+            if tick > scale.high + step * 1e-9:
+                break
+            y = float(scale.y(np.asarray([tick]))[0])
+            out.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y:.1f}" y2="{y:.1f}"/>'
+                       f'<text class="axis" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
+                       f'{escape(quantity(tick, unit, short=True))}</text>')
     span_s = (scale.end_ms - scale.start_ms) / 1000
-    every_s = next((s for s in _TIME_STEPS_S if span_s / s <= 8), _TIME_STEPS_S[-1])
-    moment = 0.0
-    while moment <= span_s + 1e-9:
+    every_s = _time_step(span_s)
+    for index in range(MAX_TICKS if math.isfinite(every_s) else 1):
+        moment = index * every_s
+        if moment > span_s + 1e-9:
+            break
         x = float(scale.x(np.asarray([scale.start_ms + moment * 1000]))[0])
         anchor = "end" if x > WIDTH - RIGHT - 30 else "middle"  # the last label stays inside the picture
         out.append(f'<line class="tick" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + PLOT_H}" y2="{TOP + PLOT_H + 4}"/>'
                    f'<text class="axis" x="{x:.1f}" y="{HEIGHT - 10}" text-anchor="{anchor}">'
                    f'{escape(elapsed(moment, every_s < 1))}</text>')
-        moment += every_s
     return "".join(out)
 
 

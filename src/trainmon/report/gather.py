@@ -4,6 +4,11 @@ Everything comes through the operations layer and the store, as any reader gets 
 and its rules as ListRuleFindings answers them (statuses as DescribeTrainingJob gives them, every
 parameter with its default), each metric's points as columns, the hosts' system readings from the
 profile (:mod:`.sources`). The result is plain values, which :mod:`.page` turns into HTML.
+
+What is read is bounded by a :class:`Budget` (the report runs inside the job's supervisor at its
+end, however long the job ran): the profile's earliest rows up to ``profile_rows``, and each
+metric's earliest points up to its share of ``metric_points``. What it left out is in
+:attr:`JobData.left_out`, which the page shows at its top.
 """
 
 from __future__ import annotations
@@ -18,15 +23,29 @@ from ..api import sagemaker, trainmon
 from ..clock import REAL_CLOCK, Clock
 from ..jobs.document import JobDocument
 from ..jobs.status import TERMINAL, profiler_settings
-from ..store import Store
-from . import analysis
+from ..store import PointColumns, Store
+from . import analysis, sources
 from .analysis import Columns, Phases
-from .sources import HostReadings, read_profile, read_system_metrics
+from .sources import HostReadings, ProfileRead, read_profile, read_system_metrics
+from .text import clock as clock_text
 
 BOTTLENECK_DEFAULTS = {("CPUBottleneck", "cpu_threshold"): 90.0, ("CPUBottleneck", "gpu_threshold"): 10.0,
                        ("IOBottleneck", "io_threshold"): 50.0, ("IOBottleneck", "gpu_threshold"): 10.0}
 """Debugger's defaults for when a CPU (or an I/O) bottleneck holds (§8 of the AWS notes), used
 unless the job's CPUBottleneck, IOBottleneck or ProfilerReport configuration sets its own."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The most a report reads: the profile's rows (all hosts together; about 16 bytes each in
+    memory) and the job's metric points (all metrics together, shared evenly among them)."""
+
+    profile_rows: int = sources.MAX_PROFILE_ROWS
+    metric_points: int = 4_000_000
+    windows: int = 64  # reads of one metric's points, window by window of time, at most
+
+
+BUDGET = Budget()
 
 
 @dataclass(frozen=True)
@@ -65,9 +84,10 @@ class JobData:
     tensors: dict[tuple[str, str], Columns]  # (host, tensor) -> the reduction its rule watched, per record
     location: str  # the profile location (where the report goes), or <home>/profiles
     thresholds: dict[tuple[str, str], float] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)  # what the budget left out, in words
 
 
-def gather(store: Store, job_name: str, clock: Clock = REAL_CLOCK) -> JobData:
+def gather(store: Store, job_name: str, clock: Clock = REAL_CLOCK, budget: Budget = BUDGET) -> JobData:
     row = sagemaker.job(store, job_name)
     doc = row.doc
     now_s = clock.wall()
@@ -75,20 +95,23 @@ def gather(store: Store, job_name: str, clock: Clock = REAL_CLOCK) -> JobData:
     findings = trainmon.list_rule_findings(store, TrainingJobName=row.name)
     rules = _rules(findings)
     hosts = sorted({s.host for s in store.streams(row.id)}, key=_host_order)
-    metrics = _metrics(store, row.id)
+    start_s = doc.get("TrainingStartTime", doc["CreationTime"])
+    end_s = now_s if running else doc.get("TrainingEndTime", doc["LastModifiedTime"])
+    left_out: list[str] = []
+    metrics = _metrics(store, row.id, budget, (int(start_s * 1000), int(end_s * 1000)), left_out)
     names = [d["Name"] for d in doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
     preferred = [str(r.parameters["step_metric"]) for r in rules if r.parameters.get("step_metric")]
     step = analysis.step_metric([n for n in dict.fromkeys(names) if n in metrics] or names, preferred)
     steps = {host: analysis.step_intervals(*columns) for host, columns in metrics.get(step or "", {}).items()}
     first_s, last_s = _loop(metrics, step)
-    start_s = doc.get("TrainingStartTime", doc["CreationTime"])
-    end_s = now_s if running else doc.get("TrainingEndTime", doc["LastModifiedTime"])
     settings = profiler_settings(doc)
     readings: dict[str, HostReadings] = {}
     profile_error = None
     if settings is not None:
         try:
-            readings, unreadable = read_profile(settings["S3OutputPath"], row.name)
+            read = read_profile(settings["S3OutputPath"], row.name, budget.profile_rows)
+            readings, unreadable = read.readings, read.unreadable
+            left_out += _profile_left_out(read, budget)
             if unreadable:
                 profile_error = (f"{len(unreadable)} profile file{'s' if len(unreadable) > 1 else ''} could not be "
                                  f"read and {'are' if len(unreadable) > 1 else 'is'} left out: {unreadable[0]}"
@@ -106,7 +129,24 @@ def gather(store: Store, job_name: str, clock: Clock = REAL_CLOCK) -> JobData:
         hosts=hosts, interval_ms=settings.get("ProfilingIntervalInMilliseconds") if settings else None,
         profile_error=profile_error, readings=readings, metrics=metrics, step_metric=step, steps=steps,
         rules=rules, tensors=_tensors(store, row.name, rules), location=report_location(store, doc),
-        thresholds=_thresholds(rules))
+        thresholds=_thresholds(rules), left_out=left_out)
+
+
+def _profile_left_out(read: ProfileRead, budget: Budget) -> list[str]:
+    """What the budget (or the profile's own oddities) left out of the profile, in words."""
+    said = []
+    if read.left_out:
+        since = f" (from {clock_text(read.cut_s)})" if read.cut_s is not None else ""
+        said.append(f"the profile's last {read.left_out:,} of {read.files:,} files{since}: the report reads at most "
+                    f"{budget.profile_rows:,} profile rows and {sources.MAX_PROFILE_FILES:,} files, the earliest "
+                    f"first ({read.rows:,} rows read)")
+    if read.crowded:
+        said.append(f"the metrics of {', '.join(read.crowded[:3])}{', ...' if len(read.crowded) > 3 else ''} after "
+                    f"its first {sources.MAX_HOST_METRICS:,}")
+    if read.long_names:
+        said.append(f"{read.long_names:,} profile metric name{'s' if read.long_names > 1 else ''} longer than "
+                    f"{sources.MAX_NAME_CHARS} characters")
+    return said
 
 
 def report_location(store: Store, doc: JobDocument) -> str:
@@ -130,12 +170,21 @@ def _rules(answer: dict[str, Any]) -> list[RuleView]:
             for rule in answer["Rules"]]
 
 
-def _metrics(store: Store, job_id: int) -> dict[str, dict[str, Columns]]:
-    """Each metric's points per host, in time order."""
+def _metrics(store: Store, job_id: int, budget: Budget, span_ms: tuple[int, int],
+             left_out: list[str]) -> dict[str, dict[str, Columns]]:
+    """Each metric's points per host, in time order: the earliest of them, up to the metric's
+    share of the budget (what is left out is said in ``left_out``)."""
     hosts = {stream.id: stream.host for stream in store.streams(job_id)}
+    names = store.metric_names(job_id)
+    counts = {name: summary[0] for name, summary in store.metric_summaries(job_id).items()}
+    share = max(budget.metric_points // max(len(names), 1), 1)
     found: dict[str, dict[str, Columns]] = {}
-    for name in store.metric_names(job_id):
-        columns = store.point_columns(job_id, name)
+    for name in names:
+        columns, cut_ms = _points(store, job_id, name, counts.get(name, 0), share, span_ms, budget.windows)
+        if cut_ms is not None:
+            left_out.append(f"the points of the metric {name!r} after its first {len(columns.stamps):,} (from "
+                            f"{clock_text(cut_ms / 1000)}, of {counts.get(name, 0):,}): the report reads at most "
+                            f"{budget.metric_points:,} metric points, shared among the job's metrics")
         if not len(columns.stamps):
             continue
         per_host = found[name] = {}
@@ -150,6 +199,35 @@ def _metrics(store: Store, job_id: int) -> dict[str, dict[str, Columns]]:
                 stamps, values = stamps[order], values[order]
             per_host[host] = (stamps.astype(np.int64), values.astype(np.float64))
     return found
+
+
+def _points(store: Store, job_id: int, name: str, count: int, cap: int, span_ms: tuple[int, int],
+            windows: int) -> tuple[PointColumns, int | None]:
+    """A metric's earliest ``cap`` points, and when the first point left out was (None: none was).
+    One read when it holds no more; else window by window of time from the first point (each
+    sized to hold about half the cap at the metric's mean rate over the job, twice as wide after
+    one that held little), at most ``windows`` reads: what is in memory is about the cap."""
+    if count <= cap:
+        return store.point_columns(job_id, name), None
+    start, end = span_ms
+    width = max((end - start) * cap // (2 * count), 1000)
+    pieces: list[PointColumns] = []
+    held, lower, upper = 0, None, start + width
+    read_until: int | None = None  # where the reads stopped (None: at the end)
+    for _ in range(windows):
+        read_until = None if upper >= end else upper
+        piece = store.point_columns(job_id, name, start_ms=lower, end_ms=read_until)
+        pieces.append(piece)
+        held += len(piece.stamps)
+        if held > cap or read_until is None:
+            break
+        if len(piece.stamps) < cap // 4:
+            width *= 2
+        lower, upper = upper, upper + width
+    joined = PointColumns(*(np.concatenate(column) for column in zip(*pieces, strict=True)))
+    if len(joined.stamps) > cap:
+        return PointColumns(*(column[:cap] for column in joined)), int(joined.stamps[cap])
+    return joined, read_until
 
 
 def _loop(metrics: dict[str, dict[str, Columns]], step: str | None) -> tuple[float | None, float | None]:

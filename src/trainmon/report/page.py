@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
+import numpy as np
+
 from .. import __version__
 from . import analysis, views
 from .advice import advice
@@ -28,6 +30,13 @@ NO_GPU = ("no GPU readings: no NVIDIA GPU was visible to the job (CUDA_VISIBLE_D
 
 
 def page(data: JobData) -> str:
+    """The page. NumPy's warnings are silenced here: hostile readings (overflowing sums, infinities
+    that meet) make NaN or an edge of a chart, never a warning on the job's stderr."""
+    with np.errstate(all="ignore"):
+        return _page(data)
+
+
+def _page(data: JobData) -> str:
     axis = _axis(data)
     body = [_header(data), _contents(),
             _section("summary", _summary(data)), _section("system-usage", _usage(data)),
@@ -95,6 +104,9 @@ def _header(data: JobData) -> str:
         parts.append(_note(f"The job failed: {data.failure}", "banner failed"))
     if data.profile_error:
         parts.append(_note(data.profile_error, "banner failed"))
+    if data.left_out:
+        parts.append(_note("This report was cut short to stay within what a report reads (docs/report.md, "
+                           "What it costs); left out: " + "; ".join(data.left_out) + ".", "banner cut"))
     return "".join(parts) + "</header>"
 
 
@@ -355,7 +367,7 @@ h1{font-size:22px;margin:8px 0 4px}h2{font-size:18px;margin:28px 0 8px;padding-t
 h3{font-size:15px;margin:16px 0 6px}.meta{color:#4a5566;margin:0 0 8px}
 nav.contents{display:flex;flex-wrap:wrap;gap:4px 14px;margin:8px 0;font-size:13px}nav a{color:#1a5fb4}
 .banner{padding:8px 12px;border-radius:4px;margin:8px 0}.running{background:#fff4d6;border:1px solid #e5c35c}
-.failed{background:#fde2e1;border:1px solid #e08b87}.note{color:#4a5566;margin:6px 0}
+.failed{background:#fde2e1;border:1px solid #e08b87}.cut{background:#eef3fb;border:1px solid #9db6dc}.note{color:#4a5566;margin:6px 0}
 table{border-collapse:collapse;margin:6px 0 10px;font-size:13px}th,td{border:1px solid #d8dde6;padding:3px 8px;
 text-align:left;vertical-align:top}th{background:#f1f3f7}table.usage td:nth-child(n+4),table.steps td:nth-child(n+2)
 {text-align:right;font-variant-numeric:tabular-nums}table.rules{table-layout:fixed;width:100%}

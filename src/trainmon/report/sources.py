@@ -6,6 +6,12 @@ objects), a few files at a time on threads: a file's rows are sorted by metric a
 are joined per host and metric. A 10-hour job profiled every 100 ms (9 million rows) is read in
 about the time ``pyarrow.parquet.read_table`` takes to read its files (``python3 -m benchmarks report``).
 
+The report runs inside the job's supervisor at its end, so what it reads is bounded: files are
+read in time order (every host's minute at once) until ``max_rows`` rows (:data:`MAX_PROFILE_ROWS`)
+or :data:`MAX_PROFILE_FILES` files; the rest is left out, and :class:`ProfileRead` says from when.
+A host keeps its first :data:`MAX_HOST_METRICS` metrics, and a metric name longer than
+:data:`MAX_NAME_CHARS` is left out (the profiler writes neither; a file from elsewhere might).
+
 A job that ran without the profiler still has the CloudWatch metrics the system monitor sent
 (namespace ``/aws/sagemaker/TrainingJobs``, dimension ``Host=<job>/algo-N``): one datapoint per
 period (1 to 60 s), per host, summed over cores and GPUs.
@@ -13,8 +19,9 @@ period (1 to 60 s), per host, summed over cores and GPUs.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +34,11 @@ from .analysis import Columns, profile_unit
 
 PROFILE, CLOUDWATCH = "profile", "cloudwatch"
 READERS = 4  # threads reading profile files at once
+AHEAD = 2 * READERS  # files read ahead of the one being joined: what is in memory beyond the budget
+MAX_PROFILE_ROWS = 12_000_000  # a 10-hour job of one host with 8 cores and 2 GPUs at 100 ms is 9 million
+MAX_PROFILE_FILES = 20_000  # a file a host a minute: two weeks of one host
+MAX_HOST_METRICS = 1_000
+MAX_NAME_CHARS = 256
 
 
 @dataclass
@@ -47,41 +59,110 @@ class HostReadings:
         return self._derived[name]
 
 
-def read_profile(location: str, job: str) -> tuple[dict[str, HostReadings], list[str]]:
-    """Every host's profile, per metric in time order (empty when none was written yet), and the
-    files that could not be read (left out: one damaged file must not hide the rest). Files are
-    read on a few threads at once (pyarrow decodes without the GIL), in their order."""
+@dataclass
+class ProfileRead:
+    """What :func:`read_profile` read of a profile, and what it left out."""
+
+    readings: dict[str, HostReadings] = field(default_factory=dict)
+    unreadable: list[str] = field(default_factory=list)  # files that could not be read (damaged, vanished)
+    rows: int = 0  # rows read
+    files: int = 0  # files in the profile
+    left_out: int = 0  # files not read: beyond the budget
+    cut_s: float | None = None  # when the first file left out begins (epoch s), if its name says
+    crowded: list[str] = field(default_factory=list)  # hosts with more than MAX_HOST_METRICS metrics
+    long_names: int = 0  # metric names longer than MAX_NAME_CHARS, left out (counted once a file)
+
+
+def read_profile(location: str, job: str, max_rows: int = MAX_PROFILE_ROWS) -> ProfileRead:
+    """Every host's profile, per metric in time order (empty when none was written yet), within
+    the budget (``max_rows`` rows and :data:`MAX_PROFILE_FILES` files, the earliest first), with
+    the files that could not be read (left out: one damaged file must not hide the rest). Files
+    are read on a few threads at once (pyarrow decodes without the GIL), at most :data:`AHEAD`
+    ahead of the one being joined."""
     fs, root = profiles._filesystem(location)  # the one resolution of a location (own bucket, fsspec URL)
-    names = sorted(fs.glob(f"{root.rstrip('/')}/{job}/*/*.parquet"))
+    names = sorted(fs.glob(f"{root.rstrip('/')}/{job}/*/*.parquet"), key=_file_order)
+    read = ProfileRead(files=len(names))
     parts: dict[str, dict[str, list[Columns]]] = {}
-    unreadable: list[str] = []
+    allowed = names[:MAX_PROFILE_FILES]
+    stop = len(allowed)  # the first file not read
+    accepted: list[tuple[str, int, dict[str, Columns], int]] = []  # (file, rows, its metrics, long names)
     with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="trainmon-report") as pool:
-        for name, table in zip(names, pool.map(lambda name: _read_file(fs, name), names), strict=True):
-            if table is None:
-                unreadable.append(name)
+        pending: deque[Future[Any]] = deque()
+        submitted = 0
+        for position, name in enumerate(allowed):
+            while submitted < len(allowed) and len(pending) < AHEAD:
+                pending.append(pool.submit(_read_file, fs, allowed[submitted], max_rows - read.rows))
+                submitted += 1
+            found = pending.popleft().result()
+            if found is None:
+                read.unreadable.append(name)
                 continue
-            per_metric = parts.setdefault(name.rsplit("/", 2)[-2], {})
-            for metric, columns in _split(table).items():
-                per_metric.setdefault(metric, []).append(columns)
-    found: dict[str, HostReadings] = {}
+            rows, columns, long_names = found
+            if columns is None or read.rows + rows > max_rows:
+                stop = position
+                break
+            read.rows += rows
+            accepted.append((name, rows, columns, long_names))
+        for future in pending:  # read ahead of where the budget ran out: not needed
+            future.cancel()
+    read.left_out = len(names) - stop
+    if read.left_out:
+        moment = _file_order(names[stop])[0]
+        read.cut_s = float(moment) if moment < _NO_TIME else None
+    for name, _, columns, long_names in accepted:
+        read.long_names += long_names
+        host = name.rsplit("/", 2)[-2]
+        per_metric = parts.setdefault(host, {})
+        for metric, pair in columns.items():
+            if metric not in per_metric and len(per_metric) >= MAX_HOST_METRICS:
+                if host not in read.crowded:
+                    read.crowded.append(host)
+                continue
+            per_metric.setdefault(metric, []).append(pair)
+    cut_ms = None if read.cut_s is None else int(read.cut_s) * 1000
     for host, per_metric in parts.items():
-        readings = found[host] = HostReadings(host, PROFILE)
+        readings = HostReadings(host, PROFILE)
         for metric, pieces in per_metric.items():
-            readings.metrics[metric] = _joined(pieces)
-            readings.units[metric] = profile_unit(metric)
-    return found, unreadable
+            stamps, values = _joined(pieces)
+            if cut_ms is not None:  # a file holds up to a minute after its name's time: every host ends at the cut
+                kept = int(np.searchsorted(stamps, cut_ms, side="left"))
+                stamps, values = stamps[:kept], values[:kept]
+            if len(stamps):
+                readings.metrics[metric], readings.units[metric] = (stamps, values), profile_unit(metric)
+        if readings.metrics:
+            read.readings[host] = readings
+    return read
 
 
-def _read_file(fs: Any, name: str) -> Any:
-    """A profile file as a table, its metric names as the file's dictionary (no hashing); None when
-    it cannot be read."""
+_NO_TIME = 2**62
+
+
+def _file_order(name: str) -> tuple[int, str]:
+    """Files by the time their name begins with (``<epoch seconds>-<random>.parquet``), every host's
+    minute together, so a budget that runs out cuts every host at the same moment."""
+    stamp = name.rsplit("/", 1)[-1].split("-", 1)[0]
+    return (int(stamp) if stamp.isdigit() and len(stamp) < 16 else _NO_TIME, name)
+
+
+def _read_file(fs: Any, name: str, room: int) -> tuple[int, dict[str, Columns] | None, int] | None:
+    """A profile file's rows per metric, its metric names as the file's dictionary (no hashing),
+    with its row count and how many of its names were too long; only the count when it holds more
+    than ``room`` rows (it is not read); None when it cannot be read."""
     import pyarrow.parquet as pq
 
     try:
         with fs.open(name, "rb") as handle:
-            return pq.ParquetFile(handle, read_dictionary=["metric"]).read()
-    except Exception:  # pyarrow and fsspec raise many kinds for a damaged or vanished file
+            file = pq.ParquetFile(handle, read_dictionary=["metric"])
+            rows = int(file.metadata.num_rows)
+            if rows > room:
+                return rows, None, 0
+            columns = _split(file.read())
+    except Exception:  # pyarrow and fsspec raise many kinds for a damaged or vanished file (or other columns)
         return None
+    long_names = [metric for metric in columns if len(metric) > MAX_NAME_CHARS]
+    for metric in long_names:
+        del columns[metric]
+    return rows, columns, len(long_names)
 
 
 def _split(table: Any) -> dict[str, Columns]:

@@ -62,7 +62,10 @@ def clock(epoch_s: float | None) -> str:
     """An instant in UTC, to the millisecond."""
     if epoch_s is None:
         return "-"
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    try:
+        return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    except (ValueError, OverflowError, OSError):  # NaN, or beyond the years a datetime holds
+        return f"{number(epoch_s)} s after the epoch"
 
 
 def percent(value: float | None) -> str:

@@ -31,6 +31,9 @@ TRAINING_LOSS_NAMES = ("train:loss", "training:loss", "train_loss", "training_lo
 VALIDATION_LOSS_NAMES = ("validation:loss", "val:loss", "valid:loss", "validation_loss", "val_loss", "valid_loss",
                          "validation-loss", "val-loss", "validation/loss", "val/loss", "eval:loss", "eval_loss",
                          "validation:objective_loss")
+STEP_NAMES = ("step", "global_step", "steps", "train:step", "training:step", "iteration", "iter", "batch",
+              "batch_idx")
+"""The names (any case) a step metric goes by, in the order they are looked for among the job's definitions."""
 MODES = ("TRAIN", "EVAL", "GLOBAL")
 DEBUG, PROFILER = "DebugRuleConfigurations", "ProfilerRuleConfigurations"
 
@@ -94,11 +97,17 @@ def _choice(values: Sequence[str]) -> Parameter:
 
 def _regex() -> Parameter:
     def parse(text: str) -> re.Pattern[str]:
+        from ..parsing.engines import unsafe_reason
+
         try:
-            return re.compile(text)
+            compiled = re.compile(text)
         except re.error:
             raise ValueError from None
-    return Parameter(None, "Member must be a regular expression (Python's re) that matches metric or tensor names",
+        if unsafe_reason(text):  # it runs on the job's names, on the rules' thread: in bounded time only
+            raise ValueError
+        return compiled
+    return Parameter(None, "Member must be a regular expression (Python's re) that matches metric or tensor names, "
+                     "and can be matched in bounded time (no nested repetition with lookaround or back-references)",
                      parse)
 
 
@@ -315,6 +324,10 @@ def _resolve_metrics(rule: str, parameters: dict[str, Any], given: Mapping[str, 
             issues.append(Issue(None, f"ruleParameters.{key}", f"Member must name the {kind} loss: no metric "
                                 f"definition has a common name for it ({', '.join(candidates[:6])}, ...)",
                                 f"rule {rule}: give {key}=<the name of a metric definition>"))
+    if "step_metric" not in given:  # a step-like definition, when the job has one: steps as the job counts them
+        found = default_metric(STEP_NAMES, metric_names)
+        if found is not None and found != parameters.get("loss_metric"):
+            parameters["step_metric"] = found
     step = parameters.get("step_metric")
     if step is not None and step not in metric_names and "step_metric" in given:
         issues.append(Issue(step, "ruleParameters.step_metric", "Member must be the name of one of the job's metric "

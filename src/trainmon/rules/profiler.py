@@ -490,13 +490,19 @@ class BatchSize(_GpuRule):
                                              "window": self.window, "patience": self.patience}))
         return found
 
+    def notes(self, host: str) -> list[str]:
+        if self.datapoints > self.patience and len(self._cpu) < self.window:
+            return [f"{host} gave {self.datapoints} datapoints, fewer than the window of {self.window}: not judged"]
+        return super().notes(host)
+
 
 class MaxInitializationTime(ProfilerRule):
     """No step within ``threshold_min`` minutes of the host's first datapoint: fires at the first
     datapoint past that time unless a step was read by then (once).
 
-    ``expects_steps``: whether steps can come at all (a step or loss metric, or the tensor hook);
-    without, the rule only fires once a step has been seen, that is never."""
+    ``expects_steps``: whether steps can come at all (a step or loss metric, or tensor rules, whose
+    hook gives them); without, it judges only once a step has come (the hook's, in a job whose
+    rules do not read tensors), so it never says "no step yet"."""
 
     name = "MaxInitializationTime"
 
@@ -537,7 +543,7 @@ class MaxInitializationTime(ProfilerRule):
         if self._first_step_s is not None:
             return []
         if not self.expects_steps:
-            return [f"no steps known on {host}: the job has no step or loss metric"]
+            return [f"no steps known on {host}: the job has no step or loss metric, and no tensor hook step came"]
         if self._start_s is not None and self._last_s is not None:
             return [f"no step seen on {host} in the {self._last_s - self._start_s:.1f} s profiled, less than the "
                     f"threshold of {_shown(self.threshold_min)} minutes"] if not self._done else []

@@ -10,8 +10,10 @@ with its defaults unless overridden as ``<Rule>_<parameter>`` (the rule's name i
 StepOutlier and MaxInitializationTime read the job's steps: ``step_metric`` (a metric definition
 whose value is the step), by default the first definition named like a step (:data:`STEP_NAMES`),
 otherwise each point of the job's training loss is a step (``loss_metric``, resolved as the metric
-rules resolve it). :func:`evaluators` makes a configuration's state machines
-(:mod:`.profiler`) for one host, each with where its steps come from.
+rules resolve it). The tensor hook's step ends (:mod:`trainmon.debug`) win over the loss's points
+once they come, never over a step metric (:class:`trainmon.runtime.profilewatch.ProfilerRules`).
+:func:`evaluators` makes a configuration's state machines (:mod:`.profiler`) for one host, each
+with where its steps come from.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .catalog import (
     COMMON,
     DEBUG,
     PROFILER,
+    STEP_NAMES,
     TRAINING_LOSS_NAMES,
     Issue,
     Parameter,
@@ -39,10 +42,6 @@ from .catalog import (
     _with,
     default_metric,
 )
-
-STEP_NAMES = ("step", "global_step", "steps", "train:step", "training:step", "iteration", "iter", "batch",
-              "batch_idx")
-"""The names (any case) a step metric goes by, in the order they are looked for among the job's definitions."""
 
 _PERCENT = _number(0, 100)
 _PATIENCE = _with(_integer(0), 1000)
@@ -182,19 +181,28 @@ def _resolve_steps(rule: str, parameters: dict[str, Any], metric_names: list[str
 # -- state machines ---------------------------------------------------------------------------
 
 
-def evaluators(rule: RuleSetup) -> list[tuple[profiler.ProfilerRule, StepSource | None]]:
+def evaluators(rule: RuleSetup, *, hook: bool = False) -> list[tuple[profiler.ProfilerRule, StepSource | None]]:
     """New state machines of a profiler rule for one host (ProfilerReport: of each rule it runs),
-    each with where its steps come from (None: it reads none, or none is known)."""
+    each with where its steps come from (None: it reads none, or none is known). ``hook``: the
+    job's rules read the tensor hook's records, so its steps are to be expected even without a
+    step or loss metric (MaxInitializationTime may then fire before any step came)."""
     p = rule.parameters
     if rule.rule != "ProfilerReport":
-        return [_made(rule.rule, p, _source(p))]
+        return [_made(rule.rule, p, _source(p), hook)]
     default = _source(p)
     made = []
     for name in REPORT_RULES:
         own = {key: spec.default for key, spec in RULES[name].items() if spec.default is not None}
         own.update({key[len(name) + 1:]: value for key, value in p.items() if key.startswith(f"{name}_")})
-        made.append(_made(name, own, _source(own) or default if name in _STEP_RULES else None))
+        made.append(_made(name, own, _source(own) or default if name in _STEP_RULES else None, hook))
     return made
+
+
+def reads_hook_steps(rule: RuleSetup) -> bool:
+    """Whether one of the configuration's rules would take the tensor hook's steps (a step rule
+    without a step metric: the hook's steps win over the loss's points, never over a step metric)."""
+    return any(isinstance(made, (profiler.StepOutlier, profiler.MaxInitializationTime))
+               and (source is None or source.counted) for made, source in evaluators(rule))
 
 
 def _source(p: Mapping[str, Any]) -> StepSource | None:
@@ -205,7 +213,7 @@ def _source(p: Mapping[str, Any]) -> StepSource | None:
     return None
 
 
-def _made(rule: str, p: Mapping[str, Any], steps: StepSource | None
+def _made(rule: str, p: Mapping[str, Any], steps: StepSource | None, hook: bool = False
           ) -> tuple[profiler.ProfilerRule, StepSource | None]:
     made: profiler.ProfilerRule
     if rule == "CPUBottleneck":
@@ -226,7 +234,7 @@ def _made(rule: str, p: Mapping[str, Any], steps: StepSource | None
                                   gpu_memory_threshold_p95=p["gpu_memory_threshold_p95"], patience=p["patience"],
                                   window=p["window"])
     elif rule == "MaxInitializationTime":
-        made = profiler.MaxInitializationTime(threshold_min=p["threshold"], expects_steps=steps is not None)
+        made = profiler.MaxInitializationTime(threshold_min=p["threshold"], expects_steps=steps is not None or hook)
     elif rule == "StepOutlier":
         made = profiler.StepOutlier(stddev=p["stddev"], n_outliers=p["n_outliers"])
     elif rule == "Dataloader":

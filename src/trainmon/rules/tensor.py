@@ -16,6 +16,7 @@ so a hundred layers whose gradients vanish together are one finding, not a hundr
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import deque
@@ -64,7 +65,7 @@ class Selection:
         if not self.collections and self.regex is None:
             return True
         return bool(self.collections & record.collections) or (
-            self.regex is not None and self.regex.fullmatch(record.name) is not None)
+            self.regex is not None and _name_matcher(self.regex)(record.name))
 
     def describe(self) -> str:
         parts = []
@@ -73,6 +74,36 @@ class Selection:
         if self.regex is not None:
             parts.append(f"tensor_regex {self.regex.pattern}")
         return " or ".join(parts) or "every tensor"
+
+
+MAX_TRACKED = 100_000  # tensors a rule keeps state for (a job may make names without end)
+MAX_NAME_CHARS = 1024  # a tensor name longer than this is selected by its collections only, never by tensor_regex
+
+
+@functools.lru_cache(maxsize=64)
+def _name_matcher(regex: re.Pattern[str]) -> Callable[[str], bool]:
+    """Whether ``regex`` matches a whole tensor name, in bounded time whatever the job named its
+    tensors: Python's re up to the length the regex's parse tree bounds it for, RE2 past it (and
+    at every length for a nested repetition), else the ``regex`` package with its time limit; a
+    name longer than MAX_NAME_CHARS is not matched (:mod:`trainmon.parsing.engines`)."""
+    from ..parsing.engines import TIME_LIMIT_S, Bound, _timed_regex, compile_re2
+
+    python_chars = min(Bound(regex.pattern).python_chars(), MAX_NAME_CHARS)
+    re2 = compile_re2(regex.pattern)
+    timed: Any = None if re2 is not None else _timed_regex(regex.pattern)
+
+    def matches(name: str) -> bool:
+        if len(name) <= python_chars:
+            return regex.fullmatch(name) is not None
+        if len(name) > MAX_NAME_CHARS:
+            return False
+        if re2 is not None:
+            return re2.fullmatch(name) is not None
+        try:  # a regex RE2 cannot run, without nested repetition (catalog refuses the others)
+            return timed.fullmatch(name, timeout=TIME_LIMIT_S) is not None
+        except TimeoutError:
+            return False
+    return matches
 
 
 class TensorRule(Protocol):
@@ -108,11 +139,12 @@ class _Conditions:
         self._firing: set[str] = set()
 
     def update(self, name: str, met: bool) -> bool:
-        """Whether ``name``'s condition has just started."""
+        """Whether ``name``'s condition has just started (past MAX_TRACKED tensors in the condition,
+        a new one is not reported: it could not be remembered, and would be reported at every step)."""
         if not met:
             self._firing.discard(name)
             return False
-        if name in self._firing:
+        if name in self._firing or len(self._firing) >= MAX_TRACKED:
             return False
         self._firing.add(name)
         return True
@@ -288,7 +320,11 @@ class UnchangedTensor:
     def observe(self, step: int, records: Sequence[TensorRecord]) -> list[Finding]:
         crossed = []
         for record in records:
-            history = self._history.setdefault(record.name, deque(maxlen=self.num_steps))
+            history = self._history.get(record.name)
+            if history is None:
+                if len(self._history) >= MAX_TRACKED:
+                    continue  # the first MAX_TRACKED names only
+                history = self._history[record.name] = deque(maxlen=self.num_steps)
             if history and history[-1][0] == step:
                 continue  # recorded twice at one step: the first counts
             current = record.reductions()

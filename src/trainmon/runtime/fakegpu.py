@@ -46,8 +46,8 @@ class FakeGpuSource:
             try:
                 self._readings = parse(json.loads(self.path.read_bytes()))
                 self._seen = seen
-            except (OSError, ValueError):
-                pass  # half written, say: the last readings stand, and it is read again next time
+            except Exception:  # half written, or not as documented: the last readings stand, and it is read again
+                pass
         return list(self._readings)
 
     def close(self) -> None:

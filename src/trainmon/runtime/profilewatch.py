@@ -9,7 +9,7 @@ the rules' final StatusDetails, so nothing is lost silently. The profile itself 
 On each pass of the :class:`~trainmon.runtime.rulewatch.RuleWatcher` (its thread), the
 :class:`ProfilerRules` of the job take the records of the pass first, for the steps they hold (a
 step metric's value, or each point of the loss metric, see :mod:`trainmon.rules.profiler_setup`),
-then what the tap holds, a datapoint at a time, each fed to the state machines of every profiler
+then the steps the tensor hook's files hold (:meth:`ProfilerRules.observe_step`), then what the tap holds, a datapoint at a time, each fed to the state machines of every profiler
 rule for its host (:mod:`trainmon.rules.profiler`; ProfilerReport runs ten of them). Steps first:
 a datapoint past MaxInitializationTime's threshold is judged knowing the steps read by then.
 
@@ -75,6 +75,7 @@ class _Configured:
     per_host: dict[str, list[tuple[profiler.ProfilerRule, profiler_setup.StepSource | None]]] = field(
         default_factory=dict)
     failed: bool = False
+    hook: bool = False  # the job's rules read the tensor hook's records: its steps are expected
 
     @property
     def report(self) -> bool:
@@ -83,16 +84,21 @@ class _Configured:
     def rules(self, host: str) -> list[tuple[profiler.ProfilerRule, profiler_setup.StepSource | None]]:
         made = self.per_host.get(host)
         if made is None:
-            made = self.per_host[host] = profiler_setup.evaluators(self.setup)
+            made = self.per_host[host] = profiler_setup.evaluators(self.setup, hook=self.hook)
         return made
 
 
 class ProfilerRules:
-    """The profiler rules of one job (configurations read and without issues), fed on the rules' thread."""
+    """The profiler rules of one job (configurations read and without issues), fed on the rules' thread.
 
-    def __init__(self, setups: Sequence[RuleSetup], tap: ProfileTap | None = None) -> None:
-        self.configured = [_Configured(setup) for setup in setups]
+    ``hook``: the job's rules read the tensor hook's records (see :func:`profiler_setup.evaluators`).
+    :attr:`hook_steps` says whether a rule takes the hook's steps, for the watcher to read them."""
+
+    def __init__(self, setups: Sequence[RuleSetup], tap: ProfileTap | None = None, *, hook: bool = False) -> None:
+        self.configured = [_Configured(setup, hook=hook) for setup in setups]
         self.tap = tap
+        self.hook_steps = any(profiler_setup.reads_hook_steps(setup) for setup in setups)
+        self._hooked: set[str] = set()  # hosts the hook's steps came from: the loss's points are not steps there
         self.metrics = frozenset(name for setup in setups for name in setup.metrics)  # step sources to read
         self.datapoints: dict[str, int] = {}  # per host, every datapoint taken
         self.errors: list[tuple[str, str]] = []  # (RuleConfigurationName, why) of rules whose evaluation failed
@@ -116,7 +122,8 @@ class ProfilerRules:
                 continue
             try:
                 for rule, source in configured.rules(host):
-                    if source is None or source.metric not in record.values:
+                    if source is None or source.metric not in record.values or (
+                            source.counted and host in self._hooked):
                         continue
                     value = record.values[source.metric]
                     if source.counted:
@@ -131,14 +138,25 @@ class ProfilerRules:
         return found
 
     def observe_step(self, host: str, step: int, timestamp_s: float) -> list[Found]:
-        """A step of the training loop on ``host`` from elsewhere (the tensor hook): every step rule
-        of every configuration hears it. Call it on the rules' thread, within a pass."""
+        """A step of the training loop on ``host`` from the tensor hook (``timestamp_s``: when it
+        ended), heard by the step rules without a step metric; call it on the rules' thread, within
+        a pass, in step order. From the first on a host, the loss's points are no steps there: a
+        StepOutlier that counted them starts anew (durations from both would be mixed), and
+        MaxInitializationTime keeps the earliest first step of either."""
         found: list[Found] = []
+        first = host not in self._hooked
+        self._hooked.add(host)
         for configured in self.configured:
             if configured.failed:
                 continue
             try:
-                for rule, _ in configured.rules(host):
+                made = configured.rules(host)
+                for index, (rule, source) in enumerate(made):
+                    if source is not None and not source.counted:
+                        continue  # a step metric's steps win
+                    if first and source is not None and isinstance(rule, profiler.StepOutlier):
+                        rule = profiler.StepOutlier(stddev=rule.stddev, n_outliers=rule.n_outliers)
+                        made[index] = (rule, source)
                     found.extend(self._found(configured, host, rule.observe_step(step, timestamp_s)))
             except Exception as exc:
                 self._fail(configured, exc)
@@ -215,6 +233,10 @@ class ProfilerRules:
             lines = self.notes(configured)
             if lines:
                 _add_details(status, lines)
+
+    def has_report(self) -> bool:
+        """Whether a ProfilerReport (one whose evaluation did not fail) is to write the report."""
+        return any(c.report and not c.failed for c in self.configured)
 
     def write_report(self, store: Store, job_name: str) -> None:
         """ProfilerReport's profiling report, once the rules have concluded; where it is (or why

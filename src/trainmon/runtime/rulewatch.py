@@ -4,7 +4,8 @@ Every :data:`EVERY_S` the :class:`RuleWatcher` reads, on a store connection of i
 points stored since its last pass (only the metrics its rules read), groups them into records
 (one log record's points together, per host) and feeds them to each rule's state machine
 (:mod:`trainmon.rules.metric`, one per rule and host), and the new lines of the hosts' tensor
-files to the tensor rules (:mod:`trainmon.runtime.tensors`), and the profile rows the system
+files to the tensor rules (:mod:`trainmon.runtime.tensors`), the steps the tensor hook ended to the
+profiler rules that read no step metric, and the profile rows the system
 monitor handed over to the profiler rules (:mod:`trainmon.runtime.profilewatch`).
 StalledTrainingRule is asked instead whether a host has printed nothing for its threshold, by the injected clock: a host's last output
 is the newer of its last stored record and what ``activity`` says was last read (the
@@ -40,6 +41,7 @@ from .profilewatch import ProfilerRules, ProfileTap
 EVERY_S = 1.0
 FINISH_TIMEOUT_S = 30.0
 MAX_PENDING = 1000  # findings kept for the store while it cannot take them
+REPORT_WAIT_S = 600.0  # for the job's final status, before ProfilerReport's report is made anyway
 FINAL_TRIES = 3  # the last pass, read again after a failure before the rules give up their verdict
 
 Deliver = Callable[[str, dict[str, Any]], None]
@@ -85,8 +87,11 @@ class RuleWatcher(threading.Thread):
         self.arn = job.doc["TrainingJobArn"]
         self.rules = [_Rule(setup) for setup in evaluated_rules(job.doc)]
         self.metrics = sorted({name for rule in self.rules for name in rule.setup.metrics})
-        self.tensors = tensors.TensorFeed.for_job(self._home, job.doc, [rule.setup for rule in self.rules])
-        self.profiling = ProfilerRules([rule.setup for rule in self.rules if rule.profiler], profile)  # the monitor's rows
+        hooked = any(r.setup.rule in catalog.TENSOR_RULES and not r.setup.metrics for r in self.rules)  # reads the hook's
+        self.profiling = ProfilerRules([rule.setup for rule in self.rules if rule.profiler], profile,  # the monitor's rows
+                                       hook=hooked)
+        self.tensors = tensors.TensorFeed.for_job(self._home, job.doc, [rule.setup for rule in self.rules],
+                                                  steps=self.profiling.hook_steps)
         self.clock, self.every_s = clock, every_s
         self.on_stop, self.active, self.activity, self.deliver = on_stop, active, activity, deliver
         self.started_s = clock.wall()
@@ -100,6 +105,7 @@ class RuleWatcher(threading.Thread):
         self._final = False
         self._signal = clock.stop_signal()
         self._concluded = threading.Event()  # the final statuses are written (or given up)
+        self._job_ended = threading.Event()  # the job's own final status is written (job_ended)
 
     def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> None:
         """The last pass, over everything the job stored, then the final statuses (the job's output
@@ -108,6 +114,11 @@ class RuleWatcher(threading.Thread):
         self._signal.set()
         if self.is_alive():  # ProfilerReport's report is written after, on this thread: join() waits for it
             self._concluded.wait(timeout_s)
+
+    def job_ended(self) -> None:
+        """The job's final status is written: ProfilerReport's report, made after it, shows the job
+        as it ended (the supervisor calls this once it has concluded the job)."""
+        self._job_ended.set()
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -132,7 +143,10 @@ class RuleWatcher(threading.Thread):
                     if read:
                         recorded = self._conclude(store)
                         self._concluded.set()
-                        if recorded:  # once the verdicts are in (not on a store that cannot take them)
+                        # once the verdicts are in (not on a store that cannot take them), and the job's
+                        # final status (packing the model can take a while: the report waits, bounded)
+                        if recorded and self.profiling.has_report():
+                            self._job_ended.wait(REPORT_WAIT_S)
                             self.profiling.write_report(store, self.job_name)
                     else:  # left InProgress: a job that ended shows them Stopped, not NoIssuesFound
                         print(f"trainmon: warning: rules: the job's last points could not be read ({self.error}); "
@@ -168,8 +182,12 @@ class RuleWatcher(threading.Thread):
             for host, record in self._records(self._new(points), hosts):
                 found.extend(self._observe(host, record))
                 found.extend(self._profiled(self.profiling.observe_record(host, record)))
-        found.extend(self._observe_tensors())
-        found.extend(self._profiled(self.profiling.evaluate()))  # after the steps the records held
+        try:  # on its own: the tensor files' trouble never costs this pass's metric findings
+            found.extend(self._observe_tensors())
+        except Exception as exc:
+            self.tensors.trouble_in(exc)
+        found.extend(self._hook_steps())  # what the tensor files held, read even if the pass failed on them
+        found.extend(self._profiled(self.profiling.evaluate()))  # after the steps the records and files held
         if check_stalls:
             last: dict[str, float] = {}
             for stream in streams:
@@ -240,6 +258,13 @@ class RuleWatcher(threading.Thread):
             by_name[name].failed = True
             self._pending.append({"Error": why, "RuleConfigurationName": name})
         return [self._recorded(by_name[name], host, finding) for name, host, finding in found]
+
+    def _hook_steps(self) -> list[dict[str, Any]]:
+        """The step ends the tensor hook wrote, to the profiler rules that read no step metric."""
+        found: list[tuple[str, str, Finding]] = []
+        for host, step, at in self.tensors.take_steps():
+            found.extend(self.profiling.observe_step(host, step, at))
+        return self._profiled(found)
 
     def _profiled(self, found: list[tuple[str, str, Finding]]) -> list[dict[str, Any]]:
         """The profiler rules' findings (by RuleConfigurationName) as recorded, and their failures noted."""

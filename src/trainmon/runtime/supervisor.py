@@ -185,6 +185,7 @@ class Supervisor:
         shutil.rmtree(spool_dir, ignore_errors=True)  # all stored, or counted as lost: nothing to recover
         row = self._conclude(job, exit_codes, start_failure, ingestor)
         if rules is not None:
+            rules.job_ended()  # the report, made after this, shows the job as it ended
             self._await_report(rules)
         return row
 

@@ -4,7 +4,7 @@ what is new. Every server process reads the same store, so any of them can follo
 A job's stream sends ``status`` (on connecting and on each change), ``points`` (each metric's new
 points, with the log record of each), ``log`` (new records, with the positions to resume from),
 ``definitions`` (what each metric definition matched and rejected, when that changed), ``rules``
-(the rules' statuses, when they changed) and, once the job has ended and everything it wrote was
+(the rules' statuses and ``RuleFindingCounts``, when they changed) and, once the job has ended and everything it wrote was
 sent, ``end``. The jobs' stream sends
 ``job`` whenever a job's status or final metrics change and ``deleted`` when one goes."""
 
@@ -86,6 +86,8 @@ class JobFollower:
             events.append(("definitions", {"Definitions": row.diagnostics}))
         doc: dict[str, Any] = dict(row.doc)
         rules = {name: doc[name] for name in RULE_STATUSES if name in doc}
+        if rules:  # a rule already IssuesFound finds more: its count moves, not its status
+            rules["RuleFindingCounts"] = {name: kept["Count"] for name, kept in doc.get("RuleFindings", {}).items()}
         if rules != self._rules:
             self._rules = rules
             if rules:

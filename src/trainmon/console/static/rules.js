@@ -22,7 +22,11 @@ export class RulesPanel {
       this.el.hidden = true;
       return;
     }
-    const statuses = JSON.stringify([job.DebugRuleEvaluationStatuses, job.ProfilerRuleEvaluationStatuses]);
+    const statuses = JSON.stringify([
+      job.DebugRuleEvaluationStatuses,
+      job.ProfilerRuleEvaluationStatuses,
+      job.RuleFindingCounts, // from the live stream: more findings of a rule already IssuesFound
+    ]);
     if (statuses === this.seen) return;
     this.seen = statuses;
     let answer;
