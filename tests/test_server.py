@@ -366,6 +366,11 @@ def test_downsampling_keeps_every_pixels_extremes_and_non_finite_points() -> Non
     payload = chart_payload(stamps[kept], values[kept])
     assert payload["NonFinite"] == {str(kept.tolist().index(7)): "NaN", str(kept.tolist().index(99_998)): "Infinity"}
     assert keep(stamps[:50], values[:50], 100).tolist() == list(range(50))  # few points: all of them
+    # times as far apart as the API lets them be (0 to 2**62 ms): buckets in floats, not an overflow
+    far = np.concatenate([np.arange(5000, dtype=np.int64), np.arange(5000, dtype=np.int64) + 2**62 - 5000])
+    kept = keep(far, np.ones(len(far)), 10_000 // 4 - 1)
+    assert {0, 4999, 5000, 9999} <= set(kept.tolist()) and len(kept) < len(far)
+    assert np.all(np.diff(kept) > 0)
 
 
 @settings(max_examples=200, deadline=None)

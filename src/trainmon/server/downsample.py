@@ -22,7 +22,11 @@ def keep(stamps: np.ndarray, values: np.ndarray, width: int, start_ms: int | Non
     low = int(stamps[0]) if start_ms is None else start_ms
     high = int(stamps[-1]) + 1 if end_ms is None else end_ms
     span = max(high - low, 1)
-    bucket = np.clip((stamps - low) * width // span, 0, width - 1)
+    if span <= (2**62) // width:  # exact in integers
+        bucket = np.clip((stamps - low) * width // span, 0, width - 1)
+    else:  # times thousands of years apart: in floats, where (stamps - low) * width would overflow
+        offsets = stamps.astype(np.float64) - float(low)
+        bucket = np.clip(np.floor(offsets * (width / float(span))), 0, width - 1).astype(np.int64)
     starts = np.flatnonzero(np.diff(bucket, prepend=-1))  # the first point of each non-empty bucket
     ends = np.append(starts[1:], count) - 1
     chosen = [starts, ends]
