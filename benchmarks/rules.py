@@ -114,16 +114,7 @@ def child(work: Path, steps: int) -> dict[str, Any]:
     cpu: dict[tuple[str, int], float] = {}
     done = threading.Event()
 
-    def sample() -> None:
-        while not done.wait(SAMPLE_S):
-            for thread in threading.enumerate():
-                if thread.name.startswith("trainmon-") and thread.native_id is not None:
-                    seconds = _task_cpu_s(thread.native_id)
-                    if seconds is not None:
-                        key = (thread.name, thread.native_id)
-                        cpu[key] = max(cpu.get(key, 0.0), seconds)
-
-    sampler = threading.Thread(target=sample, daemon=True)
+    sampler = threading.Thread(target=_thread_cpu, args=(done, cpu), daemon=True)
     sampler.start()
     started = time.monotonic()
     process_before = time.process_time()

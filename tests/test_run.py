@@ -484,6 +484,16 @@ def small_disk(tmp_path: Path):
     subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
 
+def fill(disk: Path) -> None:
+    """Take every byte left on ``disk``."""
+    with open(disk / "filler", "wb") as filler:
+        with pytest.raises(OSError):
+            while True:
+                filler.write(b"x" * 65536)
+                filler.flush()
+        filler.truncate(filler.tell())
+
+
 def test_full_disk_gives_a_clear_error_and_keeps_what_was_written(small_disk: Path, script) -> None:
     train = script(
         """
@@ -521,12 +531,7 @@ def test_a_store_on_a_full_disk_can_still_be_read(small_disk: Path) -> None:
     store = open_store(small_disk)
     register_job(store, request)
     store.close()
-    with open(small_disk / "filler", "wb") as filler:  # every byte left
-        with pytest.raises(OSError):
-            while True:
-                filler.write(b"x" * 65536)
-                filler.flush()
-        filler.truncate(filler.tell())
+    fill(small_disk)
     store = open_store(small_disk)
     try:
         assert store.get_job("kept") is not None
@@ -550,12 +555,7 @@ def test_a_store_left_with_its_wal_on_a_full_disk_can_still_be_read(small_disk: 
         "os._exit(0)  # no close: no checkpoint"), str(small_disk)], capture_output=True, text=True)
     assert written.returncode == 0, written.stderr
     assert (small_disk / "trainmon.db-wal").stat().st_size > 0
-    with open(small_disk / "filler", "wb") as filler:  # every byte left
-        with pytest.raises(OSError):
-            while True:
-                filler.write(b"x" * 65536)
-                filler.flush()
-        filler.truncate(filler.tell())
+    fill(small_disk)
     listed = run_cli("list", env={"TRAINMON_HOME": str(small_disk)})
     assert listed.returncode == 0 and "in-the-wal" in listed.stdout, listed.stderr
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import anyio
 from starlette.requests import Request
@@ -84,7 +84,7 @@ class JobFollower:
         if row.diagnostics != self._definitions:
             self._definitions = row.diagnostics
             events.append(("definitions", {"Definitions": row.diagnostics}))
-        doc: dict[str, Any] = dict(row.doc)
+        doc = cast(dict[str, Any], row.doc)  # read by name, not copied: this runs at every poll
         rules = {name: doc[name] for name in RULE_STATUSES if name in doc}
         if rules:  # a rule already IssuesFound finds more: its count moves, not its status
             rules["RuleFindingCounts"] = {name: kept["Count"] for name, kept in doc.get("RuleFindings", {}).items()}

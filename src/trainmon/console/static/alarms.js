@@ -2,7 +2,7 @@
 // and one alarm's configuration and history, with its actions turned on or off.
 
 import {post} from "./api.js";
-import {h, clear, fmtNum, fmtTime, section, table} from "./dom.js";
+import {h, clear, field, fmtNum, fmtTime, section, table} from "./dom.js";
 import {navigate} from "./router.js";
 
 const JOB_NAMESPACE = "/aws/sagemaker/TrainingJobs";
@@ -128,14 +128,6 @@ function mountList(root) {
 
 /** The form for an alarm on a job's metric, or on one host's system metric. */
 function alarmForm(onCreated) {
-  const field = (label, input, help) =>
-    h(
-      "label",
-      {class: "field"},
-      h("span", {class: "label"}, label),
-      input,
-      help ? h("span", {class: "help"}, help) : null,
-    );
   const input = (name, props = {}) => h("input", {type: "text", name, spellcheck: "false", ...props});
   const select = (name, options, value) =>
     h(

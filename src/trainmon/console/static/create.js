@@ -2,7 +2,7 @@
 // definitions over pasted sample output.
 
 import {post, ApiError} from "./api.js";
-import {h, clear, fmtNum, debounce, warningList} from "./dom.js";
+import {h, clear, fmtNum, debounce, field, warningList} from "./dom.js";
 import {navigate} from "./router.js";
 
 /** A command line as its words, as a POSIX shell splits it (quotes and backslashes; no expansion). */
@@ -97,14 +97,6 @@ function rows(kind, fields, onChange) {
 
 export function mount(root) {
   document.title = "New job · trainmon";
-  const field = (label, input, help) =>
-    h(
-      "label",
-      {class: "field"},
-      h("span", {class: "label"}, label),
-      input,
-      help ? h("span", {class: "help"}, help) : null,
-    );
   const name = h("input", {type: "text", name: "name", value: defaultName(), required: true, spellcheck: "false"});
   const kind = h(
     "select",

@@ -146,6 +146,17 @@ export function warningList(warnings) {
     : null;
 }
 
+/** A form field: its label, the input, and a line of help under it. */
+export function field(label, input, help) {
+  return h(
+    "label",
+    {class: "field"},
+    h("span", {class: "label"}, label),
+    input,
+    help ? h("span", {class: "help"}, help) : null,
+  );
+}
+
 export function section(title, ...children) {
   return h("section", {class: "panel"}, h("h2", {}, title), ...children);
 }
