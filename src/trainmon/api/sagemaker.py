@@ -38,7 +38,7 @@ def create_training_job(store: Store, **request: Any) -> dict[str, Any]:
 
     job = register_job(store, request)
     try:
-        detached.start(store, job.name)
+        detached.start(store, job.name, ray=job.doc["TrainmonConfig"].get("Launcher") == "ray")
     except OSError as exc:  # no process could be started: the job must not wait for one forever
         reason = f"InternalServerError: trainmon could not start the job's supervising process: {exc}"
         set_status(store, job.name, "Failed", FailureReason=reason)
@@ -50,7 +50,7 @@ def register_job(store: Store, request: Mapping[str, Any], supervisor: Superviso
     """Validate a CreateTrainingJob request and store the job (Starting), starting nothing: the
     caller runs its supervisor (``supervisor`` is that process, when it is the caller itself)."""
     now = time.time()
-    doc = job_document(request, now, home=store.home)
+    doc = job_document(request, now, home=store.home, database_url=store.database_url)
     return store.create_job(doc["TrainingJobName"], doc, now, supervisor=supervisor)
 
 

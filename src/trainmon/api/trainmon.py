@@ -43,7 +43,8 @@ def describe_job_metrics(store: Store, *, TrainingJobName: Any = None, **unsuppo
     """``Metrics`` (per metric: Points, Minimum, Maximum, FinalValue and FinalTimestamp), ``Definitions``
     (each definition's diagnostics, in the order of the definitions), ``Warnings`` (what
     ``trainmon run`` warned of the definitions), ``Command`` (what each host ran), ``RecordMode`` and,
-    when some output could not be stored, ``UnstoredOutput``."""
+    when some output could not be stored, ``UnstoredOutput``; for a Ray job, ``HostPlacements`` (each
+    host's node: Ray's node id, its address and host name)."""
     refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
     finals = {name: (value, ts / 1000) for name, value, ts in store.final_metrics(row.id)}
@@ -75,6 +76,8 @@ def _job_metrics(store: Store, row: JobRow, finals: dict[str, tuple[float, float
                               "Command": settings["Command"], "RecordMode": settings["RecordMode"]}
     if "UnstoredOutput" in row.doc:
         answer["UnstoredOutput"] = row.doc["UnstoredOutput"]
+    if "HostPlacements" in row.doc:  # a Ray job: where each host runs
+        answer["HostPlacements"] = row.doc["HostPlacements"]
     return answer
 
 

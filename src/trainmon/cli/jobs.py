@@ -65,6 +65,19 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("-H", "--hyperparameter", action="append", metavar="KEY=VALUE", help="one hyperparameter (repeatable)")
     run.add_argument("--channel", action="append", metavar="NAME=PATH", help="input channel (repeatable)")
     run.add_argument("--instance-count", type=int, default=1, metavar="N", help="hosts algo-1..algo-N (default 1)")
+    run.add_argument("--instance-type", default="local", metavar="TYPE",
+                     help="ResourceConfig.InstanceType; on Ray, what each host takes (ml.g5.xlarge: 4 CPUs, 1 GPU; "
+                     "see docs/cluster.md; default local: 1 CPU)")
+    run.add_argument("--launcher", choices=("local", "ray"), default="local",
+                     help="local: the hosts are processes of this machine (default); ray: each host on its own node "
+                     "of a Ray cluster, writing to a shared PostgreSQL store (TRAINMON_DATABASE_URL)")
+    run.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster (default: RAY_ADDRESS)")
+    run.add_argument("--host-resources", metavar="JSON",
+                     help='the Ray resources each host takes, e.g. \'{"CPU": 8, "GPU": 1}\' (default: the instance type\'s)')
+    run.add_argument("--resource-wait-seconds", type=int, metavar="S",
+                     help="how long a Ray job waits for room on the cluster before it fails (default 3600)")
+    run.add_argument("--wait-for-nodes", action="store_true",
+                     help="when too few Ray nodes could ever hold the hosts, wait for more to join instead of failing")
     run.add_argument("--max-runtime-seconds", type=int, default=DEFAULT_MAX_RUNTIME_S, metavar="S",
                      help="stop the job after S seconds (MaxRuntimeExceeded; default one day)")
     run.add_argument("--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
@@ -101,6 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         warn(warning)
     name = request["TrainingJobName"]
     db = store(args)
+    if args.launcher == "ray" and not args.detach:
+        return _run_on_ray(db, request)
     if args.detach:
         sagemaker.create_training_job(db, **request)
         print(f"trainmon: job {name} started in the background; follow it with: trainmon logs {name} --follow")
@@ -122,6 +137,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     return exit_status(job.status)
 
 
+def _run_on_ray(db: Store, request: dict[str, Any]) -> int:
+    """A Ray job in the foreground: its supervisor runs in the cluster; this follows its output from
+    the store until it ends. Ctrl-C asks it to stop (a second one leaves it stopping)."""
+    from .logs import follow
+
+    name = request["TrainingJobName"]
+    sagemaker.create_training_job(db, **request)
+    count = request["ResourceConfig"]["InstanceCount"]
+    print(f"trainmon: job {name} submitted to the Ray cluster ({count} host{'s' if count > 1 else ''}); stop it with "
+          f"Ctrl-C or `trainmon stop {name}`", file=sys.stderr)
+    stopping = False
+    while True:
+        try:
+            follow(db, name)
+            break
+        except KeyboardInterrupt:
+            if stopping:
+                print(f"\ntrainmon: job {name} goes on stopping in the cluster", file=sys.stderr)
+                return EXIT_FAILED
+            stopping = True
+            sagemaker.stop_training_job(db, TrainingJobName=name)
+            print(f"\ntrainmon: stopping job {name} (Ctrl-C again to stop following it)", file=sys.stderr)
+    print()
+    print(describe_text(db, name))
+    job = db.get_job(name)
+    return exit_status(job.status) if job is not None else EXIT_FAILED
+
+
 def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDefinition]]:
     """The CreateTrainingJob request that ``trainmon run``'s options stand for, and its metric
     definitions (validated, once)."""
@@ -139,7 +182,8 @@ def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDe
             "MetricDefinitions": [d.to_api() for d in definitions],
         },
         "HyperParameters": _hyperparameters(args),
-        "ResourceConfig": {"InstanceType": "local", "InstanceCount": args.instance_count, "VolumeSizeInGB": 0},
+        "ResourceConfig": {"InstanceType": args.instance_type, "InstanceCount": args.instance_count,
+                           "VolumeSizeInGB": 0},
         "StoppingCondition": {"MaxRuntimeInSeconds": args.max_runtime_seconds},
         "Environment": pairs(args.environment, "--environment"),
         "InputDataConfig": [
@@ -149,7 +193,7 @@ def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDe
             for channel, path in pairs(args.channel, "--channel").items()
         ] or None,
         "TrainmonConfig": {"RecordMode": args.mode, "StopGraceSeconds": args.stop_grace_seconds,
-                           "SystemMetricsIntervalSeconds": args.system_metrics_interval},
+                           "SystemMetricsIntervalSeconds": args.system_metrics_interval, **_launcher_settings(args)},
     }
     if args.disable_profiler:
         request["ProfilerConfig"] = {"DisableProfiler": True}
@@ -167,6 +211,28 @@ def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDe
         request.setdefault(field, []).append(rule)
     request = with_profiler_report(request, time.time())  # as the SageMaker SDK does, unless profiler rules are given
     return {key: value for key, value in request.items() if value is not None}, definitions
+
+
+def _launcher_settings(args: argparse.Namespace) -> dict[str, Any]:
+    if args.launcher == "local":
+        given = [flag for flag, value in (("--ray-address", args.ray_address), ("--host-resources", args.host_resources),
+                                          ("--resource-wait-seconds", args.resource_wait_seconds),
+                                          ("--wait-for-nodes", args.wait_for_nodes)) if value]
+        if given:
+            raise ValidationException(f"{given[0]} is for a job on a Ray cluster: add --launcher ray.")
+        return {}
+    settings: dict[str, Any] = {"Launcher": "ray", "WaitForNodes": args.wait_for_nodes}
+    if args.ray_address:
+        settings["RayAddress"] = args.ray_address
+    if args.resource_wait_seconds is not None:
+        settings["ResourceWaitSeconds"] = args.resource_wait_seconds
+    if args.host_resources:
+        try:
+            settings["HostResources"] = json.loads(args.host_resources)
+        except json.JSONDecodeError as exc:
+            raise ValidationException(f"--host-resources is not valid JSON: {exc.msg} at column {exc.colno}; "
+                                      'give an object such as \'{"CPU": 8, "GPU": 1}\'.') from None
+    return settings
 
 
 def _hyperparameters(args: argparse.Namespace) -> dict[str, str]:

@@ -42,16 +42,21 @@ def register(commands: Commands) -> None:
 def cmd_logs(args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         raise ValidationException("--tail must be a number of records, 0 or more.")
-    db = store(args)
+    return follow(store(args), args.name, host=args.host, tail=args.tail, forever=args.follow)
+
+
+def follow(db: Store, name: str, *, host: str | None = None, tail: int | None = None, forever: bool = True) -> int:
+    """Print a job's records (each prefixed by its host when it has several) to stdout; with
+    ``forever``, until the job has ended, then say how it ended; the exit status."""
     positions: dict[str, int] | None = None
     terminal = sys.stdout.isatty()
     out = sys.stdout
     while True:
-        page = trainmon.get_job_log_records(db, TrainingJobName=args.name, Host=args.host, After=positions,
-                                            TailRecords=args.tail if positions is None else None, Format="text",
+        page = trainmon.get_job_log_records(db, TrainingJobName=name, Host=host, After=positions,
+                                            TailRecords=tail if positions is None else None, Format="text",
                                             Limit=PAGE_RECORDS)
         positions = page["After"]
-        prefix = page["InstanceCount"] > 1 and not args.host
+        prefix = page["InstanceCount"] > 1 and not host
         for block in page["Text"]:
             text = render.terminal_safe(block["Text"], keep_newlines=True) if terminal else block["Text"]
             if prefix:
@@ -61,11 +66,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
         out.flush()
         if not page["Complete"]:
             continue  # more is there already
-        if not args.follow:
+        if not forever:
             return 0
         status = page["TrainingJobStatus"]
         if status in TERMINAL:  # read after the job ended: that was everything
-            return _ended(db, args.name, status)
+            return _ended(db, name, status)
         time.sleep(FOLLOW_POLL_S)
 
 

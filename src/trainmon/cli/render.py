@@ -96,7 +96,7 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     """A DescribeTrainingJob answer with the job's DescribeJobMetrics: the command its hosts ran,
     metric summaries and definition diagnostics."""
     lines = [f"Training job {doc['TrainingJobName']}: {status_text(doc)}"]
-    lines.extend(fields(_facts(doc, metrics["Command"])))
+    lines.extend(fields(_facts(doc, metrics["Command"], metrics.get("HostPlacements", []))))
     if doc.get("FailureReason"):
         lines += ["", "Failure reason"]
         lines.extend("  " + terminal_safe(line) for line in doc["FailureReason"].splitlines())
@@ -133,8 +133,10 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _facts(doc: Mapping[str, Any], command: Sequence[str]) -> list[tuple[str, str]]:
-    """The job's facts; ``command`` is what its hosts ran (DescribeJobMetrics' Command)."""
+def _facts(doc: Mapping[str, Any], command: Sequence[str], placements: Sequence[Mapping[str, str]] = ()
+           ) -> list[tuple[str, str]]:
+    """The job's facts; ``command`` is what its hosts ran (DescribeJobMetrics' Command), ``placements``
+    the Ray nodes they ran on."""
     facts = [("ARN", doc["TrainingJobArn"]), ("Created", clock(doc["CreationTime"], date=True))]
     if doc.get("TrainingTimeInSeconds"):
         facts.append(("Training time", f"{doc['TrainingTimeInSeconds']} s (billable {doc['BillableTimeInSeconds']} s)"))
@@ -142,6 +144,9 @@ def _facts(doc: Mapping[str, Any], command: Sequence[str]) -> list[tuple[str, st
         facts.append(("Command", terminal_safe(shlex.join(command))))
     resources = doc["ResourceConfig"]
     facts.append(("Hosts", f"{resources['InstanceCount']} x {resources['InstanceType']}"))
+    for placed in placements:
+        facts.append(("Node", terminal_safe(f"{placed['Host']}: {placed['Hostname']} {placed['Address']} "
+                                            f"(Ray node {placed['NodeId'][:12]})")))
     if doc.get("HyperParameters"):
         facts.append(("Hyperparameters", terminal_safe(", ".join(f"{k}={v}" for k, v in doc["HyperParameters"].items()))))
     for channel in doc.get("InputDataConfig", []):

@@ -102,6 +102,11 @@ class TrainmonConfig(TypedDict):
     Script: NotRequired[ScriptMode]
     ChannelPaths: NotRequired[dict[str, str]]  # each channel's local file or directory
     ModelArtifactsPath: NotRequired[str]  # the local file of ModelArtifacts.S3ModelArtifacts
+    Launcher: NotRequired[str]  # "ray": each host on a node of a Ray cluster (runtime.cluster); else local
+    RayAddress: NotRequired[str]
+    HostResources: NotRequired[dict[str, float]]  # the Ray resources one host takes
+    ResourceWaitSeconds: NotRequired[int]  # how long the hosts wait for room on the cluster
+    WaitForNodes: NotRequired[bool]  # too few nodes could hold the hosts: wait for more, not fail
 
 
 class ModelArtifacts(TypedDict):
@@ -179,12 +184,20 @@ class SageMakerFields(TypedDict):
     ProfilerRuleEvaluationStatuses: NotRequired[list[RuleEvaluationStatus]]
 
 
+class HostPlacement(TypedDict):
+    Host: str
+    NodeId: str  # Ray's
+    Address: str
+    Hostname: str
+
+
 class JobDocument(SageMakerFields):
     """The job as stored: SageMaker's fields and trainmon's own."""
 
     TrainmonConfig: TrainmonConfig
     UnstoredOutput: NotRequired[UnstoredOutput]
     RuleFindings: NotRequired[dict[str, RuleFindings]]  # per RuleConfigurationName
+    HostPlacements: NotRequired[list[HostPlacement]]  # a Ray job: the node each host runs on
 
 
 class SupervisorIdentity(TypedDict):

@@ -32,7 +32,7 @@ MESSAGES = {
 }
 
 
-_TRAINMON_FIELDS = ("TrainmonConfig", "UnstoredOutput", "RuleFindings")
+_TRAINMON_FIELDS = ("TrainmonConfig", "UnstoredOutput", "RuleFindings", "HostPlacements")
 
 
 def transition(doc: JobDocument, status: str, now: float, message: str | None = None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ def gpu_count() -> int:
     return count
 
 
-def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout, dict[str, str]]:
+def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers) -> tuple[HostLayout, dict[str, str]]:
     """Create one host's directories and config files in ``job_dir`` (which exists: it is private to
     the user, see :func:`trainmon.config.make_private_dir`), its channels and, in script mode, its code
     directory; return them and the SM_* environment. OSError or :class:`toolkit.SourceError` when the
@@ -94,6 +95,7 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout
     for directory in (layout.config_dir, layout.data_dir, layout.model_dir, layout.output_data_dir):
         directory.mkdir(parents=True, exist_ok=True)
     hosts = host_names(doc["ResourceConfig"]["InstanceCount"])
+    interface = interface_of(peers.addresses[host])
     hyperparameters: dict[str, str] = doc.get("HyperParameters", {})
     resource = {
         "current_host": host,
@@ -104,7 +106,8 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout
             {"instance_group_name": "homogeneousCluster", "instance_type": doc["ResourceConfig"]["InstanceType"],
              "hosts": hosts}
         ],
-        "network_interface_name": "lo",
+        "network_interface_name": interface,
+        "host_addresses": peers.addresses,  # trainmon's: the names in "hosts" resolve nowhere, these do
     }
     channels: dict[str, str] = {}
     input_config: dict[str, Any] = {}
@@ -143,7 +146,8 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout
         "output_data_dir": str(layout.output_data_dir),
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
-        "network_interface_name": "lo",
+        "network_interface_name": interface,
+        "master_hostname": hosts[0],
         "log_level": 20,
     }
     env = {
@@ -161,7 +165,16 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout
         "SM_CURRENT_INSTANCE_TYPE": doc["ResourceConfig"]["InstanceType"],
         "SM_NUM_CPUS": str(num_cpus),
         "SM_NUM_GPUS": str(num_gpus),
-        "SM_NETWORK_INTERFACE_NAME": "lo",
+        "SM_NETWORK_INTERFACE_NAME": interface,
+        "SM_HOST_ADDRESSES": json.dumps(peers.addresses),
+        # torch.distributed's env:// rendezvous, and the toolkit's names for it: the first host's
+        # address (a name in SM_HOSTS resolves only inside SageMaker's network) and a free port there
+        "SM_MASTER_ADDR": peers.addresses[hosts[0]],
+        "SM_MASTER_PORT": str(peers.port),
+        "MASTER_ADDR": peers.addresses[hosts[0]],
+        "MASTER_PORT": str(peers.port),
+        "WORLD_SIZE": str(len(hosts)),
+        "RANK": str(hosts.index(host)),
         "SM_RESOURCE_CONFIG": json.dumps(resource),
         "SM_INPUT_DATA_CONFIG": json.dumps(input_config),
         "SM_TRAINING_ENV": json.dumps(training_env),
@@ -182,6 +195,37 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str) -> tuple[HostLayout
         inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(layout.code_dir), inherited)))
     return layout, env
+
+
+@dataclass(frozen=True)
+class Peers:
+    """Where the job's hosts reach each other: each host's address, and a free port on the first
+    host for distributed training's rendezvous (MASTER_ADDR, MASTER_PORT)."""
+
+    addresses: dict[str, str]
+    port: int
+
+    @classmethod
+    def local(cls, names: list[str]) -> Peers:
+        return cls({name: "127.0.0.1" for name in names}, free_port("127.0.0.1"))
+
+
+def free_port(address: str) -> int:
+    """A port nothing listens on now (the rendezvous binds it moments later, as torchrun's does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))
+        return int(probe.getsockname()[1])
+
+
+def interface_of(address: str) -> str:
+    """The network interface that holds ``address`` on this machine (SM_NETWORK_INTERFACE_NAME); "lo"
+    for a loopback address or one no interface holds."""
+    import psutil
+
+    for name, entries in psutil.net_if_addrs().items():
+        if any(entry.address == address for entry in entries):
+            return name
+    return "lo"
 
 
 def _place_channel(channel: Channel, recorded: str | None, target: Path) -> None:

@@ -3,6 +3,15 @@ job's statuses and the writes a job cannot start without."""
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from ..errors import StoreError
+
+T = TypeVar("T")
+
 RETRY_FIRST_S = 0.5
 RETRY_MOST_S = 5.0
 FULL_DISK_TRIES = 5  # a disk that stays full is given up on after this many tries (~12 s); a server down is waited for
@@ -24,3 +33,14 @@ class Backoff:
 
     def reset(self) -> None:
         self._delay_s = self.first_s
+
+
+def retrying(write: Callable[[], T]) -> T:
+    """A write the job cannot start without, tried again until the store takes it."""
+    backoff = Backoff()
+    while True:
+        try:
+            return write()
+        except StoreError as exc:
+            print(f"trainmon: {exc.message}; trying again", file=sys.stderr)
+            time.sleep(backoff.next_delay())

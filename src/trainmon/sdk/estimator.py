@@ -223,6 +223,9 @@ class Estimator:
         disable_profiler: bool = False,
         rules: list[Any] | None = None,
         sagemaker_session: Session | None = None,
+        launcher: str = "local",
+        ray_address: str | None = None,
+        host_resources: dict[str, float] | None = None,
         **aws_only: Any,
     ) -> None:
         unknown = sorted(set(aws_only) - AWS_ONLY_ARGUMENTS)
@@ -254,6 +257,11 @@ class Estimator:
         self.rules = list(rules or [])
         self._no_rules = rules is not None and not rules  # rules=[]: no rule at all, not even ProfilerReport
         self.sagemaker_session = sagemaker_session or Session()
+        # trainmon's own: "ray" puts each host on a node of the Ray cluster at ray_address (default
+        # RAY_ADDRESS), taking host_resources (default: the instance type's); see docs/cluster.md
+        self.launcher = launcher
+        self.ray_address = ray_address
+        self.host_resources = host_resources
         self.latest_training_job: TrainingJob | None = None
         self._current_job_name: str | None = None
 
@@ -371,6 +379,9 @@ class Estimator:
             request["OutputDataConfig"] = {"S3OutputPath": self.output_path}
         if self.tags:
             request["Tags"] = self.tags
+        if self.launcher != "local":
+            given = {"Launcher": self.launcher, "RayAddress": self.ray_address, "HostResources": self.host_resources}
+            request["TrainmonConfig"] = {key: value for key, value in given.items() if value is not None}
         for rule in self.rules:
             if hasattr(rule, "prepare_actions"):
                 rule.prepare_actions(name)  # the SDK's StopTraining learns the job's name

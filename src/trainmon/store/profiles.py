@@ -51,14 +51,14 @@ def _filesystem(location: str) -> tuple[Any, str]:
 
     if "://" not in location:
         return fsspec.filesystem("file"), str(Path(location).expanduser().resolve())
-    local = _in_own_bucket(location)
+    local = in_own_bucket(location)
     if local is not None:
         return fsspec.filesystem("file"), str(local)
     fs, path = fsspec.core.url_to_fs(location)
     return fs, path
 
 
-def _in_own_bucket(location: str) -> Path | None:
+def in_own_bucket(location: str) -> Path | None:
     """Where ``s3://bucket/prefix`` lies when the bucket is one of trainmon's own S3 subset (what a
     job created through the AWS endpoint names); None for any other location, which fsspec reaches."""
     if not location.startswith("s3://"):

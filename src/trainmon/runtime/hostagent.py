@@ -1,0 +1,111 @@
+"""One host of a Ray job, on the node Ray placed it on: a Ray actor that runs and captures it there.
+
+The agent opens the shared store itself and holds a :class:`~trainmon.runtime.hosts.LocalHosts`
+of one host: the container contract in the node's own data directory (its ``TRAINMON_HOME``), the
+command in a session of its own, its pipes read into a spool and written to the store as records
+and points, the node's system metrics and profile. Everything that happens locally happens here
+the same way, so monitoring never blocks the command on this node either. The job's supervisor
+(:mod:`trainmon.runtime.cluster`) drives the agents: it tells them where their peers are, starts,
+signals and ends them, and reads their exit statuses.
+
+The class is plain Python; :mod:`trainmon.runtime.cluster` makes it a Ray actor, so this module
+imports Ray only for what the node says about itself.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from ..jobs.document import JobDocument
+from ..store import open_store
+from . import contract
+from . import launcher as launch
+from .hosts import HostsEnd, LocalHosts
+from .profilewatch import ProfileTap
+
+NODE_ID_VARIABLE = "TRAINMON_RAY_NODE_ID"  # the node a host runs on, for its command to read
+WAIT_POLL_S = 0.05
+
+
+class HostAgent:
+    """One host of a job on this node (a Ray actor: see :func:`trainmon.runtime.cluster.agent_class`)."""
+
+    def __init__(self, database_url: str, job: str, host: str, tag: str) -> None:
+        import ray
+
+        self.store = open_store(database_url=database_url)  # the node's own data directory, the shared store
+        row = self.store.get_job(job)
+        if row is None:
+            raise LookupError(f"no job named {job!r} in the store")
+        self.job, self.job_id, self.doc = job, row.id, row.doc
+        self.host = host
+        self.tag = tag
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.address = ray.util.get_node_ip_address()
+        self.hosts: LocalHosts | None = None
+        self.tap: ProfileTap | None = None
+
+    def where(self) -> dict[str, str | int]:
+        """The node this host runs on: Ray's node id, its address and name, and a free port there."""
+        return {"node_id": self.node_id, "address": self.address, "hostname": socket.gethostname(),
+                "port": contract.free_port(self.address)}
+
+    def prepare(self, peers: contract.Peers) -> str | None:
+        self.hosts = LocalHosts(self.store, self.job, self.job_id, self.doc, [self.host], peers,
+                                launcher=launch.LocalLauncher(self.tag),
+                                environment={NODE_ID_VARIABLE: self.node_id})
+        return self.hosts.prepare()
+
+    def start(self, profile: bool) -> str | None:
+        """Start the host; with ``profile``, keep the monitor's profile rows for the profiler rules,
+        which run with the job's supervisor and take them with :meth:`profile_rows`."""
+        self.tap = ProfileTap() if profile else None
+        return self._hosts().start(self.tap)
+
+    def profile_rows(self) -> tuple[list[tuple[str, int, dict[str, float]]], int]:
+        """The profile rows kept since the last call, and how many the tap dropped so far."""
+        if self.tap is None:
+            return [], 0
+        return self.tap.take(), self.tap.dropped
+
+    def wait_exit(self) -> int:
+        """Block until the host's main process has ended (the actor runs calls on several threads)."""
+        while True:
+            code = self.poll()
+            if code is not None:
+                return code
+            time.sleep(WAIT_POLL_S)
+
+    def poll(self) -> int | None:
+        return self._hosts().poll().get(self.host)
+
+    def signal(self, sig: int) -> None:
+        self._hosts().signal(sig)
+
+    def running(self) -> bool:
+        return self._hosts().running()
+
+    def wait(self) -> int | None:
+        return self._hosts().wait().get(self.host)
+
+    def last_read(self) -> dict[str, float]:
+        return self._hosts().last_read()
+
+    def finish(self) -> HostsEnd:
+        return self._hosts().finish()
+
+    def failure_reason(self, code: int) -> str:
+        return self._hosts().failure_reason(self.host, code)
+
+    def pack(self, doc: JobDocument) -> None:
+        self._hosts().pack(doc)
+
+    def close(self) -> None:
+        if self.hosts is not None:
+            self.hosts.close()
+
+    def _hosts(self) -> LocalHosts:
+        if self.hosts is None:
+            raise RuntimeError("the host agent was not prepared")
+        return self.hosts

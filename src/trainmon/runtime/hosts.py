@@ -1,0 +1,347 @@
+"""A job's hosts, wherever they run: what the supervisor drives (:class:`JobHosts`), and
+:class:`LocalHosts`, hosts captured on this machine.
+
+The supervisor owns the job (its statuses, stop requests, time limit, rules, final status); the
+hosts own everything that happens where a host runs: the container contract, the processes, the
+pipes read into a spool, the records and points written to the store, the system monitor, the
+failure reason and the model archive. For a local job one :class:`LocalHosts` holds every host;
+for a job placed by Ray (:mod:`trainmon.runtime.cluster`) each node's host agent holds a
+:class:`LocalHosts` of one host, and the supervisor drives them all through the same calls.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import tarfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol, cast
+
+from .. import config
+from ..errors import TrainmonError
+from ..jobs.document import JobDocument
+from ..jobs.status import profiler_settings
+from ..parsing.definitions import validate_definitions
+from ..parsing.extract import Extractor
+from ..parsing.framing import Mode
+from ..store import Store, StreamRow, objects
+from ..store.profiles import ProfileWriter
+from . import contract, recovery, toolkit
+from . import launcher as launch
+from .capture import (
+    Echo,
+    HostStream,
+    Ingestor,
+    Loss,
+    LossCounter,
+    MemoryBudget,
+    Pipe,
+    PipeReader,
+    RecordCutter,
+    now_ms,
+    spool_path,
+)
+from .monitor import SystemMonitor
+from .profilewatch import ProfileTap
+from .retry import retrying
+from .sampler import default_gpu_source
+
+PIPE_DRAIN_S = 5.0
+FAILURE_REASON_CHARS = 1024
+
+
+class JobHosts(Protocol):
+    """Every host of one job, as the supervisor sees them."""
+
+    names: list[str]
+    tag: str  # every process of the job carries it (launcher.TAG_VARIABLE)
+
+    def place(self) -> str | None:
+        """Find the machines the hosts run on (waiting for room, with a status message); a
+        FailureReason when there are none. It returns early when the job is asked to stop."""
+        ...
+
+    def prepare(self) -> str | None:
+        """Each host's directories, inputs and code (the contract); a FailureReason when they cannot be put in place."""
+        ...
+
+    def start(self, profile_tap: ProfileTap | None) -> str | None:
+        """Start every host, its capture and its system monitor; a FailureReason when one cannot be started."""
+        ...
+
+    def poll(self) -> dict[str, int | None]:
+        """Each host's exit status (negative: killed by that signal), None while it runs."""
+        ...
+
+    def signal(self, sig: int) -> None:
+        """``sig`` to every process of the job, on every host."""
+        ...
+
+    def running(self) -> bool:
+        """Whether any process of the job is left on any host."""
+        ...
+
+    def wait(self) -> dict[str, int]:
+        """Wait for every host's main process (after SIGKILL); their exit statuses."""
+        ...
+
+    def last_read(self) -> dict[str, float]:
+        """When each host's output was last read (epoch seconds), for rules that judge activity."""
+        ...
+
+    def finish(self) -> HostsEnd:
+        """The monitors stopped and the output drained (bounded) and stored: what was lost, and why."""
+        ...
+
+    def failure_reason(self, host: str, code: int) -> str:
+        """Why a host failed, as FailureReason says it: its failure file, else its exit and last stderr."""
+        ...
+
+    def pack(self, doc: JobDocument) -> None:
+        """model.tar.gz (and output.tar.gz) from the first host; OSError when it cannot be written."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class HostsEnd:
+    loss: Loss = field(default_factory=Loss)
+    ingest_failure: str | None = None  # the output could not be stored at all
+    warnings: list[str] = field(default_factory=list)  # a system monitor or profiler that failed
+
+
+@dataclass
+class _Host:
+    name: str
+    layout: contract.HostLayout
+    env: dict[str, str]
+    process: launch.Host | None = None
+    stream: HostStream | None = None
+
+
+class LocalHosts:
+    """Some hosts of a job (all of a local job's; one on a Ray node), run and captured on this machine."""
+
+    def __init__(self, store: Store, name: str, job_id: int, doc: JobDocument, names: list[str], peers: contract.Peers, *,
+                 launcher: launch.Launcher | None = None, echo: bool = False, live_metrics: bool = False,
+                 environment: dict[str, str] | None = None) -> None:
+        self.store = store
+        self.job = name
+        self.job_id = job_id
+        self.doc = doc
+        self.names = names
+        self.peers = peers
+        self.launcher = launcher or launch.LocalLauncher()
+        self.tag = self.launcher.tag
+        self.environment = environment or {}  # added to every host's
+        settings = doc["TrainmonConfig"]
+        self.mode = Mode(settings["RecordMode"])
+        self.extractor = Extractor(validate_definitions(doc["AlgorithmSpecification"]["MetricDefinitions"]), self.mode)
+        count = doc["ResourceConfig"]["InstanceCount"]
+        self.echo = Echo(prefix_hosts=count > 1, live_metrics=live_metrics) if echo else None
+        self.job_dir = config.job_dir(store.home, name)
+        self.spool_dir = recovery.spool_dir(store, name)
+        self.hosts: list[_Host] = []
+        self.readers: list[PipeReader] = []
+        self._spools: list[tuple[str, PipeReader]] = []
+        self.ingestor: Ingestor | None = None
+        self.monitor: SystemMonitor | None = None
+        self._wake = threading.Event()
+        self._budget = MemoryBudget()  # output held in memory for lack of a spool, for the whole job
+
+    def place(self) -> str | None:
+        return None  # this machine
+
+    def prepare(self) -> str | None:
+        whole = len(self.names) == self.doc["ResourceConfig"]["InstanceCount"]
+        for stale in self.job_dir.glob("algo-*") if whole else [self.job_dir / h for h in self.names]:
+            shutil.rmtree(stale, ignore_errors=True)  # left by an earlier job of the same name
+        config.make_private_dir(self.job_dir)
+        try:
+            for host in self.names:
+                layout, env = contract.prepare_host(self.job_dir, self.doc, host, self.peers)
+                self.hosts.append(_Host(host, layout, env))
+        except (OSError, toolkit.SourceError) as exc:  # an input gone or changed since the job was created
+            reason = f"ClientError: could not prepare the job's input and code: {exc}"
+            return reason[:FAILURE_REASON_CHARS]
+        return None
+
+    def start(self, profile_tap: ProfileTap | None) -> str | None:
+        self.spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        failure = self._start_hosts()
+        started = [h.stream for h in self.hosts if h.stream is not None]
+        self.ingestor = Ingestor(self.store, self.job_id, started, self.extractor, self._wake, self.echo,
+                                 budget=self._budget)
+        for reader in self.readers:
+            reader.start()
+        self.ingestor.start()
+        if failure is None:
+            self.monitor = self._start_monitor(profile_tap)
+        return failure
+
+    def _start_hosts(self) -> str | None:
+        settings = self.doc["TrainmonConfig"]
+        script = settings.get("Script")
+        for host in self.hosts:
+            layout = host.layout
+            row = retrying(functools.partial(self._add_stream, host.name))
+            cwd = str(layout.code_dir) if script else settings.get("WorkingDirectory") or str(layout.root)
+            spec = launch.HostSpec(host.name, settings["Command"], {**os.environ, **host.env, **self.environment}, cwd)
+            try:
+                host.process = self.launcher.start(spec)
+            except launch.LaunchError as exc:
+                return f"ClientError: {exc}"
+            notes = toolkit.notes(layout.code_dir, settings.get("Interpreter", "")) if script else b""
+            pipes = []
+            for is_stderr, fd in zip((False, True), host.process.streams(), strict=True):
+                path = spool_path(self.spool_dir, host.name, is_stderr)
+                reader = PipeReader(fd, path, self._wake, path.name, budget=self._budget,
+                                    losses=LossCounter(self.extractor.definitions, self.mode),
+                                    preamble=b"" if is_stderr else notes)
+                self.readers.append(reader)
+                self._spools.append((host.name, reader))
+                pipes.append(Pipe(reader, RecordCutter(self.mode), is_stderr))
+            host.stream = HostStream(host.name, row.id, pipes)
+        return None
+
+    def _add_stream(self, host: str) -> StreamRow:
+        creation_ms = now_ms()
+        return self.store.add_stream(self.job_id, host, f"{self.job}/{host}-{creation_ms // 1000}", creation_ms)
+
+    def _start_monitor(self, tap: ProfileTap | None) -> SystemMonitor | None:
+        if not self.hosts:
+            return None
+        settings = profiler_settings(self.doc)
+        profiler = ProfileWriter(settings["S3OutputPath"], self.job) if settings else None
+        env = {**os.environ, **self.doc.get("Environment", {})}
+        monitor = SystemMonitor(
+            self.store, self.job, self.launcher.process_groups(), self.job_dir,
+            system_interval_s=self.doc["TrainmonConfig"].get("SystemMetricsIntervalSeconds", 60),
+            profile_interval_ms=settings.get("ProfilingIntervalInMilliseconds") if settings else None,
+            profiler=profiler, gpu=default_gpu_source(env),
+            tap=tap.put if tap is not None and profiler is not None else None,
+        )
+        monitor.start()
+        return monitor
+
+    def poll(self) -> dict[str, int | None]:
+        return {h.name: h.process.poll() if h.process is not None else None for h in self._started()}
+
+    def signal(self, sig: int) -> None:
+        self.launcher.signal(sig)
+
+    def running(self) -> bool:
+        return self.launcher.running()
+
+    def wait(self) -> dict[str, int]:
+        return {h.name: h.process.wait() for h in self._started() if h.process is not None}
+
+    def last_read(self) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for host, reader in self._spools:
+            try:
+                found[host] = max(found.get(host, 0.0), os.stat(reader.spool_path).st_mtime)
+            except OSError:
+                pass
+        return found
+
+    def finish(self) -> HostsEnd:
+        end = HostsEnd()
+        if self.monitor is not None:
+            self.monitor.stop()
+            failed = (self.monitor.error, self.monitor.profiler.failed if self.monitor.profiler else None)
+            end.warnings = [str(problem) for problem in failed if problem]
+        # What the pipes still hold, for at most PIPE_DRAIN_S: a pipe kept open by a process beyond
+        # trainmon's reach is abandoned, not waited for.
+        deadline = time.monotonic() + PIPE_DRAIN_S
+        for reader in self.readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                reader.abandon()
+                reader.join()
+        if self.ingestor is not None:
+            self.ingestor.finish()
+            self.ingestor.close()
+            if self.ingestor.failure is not None:
+                end.ingest_failure = str(self.ingestor.failure)
+            end.loss.add(self.ingestor.loss)
+        for reader in self.readers:
+            end.loss.add(reader.losses.loss)
+        shutil.rmtree(self.spool_dir, ignore_errors=True)  # all stored, or counted as lost: nothing to recover
+        return end
+
+    def failure_reason(self, host: str, code: int) -> str:
+        found = next(h for h in self.hosts if h.name == host)
+        failure_file = found.layout.failure_file
+        if failure_file.is_file():
+            text = failure_file.read_text(encoding="utf-8", errors="replace")
+            if text.strip():
+                return text[:FAILURE_REASON_CHARS]
+        if code < 0:
+            try:
+                how = f"was killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        head = f"AlgorithmError: {host} {how}."
+        tail = "\n".join(found.stream.stderr_tail) if found.stream is not None else ""
+        if not tail:
+            return head
+        room = FAILURE_REASON_CHARS - len(head) - len(" Last lines of stderr:\n")
+        if len(tail) > room:
+            tail = "…" + tail[-(room - 1):]
+        return f"{head} Last lines of stderr:\n{tail}"
+
+    def pack(self, doc: JobDocument) -> None:
+        """model/ -> model.tar.gz (and output/data -> output.tar.gz) of the first host: files, or
+        objects of the object store for an s3:// output path."""
+        if not self.hosts or self.hosts[0].name != "algo-1":
+            return
+        artifacts = doc["ModelArtifacts"]["S3ModelArtifacts"]
+        first = self.hosts[0].layout
+        archives = [(first.model_dir, "model.tar.gz")]
+        if first.output_data_dir.is_dir() and any(first.output_data_dir.iterdir()):
+            archives.append((first.output_data_dir, "output.tar.gz"))
+        if artifacts.startswith("s3://"):
+            for source, name in archives:
+                _upload(self.store.home, source, f"{artifacts.rsplit('/', 1)[0]}/{name}")
+            return
+        target = Path(doc["TrainmonConfig"].get("ModelArtifactsPath") or artifacts.removeprefix("file://"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for source, name in archives:
+            _tar(source, target.with_name(name))
+
+    def close(self) -> None:
+        self.launcher.close()
+
+    def _started(self) -> list[_Host]:
+        return [h for h in self.hosts if h.process is not None]
+
+
+def _upload(home: Path, source: Path, uri: str) -> None:
+    """A directory packed straight into an object of the object store (OSError when it cannot be)."""
+    store = objects.ObjectStore(home)
+    bucket, key = objects.parse_uri(uri)
+    try:
+        with store.staging() as staged:
+            with tarfile.open(fileobj=cast(IO[bytes], staged), mode="w|gz") as archive:
+                for entry in sorted(source.iterdir()):
+                    archive.add(entry, arcname=entry.name)
+            store.commit(staged, bucket, key)
+    except TrainmonError as exc:  # the bucket went, say
+        raise OSError(f"{uri}: {exc.message}") from None
+
+
+def _tar(source: Path, target: Path) -> None:
+    temporary = target.with_name(target.name + ".part")
+    with tarfile.open(temporary, "w:gz") as archive:
+        for entry in sorted(source.iterdir()):
+            archive.add(entry, arcname=entry.name)
+    temporary.replace(target)

@@ -1,0 +1,388 @@
+"""Jobs whose hosts run on the nodes of a real Ray cluster (a head and three workers on this machine,
+each worker with a resource of its own), writing to a real PostgreSQL server.
+
+Every test submits through the CLI, as a user would; the pytest process itself never joins the
+cluster. The tests share one cluster (starting one takes tens of seconds; see tests/raycluster.py,
+which restarts a node a test killed) and run on one xdist worker (``xdist_group``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainmon.api import sagemaker, trainmon
+from trainmon.store import Store, open_store
+
+from .conftest import PY, PostgresServer
+from .raycluster import RayCluster, ray_cluster  # noqa: F401
+
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.timeout(600)]
+
+# Each host prints where it runs and three steps; the all-reduce job adds each host's rank over
+# sockets, through the address and port the launcher gives (MASTER_ADDR, MASTER_PORT).
+PRINTING_JOB = """
+import os, sys, time
+print("node", os.environ["TRAINMON_RAY_NODE_ID"], "host", os.environ["SM_CURRENT_HOST"], flush=True)
+for step in range(3):
+    print(f"step={step} loss={(int(os.environ['RANK']) + 1) / (step + 1)}", flush=True)
+    time.sleep(0.1)
+print("to stderr", file=sys.stderr, flush=True)
+"""
+
+ALL_REDUCE_JOB = """
+import json, os, socket, time
+rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+master = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+addresses = json.loads(os.environ["SM_HOST_ADDRESSES"])
+assert addresses[json.loads(os.environ["SM_HOSTS"])[0]] == master[0], (addresses, master)
+value = 10 * (rank + 1)
+if rank == 0:
+    server = socket.create_server(master)
+    peers, total = [], value
+    while len(peers) < size - 1:
+        connection, _ = server.accept()
+        total += int(connection.recv(64).decode())
+        peers.append(connection)
+    for connection in peers:
+        connection.sendall(str(total).encode())
+        connection.close()
+else:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            connection = socket.create_connection(master, timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    connection.sendall(str(value).encode())
+    total = int(connection.recv(64).decode())
+print(f"allreduce_sum={total}", flush=True)
+"""
+
+SLEEPING_JOB = """
+import os, time
+print("up", os.environ["SM_CURRENT_HOST"], flush=True)
+while True:
+    print("tick", flush=True)
+    time.sleep(0.2)
+"""
+
+
+@pytest.fixture
+def cluster(ray_cluster: RayCluster) -> RayCluster:  # noqa: F811
+    return ray_cluster
+
+
+@pytest.fixture
+def database(postgres_server: PostgresServer) -> Iterator[str]:
+    name = postgres_server.create_database()
+    yield postgres_server.url(name)
+    postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def submitter(tmp_path: Path, cluster: RayCluster, database: str) -> Iterator[Submitter]:
+    submitting = Submitter(cluster, database, tmp_path / "submitter-home")
+    yield submitting
+    submitting.store.close()
+
+
+class Submitter:
+    """The machine that submits: its own data directory, the shared store, the cluster's address."""
+
+    def __init__(self, cluster: RayCluster, database: str, home: Path) -> None:
+        self.cluster = cluster
+        self.env = cluster.client_env({"TRAINMON_DATABASE_URL": database, "TRAINMON_HOME": str(home)})
+        self.store: Store = open_store(home, database_url=database)
+        self.home = home
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "trainmon", *args], env=self.env, capture_output=True, text=True,
+                              errors="replace", timeout=timeout)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([PY, "-m", "trainmon", *args], env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def describe(self, name: str) -> dict[str, Any]:
+        return sagemaker.describe_training_job(self.store, TrainingJobName=name)
+
+    def wait(self, name: str, until: Any, timeout: float = 240.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while self.store.get_job(name) is None:  # a command just started has not created it yet
+            assert time.monotonic() < deadline, f"no job {name}"
+            time.sleep(0.2)
+        while True:
+            description = self.describe(name)
+            if until(description):
+                return description
+            assert time.monotonic() < deadline, f"gave up waiting: {description['SecondaryStatusTransitions']}"
+            time.sleep(0.2)
+
+    def records(self, name: str, host: str) -> list[str]:
+        page = trainmon.get_job_log_records(self.store, TrainingJobName=name, Host=host, Limit=10_000)
+        return [record["Message"] for record in page["Records"]]
+
+
+def node_of(cluster: RayCluster, node_id: str) -> int:
+    """Which of the cluster's nodes (0 the head, 1..3 the workers) has Ray's node id ``node_id``."""
+    for node in cluster.nodes():
+        if node["NodeID"] == node_id:
+            for index in range(4):
+                if cluster.resource(index) in node["Resources"]:
+                    return index
+    raise AssertionError(f"no node {node_id}")
+
+
+def job(submitter: Submitter, tmp_path: Path, body: str, name: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def test_three_hosts_run_on_three_nodes_and_each_is_captured_there(submitter: Submitter, tmp_path: Path,
+                                                                   cluster: RayCluster) -> None:
+    script = job(submitter, tmp_path, PRINTING_JOB, "printing")
+    done = submitter.run("run", "--name", "spread", "--launcher", "ray", "--instance-count", "3",
+                         "--system-metrics-interval", "1", "--profiling-interval-ms", "100",
+                         "--metric", "loss=loss=(\\S+)", "--", PY, str(script))
+    assert done.returncode == 0, done.stderr
+    for host in ("algo-1", "algo-2", "algo-3"):
+        assert f"{host} | step=2" in done.stdout  # followed from the store as it ran
+    description = submitter.describe("spread")
+    assert description["TrainingJobStatus"] == "Completed"
+    placements = submitter.store.get_job("spread").doc["HostPlacements"]  # type: ignore[union-attr]
+    nodes = {p["Host"]: node_of(cluster, p["NodeId"]) for p in placements}
+    assert sorted(nodes) == ["algo-1", "algo-2", "algo-3"]
+    assert sorted(nodes.values()) == [1, 2, 3]  # one worker node each (the head has no CPU for a host)
+    for host, placement in zip(sorted(nodes), sorted(placements, key=lambda p: p["Host"]), strict=True):
+        records = submitter.records("spread", host)
+        assert records[0] == f"node {placement['NodeId']} host {host}"
+        assert "to stderr" in records
+        # the contract was laid out in that node's own data directory
+        assert (cluster.node_home(nodes[host]) / "jobs" / "spread" / host / "input" / "config"
+                / "resourceconfig.json").is_file()
+    points = trainmon.get_job_metric_points(submitter.store, TrainingJobName="spread", MetricNames=["loss"])
+    by_host: dict[str, list[float]] = {}
+    for point in points["Points"]:
+        by_host.setdefault(point["Host"], []).append(point["Value"])
+    assert {host: sorted(values) for host, values in by_host.items()} == {
+        "algo-1": [1 / 3, 0.5, 1.0], "algo-2": [2 / 3, 1.0, 2.0], "algo-3": [1.0, 1.5, 3.0]}
+    system = trainmon.list_job_system_metrics(submitter.store, TrainingJobName="spread")
+    assert {m["Host"] for m in system["Metrics"]} >= {"algo-1", "algo-2", "algo-3"}
+    assert any(m["MetricName"] == "CPUUtilization" for m in system["Metrics"])
+    # every node's profile rows reached the profiler rules, which run with the supervisor
+    [report] = description["ProfilerRuleEvaluationStatuses"]
+    assert report["RuleEvaluationStatus"] == "NoIssuesFound"
+    assert "no profile datapoints" not in report["StatusDetails"], report["StatusDetails"]
+
+
+def test_hosts_reach_each_other_by_the_addresses_they_are_given(submitter: Submitter, tmp_path: Path) -> None:
+    script = job(submitter, tmp_path, ALL_REDUCE_JOB, "allreduce")
+    done = submitter.run("run", "--name", "allreduce", "--launcher", "ray", "--instance-count", "3",
+                         "--metric", "sum=allreduce_sum=(\\d+)", "--", PY, str(script))
+    assert done.returncode == 0, done.stdout + done.stderr
+    finals = {m["MetricName"]: m["Value"] for m in submitter.describe("allreduce")["FinalMetricDataList"]}
+    assert finals == {"sum": 60.0}
+    for host in ("algo-1", "algo-2", "algo-3"):
+        assert submitter.records("allreduce", host) == ["allreduce_sum=60"]
+
+
+def test_a_detached_job_outlives_its_submitter_and_stops_from_anywhere(submitter: Submitter, tmp_path: Path,
+                                                                       cluster: RayCluster) -> None:
+    script = job(submitter, tmp_path, SLEEPING_JOB, "sleeping")
+    done = submitter.run("run", "--name", "detached", "--detach", "--launcher", "ray", "--instance-count", "2",
+                         "--stop-grace-seconds", "5", "--", PY, str(script))
+    assert done.returncode == 0, done.stderr
+    submitter.wait("detached", lambda d: d["SecondaryStatus"] == "Training")
+    for host in ("algo-1", "algo-2"):
+        deadline = time.monotonic() + 60
+        while "tick" not in submitter.records("detached", host):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    # the submitting command has returned, and its submission process has exited too: the job's
+    # supervisor lives in the cluster
+    supervisor = submitter.store.get_job("detached").supervisor  # type: ignore[union-attr]
+    assert supervisor is not None and supervisor["pid"] in cluster.node_pids(0)
+    stopped = submitter.run("stop", "detached")
+    assert stopped.returncode == 0, stopped.stderr
+    description = submitter.wait("detached", lambda d: d["TrainingJobStatus"] in ("Stopped", "Failed", "Completed"))
+    assert description["TrainingJobStatus"] == "Stopped", description.get("FailureReason")
+
+
+def test_max_runtime_ends_every_host(submitter: Submitter, tmp_path: Path) -> None:
+    script = job(submitter, tmp_path, SLEEPING_JOB, "sleeping")
+    done = submitter.run("run", "--name", "limited", "--launcher", "ray", "--instance-count", "2",
+                         "--max-runtime-seconds", "25", "--stop-grace-seconds", "2", "--", PY, str(script))
+    description = submitter.describe("limited")
+    assert description["TrainingJobStatus"] == "Stopped", description.get("FailureReason")
+    assert description["SecondaryStatus"] == "MaxRuntimeExceeded"
+    assert done.returncode != 0
+    for host in ("algo-1", "algo-2"):
+        assert "tick" in submitter.records("limited", host)
+
+
+def test_a_node_killed_mid_job_fails_it_naming_the_host_and_node(submitter: Submitter, tmp_path: Path,
+                                                                 cluster: RayCluster) -> None:
+    script = job(submitter, tmp_path, SLEEPING_JOB, "sleeping")
+    running = submitter.start("run", "--name", "killed", "--launcher", "ray", "--instance-count", "3",
+                              "--stop-grace-seconds", "2", "--", PY, str(script))
+    try:
+        submitter.wait("killed", lambda d: d["SecondaryStatus"] == "Training")
+        placements = {p["Host"]: p for p in submitter.store.get_job("killed").doc["HostPlacements"]}  # type: ignore[union-attr]
+        victim = placements["algo-2"]
+        index = node_of(cluster, victim["NodeId"])
+        deadline = time.monotonic() + 60
+        while "tick" not in submitter.records("killed", "algo-2"):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        cluster.kill_node(index)
+        description = submitter.wait("killed", lambda d: d["TrainingJobStatus"] in ("Failed", "Stopped", "Completed"))
+        stdout, stderr = running.communicate(timeout=120)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.wait()
+    assert description["TrainingJobStatus"] == "Failed", description
+    reason = description["FailureReason"]
+    assert "algo-2" in reason and victim["NodeId"] in reason, reason
+    assert "tick" in submitter.records("killed", "algo-2")  # what it printed before stays
+    for host in ("algo-1", "algo-3"):  # the others were ended: their last records came before the end
+        assert "tick" in submitter.records("killed", host)
+    assert running.returncode != 0
+    assert "ended Failed" in stderr
+
+
+def test_a_supervisor_lost_leaves_the_job_to_be_reaped(submitter: Submitter, tmp_path: Path,
+                                                       cluster: RayCluster) -> None:
+    import os
+    import signal
+
+    script = job(submitter, tmp_path, SLEEPING_JOB, "sleeping")
+    done = submitter.run("run", "--name", "orphaned", "--detach", "--launcher", "ray", "--instance-count", "2",
+                         "--", PY, str(script))
+    assert done.returncode == 0, done.stderr
+    submitter.wait("orphaned", lambda d: d["SecondaryStatus"] == "Training")
+    deadline = time.monotonic() + 60
+    while "tick" not in submitter.records("orphaned", "algo-1"):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    supervisor = submitter.store.get_job("orphaned").supervisor  # type: ignore[union-attr]
+    assert supervisor is not None and supervisor["pid"] in cluster.node_pids(0)
+    os.kill(supervisor["pid"], signal.SIGKILL)  # the supervisor's Ray worker, on the head
+    # any command on the supervisor's machine notices, and reaps the job
+    description = submitter.wait("orphaned", lambda d: d["TrainingJobStatus"] != "InProgress")
+    assert description["TrainingJobStatus"] == "Failed"
+    assert f"supervising process (pid {supervisor['pid']}) ended" in description["FailureReason"]
+    assert "tick" in submitter.records("orphaned", "algo-1")
+
+
+def test_too_few_nodes_fail_at_once_or_wait_as_asked(submitter: Submitter, tmp_path: Path) -> None:
+    script = job(submitter, tmp_path, PRINTING_JOB, "printing")
+    done = submitter.run("run", "--name", "toomany", "--launcher", "ray", "--instance-count", "5",
+                         "--", PY, str(script))
+    description = submitter.describe("toomany")
+    assert description["TrainingJobStatus"] == "Failed"
+    assert description["FailureReason"].startswith("CapacityError: ")
+    assert "5 hosts" in description["FailureReason"] and "has 3 nodes" in description["FailureReason"]
+    assert done.returncode != 0
+    done = submitter.run("run", "--name", "waits", "--launcher", "ray", "--instance-count", "5",
+                         "--wait-for-nodes", "--resource-wait-seconds", "3", "--", PY, str(script))
+    description = submitter.describe("waits")
+    assert description["TrainingJobStatus"] == "Failed"
+    assert "within 3 s" in description["FailureReason"]
+    messages = [t["StatusMessage"] for t in description["SecondaryStatusTransitions"]]
+    assert any(m.startswith("Waiting for the Ray cluster to place 5 hosts") for m in messages), messages
+
+
+def test_an_unreachable_cluster_fails_the_job_with_the_reason(submitter: Submitter, tmp_path: Path) -> None:
+    script = job(submitter, tmp_path, PRINTING_JOB, "printing")
+    done = submitter.run("run", "--name", "nowhere", "--launcher", "ray", "--ray-address", "127.0.0.1:9",
+                         "--", PY, str(script))
+    assert done.returncode != 0
+    reason = submitter.describe("nowhere")["FailureReason"]
+    assert "cannot reach the Ray cluster at 127.0.0.1:9" in reason, reason
+
+
+ESTIMATOR_DRIVER = """
+import sys
+from trainmon.sdk.estimator import Estimator
+estimator = Estimator(image_uri=f"{sys.executable} {sys.argv[1]}", instance_count=2, launcher="ray",
+                      host_resources={"CPU": 1}, metric_definitions=[{"Name": "loss", "Regex": "loss=(\\S+)"}],
+                      rules=[])
+estimator.fit(wait=True, logs="None")
+print(estimator.latest_training_job.describe()["TrainingJobStatus"], estimator.model_data)
+"""
+
+
+def test_the_estimator_runs_a_job_on_ray(submitter: Submitter, tmp_path: Path) -> None:
+    script = job(submitter, tmp_path, PRINTING_JOB, "printing")
+    done = subprocess.run([PY, "-c", ESTIMATOR_DRIVER, str(script)], env=submitter.env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    status, model = done.stdout.split()[-2:]
+    assert status == "Completed"
+    assert Path(model.removeprefix("file://")).is_file()  # packed on algo-1's node, into the shared directory
+    [name] = [s["TrainingJobName"] for s in sagemaker.list_training_jobs(submitter.store)["TrainingJobSummaries"]]
+    placements = submitter.store.get_job(name).doc["HostPlacements"]  # type: ignore[union-attr]
+    assert len({p["NodeId"] for p in placements}) == 2
+
+
+# -- refused up front ---------------------------------------------------------------------------
+
+
+def refused(env: dict[str, str], *flags: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "trainmon", "run", "--name", "refused", "--launcher", "ray", *flags,
+                           "--", PY, "-c", "pass"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    return done.stderr
+
+
+def test_a_ray_job_on_the_embedded_store_is_refused_with_what_to_do(home: Path) -> None:
+    import os
+
+    env = {**os.environ, "TRAINMON_HOME": str(home), "RAY_ADDRESS": "127.0.0.1:1"}
+    assert "set TRAINMON_DATABASE_URL to a PostgreSQL server every node reaches" in refused(env)
+    store = open_store(home)
+    assert sagemaker.list_training_jobs(store)["TrainingJobSummaries"] == []
+    store.close()
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ((), "a Ray job needs the address of a running Ray cluster"),
+    (("--ray-address", "127.0.0.1:1", "--instance-type", "ml.x9.huge"), "'ml.x9.huge' is not in trainmon's table"),
+    (("--ray-address", "127.0.0.1:1", "--host-resources", '{"CPU": -1}'), "greater than or equal to 0"),
+])
+def test_a_ray_job_is_refused_up_front(home: Path, database: str, flags: tuple[str, ...], message: str) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update({"TRAINMON_HOME": str(home), "TRAINMON_DATABASE_URL": database})
+    assert message in refused(env, *flags)
+    store = open_store(home, database_url=database)
+    assert sagemaker.list_training_jobs(store)["TrainingJobSummaries"] == []
+    store.close()
+
+
+def test_a_ray_job_is_refused_objects_only_this_machine_holds(home: Path, database: str) -> None:
+    from trainmon.errors import ValidationException
+
+    store = open_store(home, database_url=database)
+    request = {"TrainingJobName": "objects", "AlgorithmSpecification": {
+        "TrainingInputMode": "File", "ContainerEntrypoint": [PY, "-c", "pass"]},
+        "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+        "TrainmonConfig": {"Launcher": "ray", "RayAddress": "127.0.0.1:1"}}
+    with pytest.raises(ValidationException, match="OutputDataConfig.S3OutputPath 's3://bucket/out': the objects of "
+                       "trainmon's object store live on this machine"):
+        sagemaker.create_training_job(store, **request)
+    assert sagemaker.list_training_jobs(store)["TrainingJobSummaries"] == []
+    store.close()
