@@ -2,10 +2,8 @@
 
 Ray places and keeps processes; trainmon does the rest as it does locally:
 
-- **Submission.** CreateTrainingJob starts ``python -m trainmon.runtime.cluster NAME`` (as it starts
-  a local supervisor), which connects to the cluster, creates the job's *coordinator*, a detached
-  Ray actor that runs the job's :class:`~trainmon.runtime.supervisor.Supervisor`, waits until it
-  has claimed the job, and exits. The job does not depend on the machine it was submitted from.
+- **Submission** (:mod:`trainmon.runtime.rayjob`): the job's supervisor runs in the cluster, as a
+  detached Ray actor, so the job does not depend on the machine it was submitted from.
 - **Placement.** The supervisor asks for a placement group of one bundle per host, each what a
   host takes (``HostResources``, from the instance type by default), spread one per node
   (``STRICT_SPREAD``). A cluster with too few nodes that could ever hold a host fails the job at
@@ -20,29 +18,22 @@ Ray places and keeps processes; trainmon does the rest as it does locally:
 
 from __future__ import annotations
 
-import argparse
 import signal
 import socket
-import sys
-import threading
 import time
-import traceback
-from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
 from ..jobs.document import HostPlacement, JobDocument
-from ..store import JobRow, Store, open_store
-from . import contract, orphans
+from ..store import JobRow, Store
+from . import contract
 from . import launcher as launch
 from .hosts import FAILURE_REASON_CHARS, HostsEnd
-from .jobstate import JobState, set_status
+from .jobstate import JobState
 from .profilewatch import ProfileTap
 
 NAMESPACE = "trainmon"
-HEAD_NODE_RESOURCE = "node:__internal_head__"
 CONNECT_TIMEOUT_S = 5.0  # a TCP answer from the cluster's address, before Ray's own (much longer) wait
-CLAIM_TIMEOUT_S = 120.0  # from creating the coordinator to its claiming the job
 PLACE_POLL_S = 0.5
 PROFILE_PULL_S = 1.0  # how often the agents' profile rows are taken for the profiler rules
 CALL_TIMEOUT_S = 60.0  # an agent's answer to a short call (signal, running, where)
@@ -75,76 +66,7 @@ def _check_reachable(address: str) -> None:
                            "(ray start --head prints it) and that this machine reaches it.") from None
 
 
-# -- submission ---------------------------------------------------------------------------------
-
-
-class JobCoordinator:
-    """A Ray actor that runs one job's supervisor in the cluster (detached: it outlives whoever
-    submitted the job), then ends itself."""
-
-    def __init__(self, database_url: str, name: str) -> None:
-        self._thread = threading.Thread(target=self._run, args=(database_url, name), name=f"trainmon-job-{name}",
-                                        daemon=True)
-        self._thread.start()
-
-    @staticmethod
-    def _run(database_url: str, name: str) -> None:
-        import ray
-
-        from .supervisor import Supervisor
-
-        try:
-            store = open_store(database_url=database_url)
-            Supervisor(store, name, echo=False, handle_signals=False).run()
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-
-def submit(store: Store, name: str) -> None:
-    """Create the job's coordinator in its Ray cluster and wait until it has claimed the job; the
-    job Failed, with the reason, when that cannot be done."""
-    job = store.get_job(name)
-    if job is None:
-        raise LookupError(f"no job named {name!r}")
-    address = job.doc["TrainmonConfig"]["RayAddress"]
-    submitter = orphans.identity()  # the job's supervisor until the coordinator claims it: reaped if this dies
-
-    def adopt(row: JobRow) -> None:
-        if row.supervisor is None:
-            row.supervisor = submitter
-
-    store.update_job(name, adopt)
-    try:
-        import ray
-
-        connect(address)
-        coordinator = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(JobCoordinator).options(
-            name=f"job-{name}-{int(job.doc['CreationTime'] * 1000)}", namespace=NAMESPACE, lifetime="detached",
-            resources={HEAD_NODE_RESOURCE: 0.001},  # the head: the node whose loss ends the cluster anyway
-        ).remote(store.database_url, name)
-        ray.get(coordinator.alive.remote(), timeout=CLAIM_TIMEOUT_S)
-    except Exception as exc:  # unreachable, refused, or the coordinator could not be made (trainmon missing there)
-        reason = f"InternalServerError: could not start the job on the Ray cluster at {address}: {_brief(exc)}"
-        set_status(store, name, "Failed", FailureReason=reason[:FAILURE_REASON_CHARS])
-        return
-    deadline = time.monotonic() + CLAIM_TIMEOUT_S
-    while time.monotonic() < deadline:  # this process is the job's supervisor until the coordinator says it is
-        row = store.get_job(name)
-        if row is None or row.supervisor != submitter or row.status not in ("InProgress", "Stopping"):
-            return
-        time.sleep(0.1)
-    set_status(store, name, "Failed", FailureReason="InternalServerError: the job's coordinator did not start on "
-               f"the Ray cluster at {address} within {CLAIM_TIMEOUT_S:.0f} s; see the logs of its Ray workers.")
-
-
-def _brief(exc: BaseException) -> str:
+def brief(exc: BaseException) -> str:
     """An error of Ray's in a line: its last one (a remote traceback ends with the error itself)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return (lines[-1] if lines else type(exc).__name__)[:400]
@@ -231,14 +153,14 @@ class RayHosts:
             where = dict(zip(self.names, ray.get([a.where.remote() for a in self.agents.values()],
                                                  timeout=CALL_TIMEOUT_S), strict=True))
         except Exception as exc:
-            return f"InternalServerError: could not start the job's host agents on the Ray cluster: {_brief(exc)}"
+            return f"InternalServerError: could not start the job's host agents on the Ray cluster: {brief(exc)}"
         self.nodes = where
         self._record_placement()
         peers = contract.Peers({host: str(w["address"]) for host, w in where.items()}, int(where[self.names[0]]["port"]))
         try:
             failures = ray.get([a.prepare.remote(peers) for a in self.agents.values()])
         except Exception as exc:
-            return f"InternalServerError: a host agent failed while preparing its host: {_brief(exc)}"
+            return f"InternalServerError: a host agent failed while preparing its host: {brief(exc)}"
         return next((f for f in failures if f is not None), None)
 
     def _record_placement(self) -> None:
@@ -260,7 +182,7 @@ class RayHosts:
         try:
             failures = ray.get([a.start.remote(profile_tap is not None) for a in self.agents.values()])
         except Exception as exc:
-            return f"InternalServerError: a host agent failed while starting its host: {_brief(exc)}"
+            return f"InternalServerError: a host agent failed while starting its host: {brief(exc)}"
         self.exits = {host: agent.wait_exit.remote() for host, agent in self.agents.items()}
         return next((f for f in failures if f is not None), None)
 
@@ -328,7 +250,7 @@ class RayHosts:
     def _lose(self, host: str, exc: BaseException) -> None:
         node = self.nodes.get(host, {})
         where = f"Ray node {node.get('node_id', '?')} ({node.get('address', '?')}, {node.get('hostname', '?')})"
-        self.lost[host] = (f"InternalServerError: {host} was lost with its {where}: {_brief(exc)}. "
+        self.lost[host] = (f"InternalServerError: {host} was lost with its {where}: {brief(exc)}. "
                            "What trainmon had stored of its output stays; the other hosts were stopped.")
         self.codes[host] = LOST
 
@@ -405,7 +327,7 @@ class RayHosts:
         except OSError:
             raise
         except Exception as exc:
-            raise OSError(_brief(exc)) from None
+            raise OSError(brief(exc)) from None
 
     def close(self) -> None:
         import ray
@@ -433,17 +355,3 @@ def _nodes_that_fit(resources: dict[str, float]) -> int:
 
 def _shown(resources: dict[str, float]) -> str:
     return ", ".join(f"{amount:g} {key}" for key, amount in sorted(resources.items()))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The submitting process CreateTrainingJob starts for a Ray job."""
-    parser = argparse.ArgumentParser(prog="python -m trainmon.runtime.cluster")
-    parser.add_argument("name")
-    parser.add_argument("--home", type=Path)
-    args = parser.parse_args(argv)
-    submit(open_store(args.home), args.name)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

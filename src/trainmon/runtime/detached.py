@@ -1,6 +1,6 @@
 """Starting a job's supervisor as a process of its own (``python -m trainmon.runtime.supervisor``),
 in its own session, writing to ``<home>/jobs/<job>/supervisor.log``: what CreateTrainingJob does.
-For a Ray job the process is the submission (``python -m trainmon.runtime.cluster``), which puts
+For a Ray job the process is the submission (``python -m trainmon.runtime.rayjob``), which puts
 the job's supervisor in the cluster and exits."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .orphans import identity
 def start(store: Store, name: str, *, ray: bool = False) -> None:
     """Start the supervisor of job ``name`` (or, ``ray``, its submission to the Ray cluster) and record
     it as the job's, until it claims the job itself."""
-    module = "trainmon.runtime.cluster" if ray else "trainmon.runtime.supervisor"
+    module = "trainmon.runtime.rayjob" if ray else "trainmon.runtime.supervisor"
     job_dir = config.job_dir(store.home, name)
     config.make_private_dir(job_dir)
     with open(os.open(job_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
