@@ -1,4 +1,4 @@
-"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [aws] [rules] [alarms] [report] [debug_hook] [--scale S] [--flood-mb N] [--strict]``"""
+"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [aws] [rules] [alarms] [report] [debug_hook] [cluster] [--scale S] [--flood-mb N] [--strict]``"""
 
 from __future__ import annotations
 
@@ -9,12 +9,26 @@ import subprocess
 import sys
 import time
 
-from . import alarms, aws, capture, debug_hook, extraction, latency, monitor, readback, rules, series, server, store
+from . import (
+    alarms,
+    aws,
+    capture,
+    cluster,
+    debug_hook,
+    extraction,
+    latency,
+    monitor,
+    readback,
+    rules,
+    series,
+    server,
+    store,
+)
 from . import report as profiling_report  # not `report`: main() names each Report so
 from .common import ROOT, Report
 
 BENCHMARKS = ("extraction", "capture", "latency", "monitor", "store", "series", "readback", "server", "aws", "rules",
-              "alarms", "report", "debug_hook")
+              "alarms", "report", "debug_hook", "cluster")
 
 
 def _revision() -> str:
@@ -55,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     reports: list[Report] = []
     modules = {"extraction": extraction, "capture": capture, "latency": latency, "monitor": monitor,
                "store": store, "series": series, "readback": readback, "server": server, "aws": aws,
-               "rules": rules, "alarms": alarms, "report": profiling_report, "debug_hook": debug_hook}
+               "rules": rules, "alarms": alarms, "report": profiling_report, "debug_hook": debug_hook,
+               "cluster": cluster}
     for name in names:
         if name == "capture":
             reports.append(capture.run(args.scale, args.flood_mb))
