@@ -374,9 +374,12 @@ def job_points(sql: Sql, job_id: int, *, names: list[str] | None, host: str | No
     if host:
         condition += " AND host = ?"
         args.append(host)
+    chunks = _chunks(sql, condition, args, start_ms, end_ms)
+    # the names after the chunks: a series row comes before its first chunk and outlives it, so
+    # every chunk read has its name, even when the two reads see different moments (PostgreSQL)
     names_of = dict(sql.rows("SELECT id, name FROM series WHERE job_id = ?", (job_id,)))
     parts = []
-    for chunk in _chunks(sql, condition, args, start_ms, end_ms):
+    for chunk in chunks:
         stamps, values, seqs = chunk.columns
         name = names_of[chunk.series_id]
         parts.append((stamps, seqs, [(name, chunk.host, chunk.stream_id)] * len(stamps), values))
