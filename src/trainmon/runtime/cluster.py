@@ -93,7 +93,7 @@ class RayHosts:
         self.state = state
         self.tag = launch.new_tag()
         self.settings = job.doc["TrainmonConfig"]
-        self.resources: dict[str, float] = dict(self.settings.get("HostResources", {"CPU": 1.0}))
+        self.resources: dict[str, float] = self.settings["HostResources"]  # filled in when the job was created
         self.group: Any = None
         self.agents: dict[str, Any] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
@@ -101,8 +101,7 @@ class RayHosts:
         self.codes: dict[str, int] = {}
         self.lost: dict[str, str] = {}  # host -> why its agent is gone
         self.profile_tap: ProfileTap | None = None  # the supervisor's, for the profiler rules
-        self._pulls: dict[Any, str] = {}  # profile rows asked of an agent, not yet taken
-        self._dropped: dict[str, int] = {}
+        self._dropped: dict[str, int] = {}  # profile rows each agent's tap dropped so far
         self._next_pull = 0.0
 
     # -- placement and start ----------------------------------------------------------------
@@ -115,13 +114,13 @@ class RayHosts:
         bundles = [dict(self.resources) for _ in self.names]
         self.group = placement_group(bundles, strategy="STRICT_SPREAD", name=f"trainmon-{self.job.name}")
         ready = self.group.ready()
-        wait_s = self.settings.get("ResourceWaitSeconds", 3600)
+        wait_s = self.settings["ResourceWaitSeconds"]
         deadline = time.monotonic() + wait_s
         waiting = False
         while not ray.wait([ready], timeout=PLACE_POLL_S)[0]:
             fit = _nodes_that_fit(self.resources)
             need = f"{len(self.names)} hosts, one per node, each taking {_shown(self.resources)}"
-            if fit < len(self.names) and not self.settings.get("WaitForNodes", False):
+            if fit < len(self.names) and not self.settings["WaitForNodes"]:
                 return (f"CapacityError: the Ray cluster at {self.settings['RayAddress']} has {fit} node"
                         f"{'' if fit == 1 else 's'} that can hold a host of this job, and the job needs {need}. "
                         "Add nodes, ask for less (TrainmonConfig.HostResources, or a smaller instance type), or "
@@ -198,38 +197,13 @@ class RayHosts:
                 self._collect(pending[ref], ref)
         if self.profile_tap is not None and time.monotonic() >= self._next_pull:
             self._next_pull = time.monotonic() + PROFILE_PULL_S
-            self._pull_profile(final=False)
+            self._pull_profile()
         return {host: self.codes.get(host) for host in self.names}
 
-    def _pull_profile(self, *, final: bool) -> None:
-        """The agents' profile rows into the supervisor's tap, for the profiler rules: the answers
-        that have come, then a new ask (``final``: every answer, including one asked after the
-        monitors stopped)."""
-        if final:
-            self._take_rows(wait=True)
-            self._ask_rows()
-        self._take_rows(wait=final)
-        if not final:
-            self._ask_rows()
-
-    def _ask_rows(self) -> None:
-        asked = set(self._pulls.values())
-        for host, agent in self._live().items():
-            if host not in asked:
-                self._pulls[agent.profile_rows.remote()] = host
-
-    def _take_rows(self, *, wait: bool) -> None:
-        import ray
-
+    def _pull_profile(self) -> None:
+        """The agents' profile rows since the last pull into the supervisor's tap, for the profiler rules."""
         assert self.profile_tap is not None
-        refs = list(self._pulls)
-        done = ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S if wait else 0)[0] if refs else []
-        for ref in done:
-            host = self._pulls.pop(ref)
-            try:
-                rows, dropped = ray.get(ref)
-            except Exception:
-                continue  # a lost agent: its exit status says so
+        for host, (rows, dropped) in self._each("profile_rows").items():
             for row in rows:
                 self.profile_tap.put(*row)
             self._dropped[host] = dropped
@@ -279,7 +253,7 @@ class RayHosts:
         return any(self._each("running").values())
 
     def wait(self) -> dict[str, int]:
-        self._each("wait")
+        """Every started host's exit status (each agent answers when its process has ended)."""
         deadline = time.monotonic() + CALL_TIMEOUT_S
         while (waiting := [host for host in self.exits if host not in self.codes]) and time.monotonic() < deadline:
             for host in waiting:
@@ -287,7 +261,7 @@ class RayHosts:
         for host in self.exits:
             if host not in self.codes:  # no answer in a minute after SIGKILL
                 self._lose(host, TimeoutError("its agent gave no exit status"))
-        return {host: code for host, code in self.codes.items()}
+        return dict(self.codes)
 
     def last_read(self) -> dict[str, float]:
         found: dict[str, float] = {}
@@ -301,7 +275,7 @@ class RayHosts:
         end = HostsEnd()
         answers = self._each("finish", timeout=None)
         if self.profile_tap is not None:
-            self._pull_profile(final=True)  # the rows of the monitor's last ticks
+            self._pull_profile()  # the rows of the monitors' last ticks
         for host, answer in answers.items():
             end.loss.add(answer.loss)
             end.ingest_failure = end.ingest_failure or answer.ingest_failure
@@ -331,16 +305,12 @@ class RayHosts:
 
     def close(self) -> None:
         import ray
+        from ray.util.placement_group import remove_placement_group
 
+        self._each("close", timeout=10.0)
         for agent in self.agents.values():
-            try:
-                ray.get(agent.close.remote(), timeout=10)
-            except Exception:
-                pass
             ray.kill(agent, no_restart=True)
         if self.group is not None:
-            from ray.util.placement_group import remove_placement_group
-
             remove_placement_group(self.group)
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from ..jobs.document import Channel, JobDocument
 from . import tensors, toolkit
 
@@ -220,8 +222,6 @@ def free_port(address: str) -> int:
 def interface_of(address: str) -> str:
     """The network interface that holds ``address`` on this machine (SM_NETWORK_INTERFACE_NAME); "lo"
     for a loopback address or one no interface holds."""
-    import psutil
-
     for name, entries in psutil.net_if_addrs().items():
         if any(entry.address == address for entry in entries):
             return name

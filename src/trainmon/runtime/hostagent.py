@@ -15,7 +15,6 @@ imports Ray only for what the node says about itself.
 from __future__ import annotations
 
 import socket
-import time
 
 from ..jobs.document import JobDocument
 from ..store import open_store
@@ -25,7 +24,6 @@ from .hosts import HostsEnd, LocalHosts
 from .profilewatch import ProfileTap
 
 NODE_ID_VARIABLE = "TRAINMON_RAY_NODE_ID"  # the node a host runs on, for its command to read
-WAIT_POLL_S = 0.05
 
 
 class HostAgent:
@@ -38,7 +36,7 @@ class HostAgent:
         row = self.store.get_job(job)
         if row is None:
             raise LookupError(f"no job named {job!r} in the store")
-        self.job, self.job_id, self.doc = job, row.id, row.doc
+        self.row = row
         self.host = host
         self.tag = tag
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -52,7 +50,7 @@ class HostAgent:
                 "port": contract.free_port(self.address)}
 
     def prepare(self, peers: contract.Peers) -> str | None:
-        self.hosts = LocalHosts(self.store, self.job, self.job_id, self.doc, [self.host], peers,
+        self.hosts = LocalHosts(self.store, self.row, [self.host], peers,
                                 launcher=launch.LocalLauncher(self.tag),
                                 environment={NODE_ID_VARIABLE: self.node_id})
         return self.hosts.prepare()
@@ -70,24 +68,15 @@ class HostAgent:
         return self.tap.take(), self.tap.dropped
 
     def wait_exit(self) -> int:
-        """Block until the host's main process has ended (the actor runs calls on several threads)."""
-        while True:
-            code = self.poll()
-            if code is not None:
-                return code
-            time.sleep(WAIT_POLL_S)
-
-    def poll(self) -> int | None:
-        return self._hosts().poll().get(self.host)
+        """The host's exit status, once its main process has ended (the actor answers other calls
+        meanwhile, on other threads)."""
+        return self._hosts().wait()[self.host]
 
     def signal(self, sig: int) -> None:
         self._hosts().signal(sig)
 
     def running(self) -> bool:
         return self._hosts().running()
-
-    def wait(self) -> int | None:
-        return self._hosts().wait().get(self.host)
 
     def last_read(self) -> dict[str, float]:
         return self._hosts().last_read()

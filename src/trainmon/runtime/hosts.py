@@ -29,7 +29,7 @@ from ..jobs.status import profiler_settings
 from ..parsing.definitions import validate_definitions
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
-from ..store import Store, StreamRow, objects
+from ..store import JobRow, Store, StreamRow, objects
 from ..store.profiles import ProfileWriter
 from . import contract, recovery, toolkit
 from . import launcher as launch
@@ -128,13 +128,13 @@ class _Host:
 class LocalHosts:
     """Some hosts of a job (all of a local job's; one on a Ray node), run and captured on this machine."""
 
-    def __init__(self, store: Store, name: str, job_id: int, doc: JobDocument, names: list[str], peers: contract.Peers, *,
+    def __init__(self, store: Store, job: JobRow, names: list[str], peers: contract.Peers, *,
                  launcher: launch.Launcher | None = None, echo: bool = False, live_metrics: bool = False,
                  environment: dict[str, str] | None = None) -> None:
         self.store = store
-        self.job = name
-        self.job_id = job_id
-        self.doc = doc
+        self.job = job.name
+        self.job_id = job.id
+        self.doc = doc = job.doc
         self.names = names
         self.peers = peers
         self.launcher = launcher or launch.LocalLauncher()
@@ -145,8 +145,8 @@ class LocalHosts:
         self.extractor = Extractor(validate_definitions(doc["AlgorithmSpecification"]["MetricDefinitions"]), self.mode)
         count = doc["ResourceConfig"]["InstanceCount"]
         self.echo = Echo(prefix_hosts=count > 1, live_metrics=live_metrics) if echo else None
-        self.job_dir = config.job_dir(store.home, name)
-        self.spool_dir = recovery.spool_dir(store, name)
+        self.job_dir = config.job_dir(store.home, job.name)
+        self.spool_dir = recovery.spool_dir(store, job.name)
         self.hosts: list[_Host] = []
         self.readers: list[PipeReader] = []
         self._spools: list[tuple[str, PipeReader]] = []

@@ -40,11 +40,19 @@ class JobCoordinator:
 
         from .supervisor import Supervisor
 
+        store: Store | None = None
         try:
             store = open_store(database_url=database_url)
             Supervisor(store, name, echo=False, handle_signals=False).run()
-        except BaseException:
+        except BaseException as exc:
             traceback.print_exc()
+            # the reaper looks only on this machine: say it here (a job that has ended keeps its end)
+            reason = f"InternalServerError: the job's supervisor in the Ray cluster failed: {brief(exc)}"
+            try:
+                if store is not None:
+                    set_status(store, name, "Failed", FailureReason=reason[:FAILURE_REASON_CHARS])
+            except Exception:
+                traceback.print_exc()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -97,23 +97,19 @@ class Supervisor:
             from .cluster import RayHosts  # Ray is an extra, loaded only for a job that asks for it
 
             return RayHosts(self.store, job, names, self.state)
-        return LocalHosts(self.store, self.name, job.id, job.doc, names, contract.Peers.local(names),
+        return LocalHosts(self.store, job, names, contract.Peers.local(names),
                           echo=self.echo_enabled, live_metrics=self.live_metrics)
 
     def _run(self, job: JobRow, hosts: JobHosts) -> JobRow:
         doc = job.doc
         grace_s = float(doc["TrainmonConfig"]["StopGraceSeconds"])
 
-        for step in (hosts.place, hosts.prepare):  # the machines, then the contract on them (Downloading)
-            if step == hosts.prepare:
-                self.state.enter("Downloading")
-            failure = step()
-            if failure is not None:
-                return self._finish("Failed", FailureReason=failure)
-            requested = self.state.stop_requested()
-            if requested:
-                self._stop_reason = requested  # stopped before it started: start nothing
-                return self._finish(requested)
+        ended = self._ended_before_start(hosts.place())  # the machines (waiting for room, on a cluster)
+        if ended is None:
+            self.state.enter("Downloading")
+            ended = self._ended_before_start(hosts.prepare())  # the contract on them
+        if ended is not None:
+            return ended
         if any(r.rule in PROFILER_RULES for r in evaluated_rules(doc)) and profiler_settings(doc):
             self._profile_tap = ProfileTap()
         start_failure = hosts.start(self._profile_tap)
@@ -142,6 +138,17 @@ class Supervisor:
             rules.job_ended()  # the report, made after this, shows the job as it ended
             self._await_report(rules)
         return row
+
+    def _ended_before_start(self, failure: str | None) -> JobRow | None:
+        """The job ended Failed (``failure``) or stopped (a stop request came) before any host started;
+        None when it goes on."""
+        if failure is not None:
+            return self._finish("Failed", FailureReason=failure)
+        requested = self.state.stop_requested()
+        if requested:
+            self._stop_reason = requested  # stopped before it started: start nothing
+            return self._finish(requested)
+        return None
 
     def _start_rules(self, job: JobRow, hosts: JobHosts) -> RuleWatcher | None:
         """The thread that evaluates the job's rules, if it has rules trainmon evaluates."""
