@@ -314,3 +314,22 @@ def test_filter_log_events_reads_each_stream_in_pages_that_start_at_the_limit(st
                              filterPattern='"record 999"', limit=1)
     assert [e["message"] for e in late["events"]] == ["algo-2 record 999"]
     assert limits[:4] == [1, 2, 4, 8] and max(limits) <= 1024
+
+
+def test_a_host_that_never_ran_has_no_records_and_a_host_the_job_lacks_is_an_error(home: Path) -> None:
+    """A job can end before any host starts (a Ray job with no room, an input gone): asking for a host of it
+    is no error; asking for a host it never had is."""
+    from trainmon.api.training_request import job_document
+    from trainmon.runtime.jobstate import set_status
+    from trainmon.store import open_store
+
+    store = open_store(home)
+    request = {"TrainingJobName": "unstarted", "AlgorithmSpecification": {
+        "TrainingInputMode": "File", "ContainerEntrypoint": [PY, "-c", "pass"]}}
+    store.create_job("unstarted", job_document(request, time.time(), home=home), time.time())
+    set_status(store, "unstarted", "Failed", FailureReason="CapacityError: no room")
+    store.close()
+    tm = trainmon.client("trainmon")
+    assert tm.get_job_log_records(TrainingJobName="unstarted", Host="algo-1")["Records"] == []
+    with pytest.raises(ValidationException, match="job unstarted has no host 'algo-2'; its hosts are algo-1 to algo-1"):
+        tm.get_job_log_records(TrainingJobName="unstarted", Host="algo-2")
