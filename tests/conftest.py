@@ -221,6 +221,23 @@ def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
 PY = sys.executable
 
 
+def process_ends(pid: int, timeout: float = 60.0) -> bool:
+    """Whether process ``pid`` ends (or is left a zombie) within ``timeout``."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @dataclass
 class ServerProcess:
     """A real ``trainmon server`` on a free loopback port, in a process of its own."""

@@ -291,10 +291,19 @@ class RayCluster:
         """The TRAINMON_HOME of node i (0 the head, 1..N the workers): the directory its processes see."""
         return self._nodes[i].home
 
+    @property
+    def aws_config(self) -> Path:
+        """The AWS configuration file every node reads (AWS_CONFIG_FILE), absent until a test writes it; no
+        node reads this machine's own ~/.aws."""
+        if self.root is None:
+            raise RuntimeError("the cluster is not started")
+        return self.root / "aws-config"
+
     def node_env(self, i: int) -> dict[str, str]:
         """The environment node i's processes run with (the launcher's agents read TRAINMON_HOME from it)."""
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        return env | NODE_ENV | self.env | {"TRAINMON_HOME": str(self.node_home(i))}
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and not k.startswith("AWS_")}
+        aws = {"AWS_CONFIG_FILE": str(self.aws_config), "AWS_SHARED_CREDENTIALS_FILE": str(self.aws_config)}
+        return env | NODE_ENV | aws | self.env | {"TRAINMON_HOME": str(self.node_home(i))}
 
     def node_pids(self, i: int) -> list[int]:
         """The live processes of node i: ``ray start``, raylet (and GCS on the head), agents, Ray workers."""
@@ -407,10 +416,13 @@ class RayCluster:
             self.restart_node(*gone)
 
     def clear_homes(self) -> None:
-        """Empty every node's TRAINMON_HOME (a test's data must not reach the next one)."""
+        """Empty every node's TRAINMON_HOME, and remove the nodes' AWS configuration (a test's data must not
+        reach the next one)."""
         for node in self._nodes:
             shutil.rmtree(node.home, ignore_errors=True)
             node.home.mkdir(parents=True)
+        if self.root is not None:
+            self.aws_config.unlink(missing_ok=True)
 
     # -- internals -----------------------------------------------------------------------------
 

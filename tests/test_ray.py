@@ -8,8 +8,12 @@ which restarts a node a test killed) and run on one xdist worker (``xdist_group`
 
 from __future__ import annotations
 
+import io
+import os
+import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +24,7 @@ import pytest
 from trainmon.api import sagemaker, trainmon
 from trainmon.store import Store, open_store
 
-from .conftest import PY, PostgresServer
+from .conftest import PY, PostgresServer, postgres_cluster, process_ends, start_server
 from .raycluster import RayCluster, ray_cluster  # noqa: F401
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.timeout(600)]
@@ -30,9 +34,9 @@ pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.timeout(600)]
 PRINTING_JOB = """
 import os, sys, time
 print("node", os.environ["TRAINMON_RAY_NODE_ID"], "host", os.environ["SM_CURRENT_HOST"], flush=True)
-for step in range(3):
+for step in range(3):  # 1.5 s at least: a host's system monitor emits an interval's part from 0.5 s on
     print(f"step={step} loss={(int(os.environ['RANK']) + 1) / (step + 1)}", flush=True)
-    time.sleep(0.1)
+    time.sleep(0.5)
 print("to stderr", file=sys.stderr, flush=True)
 """
 
@@ -66,6 +70,15 @@ else:
     connection.sendall(str(value).encode())
     total = int(connection.recv(64).decode())
 print(f"allreduce_sum={total}", flush=True)
+"""
+
+PIDS_JOB = """
+import os, subprocess, sys, time
+daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+print("pids", os.getpid(), daemon.pid, flush=True)
+while True:
+    print("tick", flush=True)
+    time.sleep(0.2)
 """
 
 SLEEPING_JOB = """
@@ -131,6 +144,15 @@ class Submitter:
     def records(self, name: str, host: str) -> list[str]:
         page = trainmon.get_job_log_records(self.store, TrainingJobName=name, Host=host, Limit=10_000)
         return [record["Message"] for record in page["Records"]]
+
+
+def host_pids(submitter: Submitter, name: str, host: str) -> list[int]:
+    """The pids a host of PIDS_JOB printed: its main process's and its daemon's."""
+    deadline = time.monotonic() + 120
+    while not (said := [r for r in submitter.records(name, host) if r.startswith("pids ")]):
+        assert time.monotonic() < deadline, f"{host} of {name} printed no pids"
+        time.sleep(0.2)
+    return [int(pid) for pid in said[0].split()[1:]]
 
 
 def node_of(cluster: RayCluster, node_id: str) -> int:
@@ -213,10 +235,17 @@ def test_a_detached_job_outlives_its_submitter_and_stops_from_anywhere(submitter
     # supervisor lives in the cluster
     supervisor = submitter.store.get_job("detached").supervisor  # type: ignore[union-attr]
     assert supervisor is not None and supervisor["pid"] in cluster.node_pids(0)
-    stopped = submitter.run("stop", "detached")
-    assert stopped.returncode == 0, stopped.stderr
-    description = submitter.wait("detached", lambda d: d["TrainingJobStatus"] in ("Stopped", "Failed", "Completed"))
-    assert description["TrainingJobStatus"] == "Stopped", description.get("FailureReason")
+    # a second job's supervisor is a thread of the same process: the cluster's coordinator
+    done = submitter.run("run", "--name", "second", "--detach", "--launcher", "ray", "--", PY, str(script))
+    assert done.returncode == 0, done.stderr
+    submitter.wait("second", lambda d: d["SecondaryStatus"] == "Training")
+    assert submitter.store.get_job("second").supervisor["pid"] == supervisor["pid"]  # type: ignore[union-attr]
+    for name in ("detached", "second"):
+        stopped = submitter.run("stop", name)
+        assert stopped.returncode == 0, stopped.stderr
+    for name in ("detached", "second"):
+        description = submitter.wait(name, lambda d: d["TrainingJobStatus"] in ("Stopped", "Failed", "Completed"))
+        assert description["TrainingJobStatus"] == "Stopped", description.get("FailureReason")
 
 
 def test_max_runtime_ends_every_host(submitter: Submitter, tmp_path: Path) -> None:
@@ -233,7 +262,7 @@ def test_max_runtime_ends_every_host(submitter: Submitter, tmp_path: Path) -> No
 
 def test_a_node_killed_mid_job_fails_it_naming_the_host_and_node(submitter: Submitter, tmp_path: Path,
                                                                  cluster: RayCluster) -> None:
-    script = job(submitter, tmp_path, SLEEPING_JOB, "sleeping")
+    script = job(submitter, tmp_path, PIDS_JOB, "pids")
     running = submitter.start("run", "--name", "killed", "--launcher", "ray", "--instance-count", "3",
                               "--stop-grace-seconds", "2", "--", PY, str(script))
     try:
@@ -245,6 +274,7 @@ def test_a_node_killed_mid_job_fails_it_naming_the_host_and_node(submitter: Subm
         while "tick" not in submitter.records("killed", "algo-2"):
             assert time.monotonic() < deadline
             time.sleep(0.2)
+        orphans = host_pids(submitter, "killed", "algo-2")
         cluster.kill_node(index)
         description = submitter.wait("killed", lambda d: d["TrainingJobStatus"] in ("Failed", "Stopped", "Completed"))
         stdout, stderr = running.communicate(timeout=120)
@@ -260,14 +290,39 @@ def test_a_node_killed_mid_job_fails_it_naming_the_host_and_node(submitter: Subm
         assert "tick" in submitter.records("killed", host)
     assert running.returncode != 0
     assert "ended Failed" in stderr
+    assert all(process_ends(pid) for pid in orphans)  # the host's processes did not outlive its node
+
+
+def test_a_host_agent_lost_alone_takes_its_hosts_processes_with_it(submitter: Submitter, tmp_path: Path,
+                                                                   cluster: RayCluster) -> None:
+    import psutil
+
+    script = job(submitter, tmp_path, PIDS_JOB, "pids")
+    done = submitter.run("run", "--name", "agentless", "--detach", "--launcher", "ray", "--instance-count", "2",
+                         "--stop-grace-seconds", "2", "--", PY, str(script))
+    assert done.returncode == 0, done.stderr
+    pids = {host: host_pids(submitter, "agentless", host) for host in ("algo-1", "algo-2")}
+    placements = {p["Host"]: p for p in submitter.store.get_job("agentless").doc["HostPlacements"]}  # type: ignore[union-attr]
+    index = node_of(cluster, placements["algo-2"]["NodeId"])
+    def title(pid: int) -> str:
+        try:
+            return " ".join(psutil.Process(pid).cmdline())
+        except psutil.Error:
+            return ""
+
+    [agent] = [pid for pid in cluster.node_pids(index) if title(pid).startswith("ray::HostAgent")]
+    os.kill(agent, signal.SIGKILL)  # the agent's Ray worker alone: its node stays up
+    description = submitter.wait("agentless", lambda d: d["TrainingJobStatus"] != "InProgress")
+    assert description["TrainingJobStatus"] == "Failed"
+    assert "algo-2 was lost" in description["FailureReason"], description["FailureReason"]
+    assert all(process_ends(pid) for pid in pids["algo-2"])  # its lifeline ended them, daemon and all
+    assert all(process_ends(pid) for pid in pids["algo-1"])  # the job's end ended the other host
+    cluster.wait_nodes(timeout=10.0)  # and its node was not harmed: every node is alive
 
 
 def test_a_supervisor_lost_leaves_the_job_to_be_reaped(submitter: Submitter, tmp_path: Path,
                                                        cluster: RayCluster) -> None:
-    import os
-    import signal
-
-    script = job(submitter, tmp_path, SLEEPING_JOB, "sleeping")
+    script = job(submitter, tmp_path, PIDS_JOB, "pids")
     done = submitter.run("run", "--name", "orphaned", "--detach", "--launcher", "ray", "--instance-count", "2",
                          "--", PY, str(script))
     assert done.returncode == 0, done.stderr
@@ -278,12 +333,14 @@ def test_a_supervisor_lost_leaves_the_job_to_be_reaped(submitter: Submitter, tmp
         time.sleep(0.2)
     supervisor = submitter.store.get_job("orphaned").supervisor  # type: ignore[union-attr]
     assert supervisor is not None and supervisor["pid"] in cluster.node_pids(0)
+    pids = [pid for host in ("algo-1", "algo-2") for pid in host_pids(submitter, "orphaned", host)]
     os.kill(supervisor["pid"], signal.SIGKILL)  # the supervisor's Ray worker, on the head
     # any command on the supervisor's machine notices, and reaps the job
     description = submitter.wait("orphaned", lambda d: d["TrainingJobStatus"] != "InProgress")
     assert description["TrainingJobStatus"] == "Failed"
     assert f"supervising process (pid {supervisor['pid']}) ended" in description["FailureReason"]
     assert "tick" in submitter.records("orphaned", "algo-1")
+    assert all(process_ends(pid) for pid in pids)  # Ray ended the agents it owned, their lifelines the hosts
 
 
 def test_too_few_nodes_fail_at_once_or_wait_as_asked(submitter: Submitter, tmp_path: Path) -> None:
@@ -337,6 +394,128 @@ def test_the_estimator_runs_a_job_on_ray(submitter: Submitter, tmp_path: Path) -
     assert len({p["NodeId"] for p in placements}) == 2
 
 
+TENSOR_JOB = """
+import os
+from trainmon.debug import Hook
+hook = Hook(save_interval=1)
+broken = os.environ["SM_CURRENT_HOST"] == "algo-2"
+for step in range(5):
+    hook.record("gradient/w", [float("nan") if broken and step == 3 else 0.5, 1.0], "gradients")
+    hook.end_step()
+print("done", flush=True)
+"""
+
+
+def test_the_tensor_rules_read_every_nodes_tensor_hook(submitter: Submitter, tmp_path: Path) -> None:
+    script = job(submitter, tmp_path, TENSOR_JOB, "tensors")
+    done = submitter.run("run", "--name", "tensors", "--launcher", "ray", "--instance-count", "2",
+                         "--disable-profiler", "--rule", "ExplodingTensor", "--", PY, str(script))
+    assert done.returncode == 0, done.stderr
+    answer = trainmon.list_rule_findings(submitter.store, TrainingJobName="tensors")
+    [rule] = answer["Rules"]
+    assert rule["RuleEvaluationStatus"] == "IssuesFound", rule
+    assert {(f["Host"], f["Step"], f["Tensor"]) for f in answer["RuleFindings"]} == {("algo-2", 3, "gradient/w")}
+
+
+MODEL_JOB = """
+import os
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "weights.txt"), "w") as model:
+    model.write("written on " + os.environ["SM_CURRENT_HOST"])
+print("saved", flush=True)
+"""
+
+
+def test_the_model_archive_goes_to_an_s3_compatible_service_from_algo_1s_node(submitter: Submitter, tmp_path: Path,
+                                                                               cluster: RayCluster) -> None:
+    import boto3
+
+    service = start_server(tmp_path / "s3-home")  # a real S3-compatible service: trainmon's own gateway
+    try:
+        s3 = boto3.client("s3", endpoint_url=service.url, aws_access_key_id="test", aws_secret_access_key="test",
+                          region_name="us-east-1")
+        s3.create_bucket(Bucket="models")
+        cluster.aws_config.write_text(  # what each node's AWS configuration says, as an operator would set it
+            f"[default]\nregion = us-east-1\naws_access_key_id = test\naws_secret_access_key = test\n"
+            f"endpoint_url = {service.url}\ns3 =\n    addressing_style = path\n", encoding="utf-8")
+        script = job(submitter, tmp_path, MODEL_JOB, "model")
+        done = submitter.run("run", "--name", "tos3", "--launcher", "ray", "--instance-count", "2",
+                             "--output-path", "s3://models/out", "--", PY, str(script))
+        assert done.returncode == 0, done.stdout + done.stderr
+        description = submitter.describe("tos3")
+        assert description["ModelArtifacts"]["S3ModelArtifacts"] == "s3://models/out/tos3/output/model.tar.gz"
+        body = s3.get_object(Bucket="models", Key="out/tos3/output/model.tar.gz")["Body"].read()
+        with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+            assert archive.getnames() == ["weights.txt"]
+            assert archive.extractfile("weights.txt").read() == b"written on algo-1"  # type: ignore[union-attr]
+        # a bucket the nodes cannot reach fails the job before it trains, saying what to check
+        done = submitter.run("run", "--name", "nobucket", "--launcher", "ray", "--output-path", "s3://absent/out",
+                             "--", PY, str(script))
+        assert done.returncode != 0
+        description = submitter.describe("nobucket")
+        assert description["TrainingJobStatus"] == "Failed"
+        assert description["FailureReason"].startswith(
+            "ClientError: OutputDataConfig.S3OutputPath: algo-1's node cannot reach bucket 'absent'"), description
+        assert submitter.records("nobucket", "algo-1") == []  # it never ran
+    finally:
+        service.stop()
+
+
+OUTAGE_JOB = """
+import os, sys, time
+gates = sys.argv[1]
+host = os.environ["SM_CURRENT_HOST"]
+def wait(gate):
+    while not os.path.exists(os.path.join(gates, gate)):
+        time.sleep(0.05)
+for i in range(5):
+    print(f"before={i}", flush=True)
+wait("down")
+for i in range(200):
+    print(f"during={i}", flush=True)
+open(os.path.join(gates, "printed-" + host), "w").close()
+wait("up")
+for i in range(5):
+    print(f"after={i}", flush=True)
+"""
+
+
+def test_hosts_run_through_a_store_outage_and_store_everything_when_it_returns(tmp_path: Path,
+                                                                               cluster: RayCluster) -> None:
+    with postgres_cluster() as server:  # a server of this test's own, to stop
+        submitter = Submitter(cluster, server.url(server.create_database()), tmp_path / "submitter-home")
+        gates = tmp_path / "gates"
+        gates.mkdir()
+        script = job(submitter, tmp_path, OUTAGE_JOB, "outage")
+        done = submitter.run("run", "--name", "outage", "--detach", "--launcher", "ray", "--instance-count", "2",
+                             "--metric", "during=during=(\\d+)", "--", PY, str(script), str(gates))
+        assert done.returncode == 0, done.stderr
+        hosts = ("algo-1", "algo-2")
+        deadline = time.monotonic() + 120
+        while not all("before=4" in submitter.records("outage", host) for host in hosts):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        server.stop()
+        try:
+            (gates / "down").touch()
+            deadline = time.monotonic() + 120
+            while not all((gates / f"printed-{host}").exists() for host in hosts):  # printed with no store to take it
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            time.sleep(5)  # the outage itself is the subject: the hosts' writers meet it for a while
+        finally:
+            server.start()
+        (gates / "up").touch()
+        description = submitter.wait("outage", lambda d: d["TrainingJobStatus"] != "InProgress", timeout=300)
+        assert description["TrainingJobStatus"] == "Completed", description.get("FailureReason")
+        expected = ([f"before={i}" for i in range(5)] + [f"during={i}" for i in range(200)]
+                    + [f"after={i}" for i in range(5)])
+        points = trainmon.get_job_metric_points(submitter.store, TrainingJobName="outage", MetricNames=["during"])
+        for host in hosts:
+            assert submitter.records("outage", host) == expected
+            assert sorted(p["Value"] for p in points["Points"] if p["Host"] == host) == list(map(float, range(200)))
+        submitter.store.close()
+
+
 # -- refused up front ---------------------------------------------------------------------------
 
 
@@ -375,7 +554,11 @@ def test_a_ray_job_is_refused_up_front(home: Path, database: str, flags: tuple[s
 
 def test_a_ray_job_is_refused_objects_only_this_machine_holds(home: Path, database: str) -> None:
     from trainmon.errors import ValidationException
+    from trainmon.store.objects import ObjectStore
 
+    ObjectStore(home).create_bucket("bucket")  # a bucket of this machine's object store
+    (home / "s3" / "bucket" / "train").mkdir()
+    (home / "s3" / "bucket" / "train" / "part-0").write_text("1,2\n", encoding="utf-8")
     store = open_store(home, database_url=database)
     request = {"TrainingJobName": "objects", "AlgorithmSpecification": {
         "TrainingInputMode": "File", "ContainerEntrypoint": [PY, "-c", "pass"]},
@@ -384,5 +567,10 @@ def test_a_ray_job_is_refused_objects_only_this_machine_holds(home: Path, databa
     with pytest.raises(ValidationException, match="OutputDataConfig.S3OutputPath 's3://bucket/out': the objects of "
                        "trainmon's object store live on this machine"):
         sagemaker.create_training_job(store, **request)
+    channel = {"ChannelName": "train", "DataSource": {"S3DataSource": {"S3Uri": "s3://bucket/train"}}}
+    with pytest.raises(ValidationException, match="InputDataConfig.train 's3://bucket/train': the hosts of a Ray job "
+                       "read their channels on their own nodes"):
+        sagemaker.create_training_job(store, **{**request, "OutputDataConfig": {"S3OutputPath": str(home)},
+                                                "InputDataConfig": [channel]})
     assert sagemaker.list_training_jobs(store)["TrainingJobSummaries"] == []
     store.close()

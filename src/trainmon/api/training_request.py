@@ -192,13 +192,16 @@ def job_document(request: Mapping[str, Any], now: float, *, home: Path | None = 
                                   "the job receives them all in one environment variable (SM_HPS); pass large "
                                   "values in a file through an input channel instead.")
     output = {"S3OutputPath": config.output_dir(root).as_uri(), **checked.get("OutputDataConfig", {})}
-    artifacts_uri, artifacts_path = _model_artifacts(output["S3OutputPath"], name, root)
+    on_ray = checked.get("TrainmonConfig", {}).get("Launcher") == "ray"
+    artifacts_uri, artifacts_path = _model_artifacts(output["S3OutputPath"], name, root, through_s3=on_ray)
     channels: list[Channel] = checked.get("InputDataConfig", [])
     instance_type = checked.get("ResourceConfig", {}).get("InstanceType", "local")
     settings = _trainmon_config(checked.get("TrainmonConfig", {}), algorithm, hyperparameters, root, instance_type)
     settings["ChannelPaths"] = _channel_paths(channels, root)
     if artifacts_path is not None:
         settings["ModelArtifactsPath"] = str(artifacts_path)
+    elif on_ray and artifacts_uri.startswith("s3://"):
+        settings["ArtifactsToS3"] = True
     doc: dict[str, Any] = {
         "TrainingJobName": name,
         "TrainingJobArn": arn(name),
@@ -311,10 +314,11 @@ def _stored_object(uri: str, field: str, root: Path) -> Path:
         raise ValidationException(f"{field}: {exc.message}") from None
 
 
-def _model_artifacts(output_path: str, name: str, root: Path) -> tuple[str, Path | None]:
+def _model_artifacts(output_path: str, name: str, root: Path, *, through_s3: bool = False) -> tuple[str, Path | None]:
     """``ModelArtifacts.S3ModelArtifacts`` (``<output path>/<job>/output/model.tar.gz``) and its local
     file; none for an s3:// output path, whose archive becomes an object of the object store (its
-    bucket must exist)."""
+    bucket must exist), or, ``through_s3`` (a Ray job), an object of S3 or an S3-compatible service
+    written from algo-1's node, whose AWS configuration says where (its bucket is checked there)."""
     field = "OutputDataConfig.S3OutputPath"
     if not output_path.startswith("s3://"):
         local = _local_path(output_path, field, root) / name / "output" / "model.tar.gz"
@@ -324,7 +328,8 @@ def _model_artifacts(output_path: str, name: str, root: Path) -> tuple[str, Path
     try:
         objects.check_bucket_name(bucket)
         objects.check_key(key)
-        objects.ObjectStore(root).head_bucket(bucket)
+        if not through_s3:
+            objects.ObjectStore(root).head_bucket(bucket)
     except S3Error as exc:
         raise ValidationException(f"{field} {output_path!r}: {exc.message}") from None
     return uri, None
@@ -387,18 +392,22 @@ def _check_ray_job(request: dict[str, Any], database_url: str | None) -> None:
             "TrainmonConfig.Launcher 'ray': the hosts of a Ray job run on other machines and write to the store "
             "from there, which the embedded SQLite store cannot take: set TRAINMON_DATABASE_URL to a PostgreSQL "
             "server every node reaches (postgresql://USER:PASSWORD@HOST:PORT/DATABASE); see docs/cluster.md.")
-    profile = request.get("ProfilerConfig", {}).get("S3OutputPath", "")
-    local_objects = [("OutputDataConfig.S3OutputPath", request.get("OutputDataConfig", {}).get("S3OutputPath", "")),
-                     *((f"InputDataConfig.{c['ChannelName']}",
-                        c.get("DataSource", {}).get("S3DataSource", {}).get("S3Uri", ""))
-                       for c in request.get("InputDataConfig", []))]
-    if profiles.in_own_bucket(profile) is not None:  # any other s3:// is fsspec's, which every node can reach
-        local_objects.append(("ProfilerConfig.S3OutputPath", profile))
-    for field, uri in local_objects:
+    for channel in request.get("InputDataConfig", []):
+        uri = channel.get("DataSource", {}).get("S3DataSource", {}).get("S3Uri", "")
         if uri.startswith("s3://"):
             raise ValidationException(
+                f"InputDataConfig.{channel['ChannelName']} {uri!r}: the hosts of a Ray job read their channels on "
+                "their own nodes: give a directory every node reaches (a shared file system).")
+    # the archives of an s3:// output path are written from algo-1's node with boto3, and the profiler's
+    # files with fsspec: to S3, or to an S3-compatible service the nodes' AWS configuration names, but
+    # not into trainmon's own object store, which is this machine's
+    for field, uri in (("OutputDataConfig.S3OutputPath", request.get("OutputDataConfig", {}).get("S3OutputPath", "")),
+                       ("ProfilerConfig.S3OutputPath", request.get("ProfilerConfig", {}).get("S3OutputPath", ""))):
+        if profiles.in_own_bucket(uri) is not None:
+            raise ValidationException(
                 f"{field} {uri!r}: the objects of trainmon's object store live on this machine, which a Ray job's "
-                "nodes cannot read or write: give a directory every node reaches (a shared file system).")
+                "nodes cannot write: give a directory every node reaches (a shared file system), or a bucket of S3 "
+                "or of an S3-compatible service that the nodes' AWS configuration names (docs/cluster.md).")
 
 
 def _script_mode(algorithm: AlgorithmSpecification, hyperparameters: dict[str, str], root: Path) -> ScriptMode | None:

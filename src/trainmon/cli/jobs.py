@@ -83,7 +83,7 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
     run.add_argument("--stop-grace-seconds", type=float, default=DEFAULT_STOP_GRACE_S, metavar="S",
                      help="SIGKILL this long after SIGTERM when stopping (default 120, as SageMaker)")
-    run.add_argument("--output-path", metavar="PATH", help="where model.tar.gz goes (default: <home>/output)")
+    run.add_argument("--output-path", metavar="PATH", help="where model.tar.gz goes: a directory, or an s3:// URI (default: <home>/output)")
     run.add_argument("--live-metrics", action=argparse.BooleanOptionalAction, default=None,
                      help="print each metric point as it is extracted (default: when stdout is a terminal)")
     run.add_argument("--detach", action="store_true", help="run in the background and return at once")
@@ -202,7 +202,8 @@ def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDe
         if any(value is not None for value in given.values()):
             request["ProfilerConfig"] = {key: value for key, value in given.items() if value is not None}
     if args.output_path:
-        request["OutputDataConfig"] = {"S3OutputPath": str(Path(args.output_path).expanduser().resolve())}
+        output = args.output_path if "://" in args.output_path else str(Path(args.output_path).expanduser().resolve())
+        request["OutputDataConfig"] = {"S3OutputPath": output}
     for text in getattr(args, "rule", None) or []:
         try:
             field, rule = catalog.from_option(text)

@@ -102,6 +102,7 @@ class TrainmonConfig(TypedDict):
     Script: NotRequired[ScriptMode]
     ChannelPaths: NotRequired[dict[str, str]]  # each channel's local file or directory
     ModelArtifactsPath: NotRequired[str]  # the local file of ModelArtifacts.S3ModelArtifacts
+    ArtifactsToS3: NotRequired[bool]  # a Ray job's s3:// archives go to S3 from algo-1's node (boto3), not our objects
     Launcher: NotRequired[str]  # "ray": each host on a node of a Ray cluster (runtime.cluster); else local
     RayAddress: NotRequired[str]
     HostResources: NotRequired[dict[str, float]]  # the Ray resources one host takes

@@ -2,8 +2,9 @@
 
 Ray places and keeps processes; trainmon does the rest as it does locally:
 
-- **Submission** (:mod:`trainmon.runtime.rayjob`): the job's supervisor runs in the cluster, as a
-  detached Ray actor, so the job does not depend on the machine it was submitted from.
+- **Submission** (:mod:`trainmon.runtime.rayjob`): the job's supervisor runs in the cluster, on a
+  thread of the cluster's coordinator (a detached Ray actor), so the job does not depend on the
+  machine it was submitted from.
 - **Placement.** The supervisor asks for a placement group of one bundle per host, each what a
   host takes (``HostResources``, from the instance type by default), spread one per node
   (``STRICT_SPREAD``). A cluster with too few nodes that could ever hold a host fails the job at
@@ -26,16 +27,18 @@ from typing import Any
 from ..errors import StoreError
 from ..jobs.document import HostPlacement, JobDocument
 from ..store import JobRow, Store
-from . import contract
+from . import contract, tensors
 from . import launcher as launch
 from .hosts import FAILURE_REASON_CHARS, HostsEnd
 from .jobstate import JobState
 from .profilewatch import ProfileTap
+from .rulewatch import evaluated_rules
 
 NAMESPACE = "trainmon"
 CONNECT_TIMEOUT_S = 5.0  # a TCP answer from the cluster's address, before Ray's own (much longer) wait
-PLACE_POLL_S = 0.5
-PROFILE_PULL_S = 1.0  # how often the agents' profile rows are taken for the profiler rules
+PLACE_POLL_S = 1.0  # a queued job looks for a stop request this often
+RECOUNT_S = 10.0  # and counts the nodes that could hold a host this often
+PULL_S = 1.0  # how often what the rules read of the hosts (profile rows, tensor files) is taken from the agents
 CALL_TIMEOUT_S = 60.0  # an agent's answer to a short call (signal, running, where)
 LOST = -int(signal.SIGKILL)  # the exit status recorded for a host whose agent was lost with its node
 
@@ -101,6 +104,7 @@ class RayHosts:
         self.codes: dict[str, int] = {}
         self.lost: dict[str, str] = {}  # host -> why its agent is gone
         self.profile_tap: ProfileTap | None = None  # the supervisor's, for the profiler rules
+        self.pulls = False  # the job's rules read what the agents take (profile rows, tensor files)
         self._dropped: dict[str, int] = {}  # profile rows each agent's tap dropped so far
         self._next_pull = 0.0
 
@@ -117,9 +121,11 @@ class RayHosts:
         wait_s = self.settings["ResourceWaitSeconds"]
         deadline = time.monotonic() + wait_s
         waiting = False
+        need = f"{len(self.names)} hosts, one per node, each taking {_shown(self.resources)}"
+        fit, recount = 0, 0.0
         while not ray.wait([ready], timeout=PLACE_POLL_S)[0]:
-            fit = _nodes_that_fit(self.resources)
-            need = f"{len(self.names)} hosts, one per node, each taking {_shown(self.resources)}"
+            if time.monotonic() >= recount:
+                fit, recount = _nodes_that_fit(self.resources), time.monotonic() + RECOUNT_S
             if fit < len(self.names) and not self.settings["WaitForNodes"]:
                 return (f"CapacityError: the Ray cluster at {self.settings['RayAddress']} has {fit} node"
                         f"{'' if fit == 1 else 's'} that can hold a host of this job, and the job needs {need}. "
@@ -178,6 +184,7 @@ class RayHosts:
         import ray
 
         self.profile_tap = profile_tap
+        self.pulls = profile_tap is not None or bool(evaluated_rules(self.job.doc))
         try:
             failures = ray.get([a.start.remote(profile_tap is not None) for a in self.agents.values()])
         except Exception as exc:
@@ -195,19 +202,27 @@ class RayHosts:
             done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
             for ref in done:
                 self._collect(pending[ref], ref)
-        if self.profile_tap is not None and time.monotonic() >= self._next_pull:
-            self._next_pull = time.monotonic() + PROFILE_PULL_S
-            self._pull_profile()
+        if self.pulls and time.monotonic() >= self._next_pull:
+            self._next_pull = time.monotonic() + PULL_S
+            self._pull()
         return {host: self.codes.get(host) for host in self.names}
 
-    def _pull_profile(self) -> None:
-        """The agents' profile rows since the last pull into the supervisor's tap, for the profiler rules."""
-        assert self.profile_tap is not None
-        for host, (rows, dropped) in self._each("profile_rows").items():
-            for row in rows:
-                self.profile_tap.put(*row)
-            self._dropped[host] = dropped
-        self.profile_tap.dropped = sum(self._dropped.values())
+    def _pull(self) -> int:
+        """What the agents took since the last pull, to where the rules read it on this machine: the
+        profile rows into the supervisor's tap, the tensor files' new bytes onto this machine's copies
+        of them (tensors.TensorFeed reads those as a local job's); how many tensor bytes came."""
+        came = 0
+        for host, taken in self._each("take").items():
+            if self.profile_tap is not None:
+                for row in taken.profile_rows:
+                    self.profile_tap.put(*row)
+                self._dropped[host] = taken.dropped
+            if taken.tensors:
+                tensors.Appended.append_to(tensors.tensor_file(self.store.home, self.job.name, host), taken.tensors)
+                came += len(taken.tensors)
+        if self.profile_tap is not None:
+            self.profile_tap.dropped = sum(self._dropped.values())
+        return came
 
     def _collect(self, host: str, ref: Any, timeout: float | None = None) -> None:
         import ray
@@ -274,8 +289,10 @@ class RayHosts:
     def finish(self) -> HostsEnd:
         end = HostsEnd()
         answers = self._each("finish", timeout=None)
-        if self.profile_tap is not None:
-            self._pull_profile()  # the rows of the monitors' last ticks
+        if self.pulls:  # the rows of the monitors' last ticks, and the rest of the tensor files
+            deadline = time.monotonic() + tensors.FINAL_READ_S
+            while self._pull() and time.monotonic() < deadline:
+                pass
         for host, answer in answers.items():
             end.loss.add(answer.loss)
             end.ingest_failure = end.ingest_failure or answer.ingest_failure

@@ -4,7 +4,9 @@ The agent opens the shared store itself and holds a :class:`~trainmon.runtime.ho
 of one host: the container contract in the node's own data directory (its ``TRAINMON_HOME``), the
 command in a session of its own, its pipes read into a spool and written to the store as records
 and points, the node's system metrics and profile. Everything that happens locally happens here
-the same way, so monitoring never blocks the command on this node either. The job's supervisor
+the same way, so monitoring never blocks the command on this node either. The host's processes
+carry a tag of their own, and a lifeline (:mod:`trainmon.runtime.lifeline`) ends them if the
+agent ends before they do, however it ends. The job's supervisor
 (:mod:`trainmon.runtime.cluster`) drives the agents: it tells them where their peers are, starts,
 signals and ends them, and reads their exit statuses.
 
@@ -14,16 +16,27 @@ imports Ray only for what the node says about itself.
 
 from __future__ import annotations
 
+import os
 import socket
+from dataclasses import dataclass
 
 from ..jobs.document import JobDocument
 from ..store import open_store
-from . import contract
+from . import contract, lifeline, tensors
 from . import launcher as launch
 from .hosts import HostsEnd, LocalHosts
 from .profilewatch import ProfileTap
 
 NODE_ID_VARIABLE = "TRAINMON_RAY_NODE_ID"  # the node a host runs on, for its command to read
+
+
+@dataclass
+class Taken:
+    """What the job's rules, with its supervisor, read of one host since the last take."""
+
+    profile_rows: list[tuple[str, int, dict[str, float]]]  # the monitor's, for the profiler rules
+    dropped: int  # profile rows the tap dropped so far
+    tensors: bytes  # what the tensor hook appended to the host's file (at most tensors.MAX_READ_BYTES)
 
 
 class HostAgent:
@@ -38,11 +51,13 @@ class HostAgent:
             raise LookupError(f"no job named {job!r} in the store")
         self.row = row
         self.host = host
-        self.tag = tag
+        self.tag = f"{tag}-{host}"  # this host's alone: nodes may share a machine
+        self.lifeline = lifeline.start(self.tag)  # before the launcher makes this process a subreaper
         self.node_id = ray.get_runtime_context().get_node_id()
         self.address = ray.util.get_node_ip_address()
         self.hosts: LocalHosts | None = None
         self.tap: ProfileTap | None = None
+        self.tensors: tensors.Appended | None = None
 
     def where(self) -> dict[str, str | int]:
         """The node this host runs on: Ray's node id, its address and name, and a free port there."""
@@ -57,15 +72,15 @@ class HostAgent:
 
     def start(self, profile: bool) -> str | None:
         """Start the host; with ``profile``, keep the monitor's profile rows for the profiler rules,
-        which run with the job's supervisor and take them with :meth:`profile_rows`."""
+        which run with the job's supervisor and get them with :meth:`take`."""
         self.tap = ProfileTap() if profile else None
+        self.tensors = tensors.Appended(tensors.tensor_file(self.store.home, self.row.name, self.host))
         return self._hosts().start(self.tap)
 
-    def profile_rows(self) -> tuple[list[tuple[str, int, dict[str, float]]], int]:
-        """The profile rows kept since the last call, and how many the tap dropped so far."""
-        if self.tap is None:
-            return [], 0
-        return self.tap.take(), self.tap.dropped
+    def take(self) -> Taken:
+        """What the job's rules read of this host since the last call."""
+        rows, dropped = (self.tap.take(), self.tap.dropped) if self.tap is not None else ([], 0)
+        return Taken(rows, dropped, self.tensors.take() if self.tensors is not None else b"")
 
     def wait_exit(self) -> int:
         """The host's exit status, once its main process has ended (the actor answers other calls
@@ -93,6 +108,9 @@ class HostAgent:
     def close(self) -> None:
         if self.hosts is not None:
             self.hosts.close()
+        if self.lifeline >= 0:
+            os.close(self.lifeline)  # the lifeline ends whatever of the host is left, and exits
+            self.lifeline = -1
 
     def _hosts(self) -> LocalHosts:
         if self.hosts is None:

@@ -15,23 +15,20 @@ import functools
 import os
 import shutil
 import signal
-import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Protocol, cast
+from typing import Protocol
 
 from .. import config
-from ..errors import TrainmonError
 from ..jobs.document import JobDocument
 from ..jobs.status import profiler_settings
 from ..parsing.definitions import validate_definitions
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
-from ..store import JobRow, Store, StreamRow, objects
+from ..store import JobRow, Store, StreamRow
 from ..store.profiles import ProfileWriter
-from . import contract, recovery, toolkit
+from . import artifacts, contract, recovery, toolkit
 from . import launcher as launch
 from .capture import (
     Echo,
@@ -170,7 +167,8 @@ class LocalHosts:
         except (OSError, toolkit.SourceError) as exc:  # an input gone or changed since the job was created
             reason = f"ClientError: could not prepare the job's input and code: {exc}"
             return reason[:FAILURE_REASON_CHARS]
-        return None
+        failure = artifacts.check(self.doc) if "algo-1" in self.names else None  # where the archives go
+        return failure[:FAILURE_REASON_CHARS] if failure else None
 
     def start(self, profile_tap: ProfileTap | None) -> str | None:
         self.spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -300,23 +298,10 @@ class LocalHosts:
         return f"{head} Last lines of stderr:\n{tail}"
 
     def pack(self, doc: JobDocument) -> None:
-        """model/ -> model.tar.gz (and output/data -> output.tar.gz) of the first host: files, or
-        objects of the object store for an s3:// output path."""
-        if not self.hosts or self.hosts[0].name != "algo-1":
-            return
-        artifacts = doc["ModelArtifacts"]["S3ModelArtifacts"]
-        first = self.hosts[0].layout
-        archives = [(first.model_dir, "model.tar.gz")]
-        if first.output_data_dir.is_dir() and any(first.output_data_dir.iterdir()):
-            archives.append((first.output_data_dir, "output.tar.gz"))
-        if artifacts.startswith("s3://"):
-            for source, name in archives:
-                _upload(self.store.home, source, f"{artifacts.rsplit('/', 1)[0]}/{name}")
-            return
-        target = Path(doc["TrainmonConfig"].get("ModelArtifactsPath") or artifacts.removeprefix("file://"))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        for source, name in archives:
-            _tar(source, target.with_name(name))
+        """model/ -> model.tar.gz (and output/data -> output.tar.gz) of the first host (runtime.artifacts)."""
+        if self.hosts and self.hosts[0].name == "algo-1":
+            first = self.hosts[0].layout
+            artifacts.pack(doc, self.store.home, first.model_dir, first.output_data_dir)
 
     def close(self) -> None:
         self.launcher.close()
@@ -324,24 +309,3 @@ class LocalHosts:
     def _started(self) -> list[_Host]:
         return [h for h in self.hosts if h.process is not None]
 
-
-def _upload(home: Path, source: Path, uri: str) -> None:
-    """A directory packed straight into an object of the object store (OSError when it cannot be)."""
-    store = objects.ObjectStore(home)
-    bucket, key = objects.parse_uri(uri)
-    try:
-        with store.staging() as staged:
-            with tarfile.open(fileobj=cast(IO[bytes], staged), mode="w|gz") as archive:
-                for entry in sorted(source.iterdir()):
-                    archive.add(entry, arcname=entry.name)
-            store.commit(staged, bucket, key)
-    except TrainmonError as exc:  # the bucket went, say
-        raise OSError(f"{uri}: {exc.message}") from None
-
-
-def _tar(source: Path, target: Path) -> None:
-    temporary = target.with_name(target.name + ".part")
-    with tarfile.open(temporary, "w:gz") as archive:
-        for entry in sorted(source.iterdir()):
-            archive.add(entry, arcname=entry.name)
-    temporary.replace(target)

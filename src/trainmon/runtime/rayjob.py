@@ -1,9 +1,14 @@
-"""A Ray job's submission, and its supervisor in the cluster.
+"""A Ray job's submission, and the supervisors of the cluster's jobs.
 
 CreateTrainingJob starts ``python -m trainmon.runtime.rayjob NAME`` (as it starts a local
-supervisor), which connects to the cluster, creates the job's *coordinator*, a detached Ray actor
-on the head node that runs the job's :class:`~trainmon.runtime.supervisor.Supervisor` (whose hosts
-are :class:`~trainmon.runtime.cluster.RayHosts`), waits until it has claimed the job, and exits.
+supervisor), which connects to the cluster, hands the job to the cluster's *coordinator*, and
+waits until the job's supervisor has claimed it before it exits. The coordinator is one detached
+Ray actor on the head node, shared by every Ray job of that cluster: it runs each job's
+:class:`~trainmon.runtime.supervisor.Supervisor` (whose hosts are
+:class:`~trainmon.runtime.cluster.RayHosts`) on a thread of its own, so a job costs a thread there,
+not a process, and a submission finds the coordinator already started. The first submission
+starts it; it ends itself once it has had no job for :data:`IDLE_EXIT_S`, and a trainmon of
+another version starts a coordinator of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 import traceback
 from pathlib import Path
 
+from .. import __version__
 from ..store import JobRow, Store, open_store
 from . import orphans
 from .cluster import NAMESPACE, brief, connect
@@ -22,22 +28,42 @@ from .hosts import FAILURE_REASON_CHARS
 from .jobstate import set_status
 
 HEAD_NODE_RESOURCE = "node:__internal_head__"
-CLAIM_TIMEOUT_S = 120.0  # from creating the coordinator to its claiming the job
+COORDINATOR_NAME = f"trainmon-coordinator-{__version__}"
+CLAIM_TIMEOUT_S = 120.0  # from the submission to the job's supervisor claiming it
+IDLE_EXIT_S = 300.0  # a coordinator without a job for this long ends itself
+IDLE_CHECK_S = 5.0
 
 
 class JobCoordinator:
-    """A Ray actor that runs one job's supervisor in the cluster (detached: it outlives whoever
-    submitted the job), then ends itself."""
+    """A Ray actor (detached: it outlives whoever submitted) that runs the supervisors of the
+    cluster's Ray jobs, one thread each, and ends itself once idle for :data:`IDLE_EXIT_S`."""
 
-    def __init__(self, database_url: str, name: str) -> None:
-        self._thread = threading.Thread(target=self._run, args=(database_url, name), name=f"trainmon-job-{name}",
-                                        daemon=True)
-        self._thread.start()
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, threading.Thread] = {}
+        self._closing = False
+        self._idle_since = time.monotonic()
+        threading.Thread(target=self._end_when_idle, name="trainmon-coordinator-idle", daemon=True).start()
 
-    @staticmethod
-    def _run(database_url: str, name: str) -> None:
-        import ray
+    def supervise(self, database_url: str | None, name: str) -> bool:
+        """Start the supervisor of job ``name`` (once); False when this coordinator is ending, so
+        that the submission starts another."""
+        with self._lock:
+            if self._closing:
+                return False
+            if name not in self._jobs:
+                thread = threading.Thread(target=self._run, args=(database_url, name), name=f"trainmon-job-{name}",
+                                          daemon=True)
+                self._jobs[name] = thread
+                thread.start()
+            return True
 
+    def jobs(self) -> list[str]:
+        """The jobs whose supervisors run here now."""
+        with self._lock:
+            return sorted(self._jobs)
+
+    def _run(self, database_url: str | None, name: str) -> None:
         from .supervisor import Supervisor
 
         store: Store | None = None
@@ -54,17 +80,57 @@ class JobCoordinator:
             except Exception:
                 traceback.print_exc()
         finally:
+            if store is not None:
+                store.close()
             sys.stdout.flush()
             sys.stderr.flush()
-            ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+            with self._lock:
+                del self._jobs[name]
+                if not self._jobs:
+                    self._idle_since = time.monotonic()
 
-    def alive(self) -> bool:
-        return self._thread.is_alive()
+    def _end_when_idle(self) -> None:
+        import ray
+
+        while True:
+            time.sleep(IDLE_CHECK_S)
+            with self._lock:
+                if self._jobs or time.monotonic() - self._idle_since < IDLE_EXIT_S:
+                    continue
+                self._closing = True
+            ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+            return
+
+
+def coordinator() -> object:
+    """The cluster's coordinator (this process is connected), started when there is none."""
+    import ray
+
+    return ray.remote(num_cpus=0, max_restarts=0, max_concurrency=16)(JobCoordinator).options(
+        name=COORDINATOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        resources={HEAD_NODE_RESOURCE: 0.001},  # the head: the node whose loss ends the cluster anyway
+    ).remote()
+
+
+def _hand_over(database_url: str | None, name: str, deadline: float) -> None:
+    """Give the job to the cluster's coordinator (one that is ending is waited out and replaced)."""
+    import ray
+
+    while True:
+        try:
+            if ray.get(coordinator().supervise.remote(database_url, name),  # type: ignore[attr-defined]
+                       timeout=max(1.0, deadline - time.monotonic())):
+                return
+        except ray.exceptions.RayActorError:
+            pass  # it died between being found and being asked: the next one is started
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"the cluster's coordinator did not take the job within {CLAIM_TIMEOUT_S:.0f} s")
+        time.sleep(0.5)
 
 
 def submit(store: Store, name: str) -> None:
-    """Create the job's coordinator in its Ray cluster and wait until it has claimed the job; the
-    job Failed, with the reason, when that cannot be done."""
+    """Hand the job to its Ray cluster's coordinator and wait until its supervisor there has claimed
+    it; the job Failed, with the reason, when that cannot be done."""
     job = store.get_job(name)
     if job is None:
         raise LookupError(f"no job named {name!r}")
@@ -76,28 +142,21 @@ def submit(store: Store, name: str) -> None:
             row.supervisor = submitter
 
     store.update_job(name, adopt)
+    deadline = time.monotonic() + CLAIM_TIMEOUT_S
     try:
-        import ray
-
         connect(address)
-        coordinator = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(JobCoordinator).options(
-            name=f"job-{name}-{int(job.doc['CreationTime'] * 1000)}", namespace=NAMESPACE, lifetime="detached",
-            resources={HEAD_NODE_RESOURCE: 0.001},  # the head: the node whose loss ends the cluster anyway
-        ).remote(store.database_url, name)
-        ray.get(coordinator.alive.remote(), timeout=CLAIM_TIMEOUT_S)
+        _hand_over(store.database_url, name, deadline)
     except Exception as exc:  # unreachable, refused, or the coordinator could not be made (trainmon missing there)
         reason = f"InternalServerError: could not start the job on the Ray cluster at {address}: {brief(exc)}"
         set_status(store, name, "Failed", FailureReason=reason[:FAILURE_REASON_CHARS])
         return
-    deadline = time.monotonic() + CLAIM_TIMEOUT_S
-    while time.monotonic() < deadline:  # this process is the job's supervisor until the coordinator says it is
+    while time.monotonic() < deadline:  # this process is the job's supervisor until the coordinator's claims it
         row = store.get_job(name)
         if row is None or row.supervisor != submitter or row.status not in ("InProgress", "Stopping"):
             return
         time.sleep(0.1)
-    set_status(store, name, "Failed", FailureReason="InternalServerError: the job's coordinator did not start on "
+    set_status(store, name, "Failed", FailureReason="InternalServerError: the job's supervisor did not start on "
                f"the Ray cluster at {address} within {CLAIM_TIMEOUT_S:.0f} s; see the logs of its Ray workers.")
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,6 +50,11 @@ def tensor_dir(host_root: Path) -> Path:
     return host_root / "output" / "tensors"
 
 
+def tensor_file(home: Path, job: str, host: str) -> Path:
+    """Where host ``host`` of job ``job`` writes its tensors, in data directory ``home``."""
+    return tensor_dir(job_dir(home, job) / host) / records.file_name(host)
+
+
 def prepare_host(host_root: Path, config_dir: Path, hook_config: Mapping[str, Any] | None) -> dict[str, str]:
     """A host's tensor directory and hook configuration, made; the environment that names them."""
     directory = tensor_dir(host_root)
@@ -130,28 +135,11 @@ class TensorFile:
 
     def _open(self) -> int | None:
         """The file opened without blocking, or None: not there yet, or not a regular file (noted)."""
-        try:
-            if not stat.S_ISREG(os.stat(self.path).st_mode):  # not even opened: a FIFO's writer would wake
-                self._note(f"{self.path.name} is not a regular file: not read")
-                return None
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            self._note(f"{self.path.name} could not be read: {exc.strerror or exc}")
-            return None
-        try:
-            status = os.fstat(fd)
-            if not stat.S_ISREG(status.st_mode):  # replaced since the stat
-                self._note(f"{self.path.name} is not a regular file: not read")
-                os.close(fd)
-                return None
-            if status.st_size < self.offset:  # made anew: from its start
-                self.offset, self._partial, self._skipping = 0, b"", False
-        except OSError as exc:
-            os.close(fd)
-            self._note(f"{self.path.name} could not be read: {exc.strerror or exc}")
-            return None
+        fd, problem = open_regular(self.path)
+        if problem is not None:
+            self._note(problem)
+        if fd is not None and os.fstat(fd).st_size < self.offset:  # made anew: from its start
+            self.offset, self._partial, self._skipping = 0, b"", False
         return fd
 
     def _note(self, problem: str) -> None:
@@ -202,6 +190,56 @@ class TensorFile:
             self._partial, self._skipping = b"", True
 
 
+def open_regular(path: Path) -> tuple[int | None, str | None]:
+    """``path`` opened without blocking if it is a regular file: (descriptor, None); (None, None)
+    when it is not there yet; (None, why) when it is not a regular file or cannot be read."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # not even opened: a FIFO's writer would wake
+            return None, f"{path.name} is not a regular file: not read"
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{path.name} could not be read: {exc.strerror or exc}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the stat
+            os.close(fd)
+            return None, f"{path.name} is not a regular file: not read"
+    except OSError as exc:
+        os.close(fd)
+        return None, f"{path.name} could not be read: {exc.strerror or exc}"
+    return fd, None
+
+
+class Appended:
+    """What a host's hook appended to its tensor file since the last :meth:`take`, as bytes: read on
+    a Ray node for the job's supervisor elsewhere, which appends them to its own copy of the file
+    (:meth:`append_to`), where its :class:`TensorFeed` reads them as it reads a local host's."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def take(self, limit: int = MAX_READ_BYTES) -> bytes:
+        fd, _problem = open_regular(self.path)  # not a regular file: the copy stays empty, the rules say so
+        if fd is None:
+            return b""
+        try:
+            chunk = os.pread(fd, limit, self.offset)
+        except OSError:
+            return b""
+        finally:
+            os.close(fd)
+        self.offset += len(chunk)
+        return chunk
+
+    @staticmethod
+    def append_to(path: Path, chunk: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as copy:
+            copy.write(chunk)
+
+
 @dataclass
 class _Seen:
     """What a rule was fed, for what its conclusion says."""
@@ -240,9 +278,9 @@ class TensorFeed:
                 steps: bool = False) -> TensorFeed:
         from .contract import host_names
 
-        root = job_dir(home, str(doc["TrainingJobName"]))
+        job = str(doc["TrainingJobName"])
         hosts = host_names(int(doc.get("ResourceConfig", {}).get("InstanceCount", 1)))
-        return cls({host: tensor_dir(root / host) / records.file_name(host) for host in hosts}, setups, steps=steps)
+        return cls({host: tensor_file(home, job, host) for host in hosts}, setups, steps=steps)
 
     def evaluate(self, *, final: bool = False, failed: Iterable[str] = ()
                  ) -> tuple[list[tuple[str, str, Finding]], list[tuple[str, str]]]:
