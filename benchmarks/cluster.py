@@ -1,8 +1,8 @@
 """The Ray launcher: submitting a job, live points from worker nodes, many small jobs on a small cluster.
 
 A real cluster on this machine (``tests.raycluster.RayCluster(3, head_cpus=0)``: a head without
-CPUs, which holds the jobs' coordinators, and three worker nodes of one CPU each, so one host a
-node) and a throwaway PostgreSQL server (``tests.conftest.postgres_cluster``, fsync off) that every
+CPUs, which holds the cluster's coordinator (the jobs' supervisors), and three worker nodes of one
+CPU each, so one host a node) and a throwaway PostgreSQL server (``tests.conftest.postgres_cluster``, fsync off) that every
 node and this process reach. Every job is submitted through the CLI as a user would
 (``trainmon run --launcher ray --ray-address ADDR``); this process never joins the cluster, it
 reads the shared store (``trainmon.store.open_store``) as any other machine would.
