@@ -522,12 +522,14 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[RayCluster]:
     """A 1+3-node cluster, shared by the tests of this pytest process (starting one takes ~20 s) and closed
     when the session ends; every test gets it whole (nodes an earlier test killed are restarted) and with
     empty node homes. Its head has no CPU, so a job's hosts go to the workers and its supervisor (which
-    takes none) to the head. A test that needs other settings uses ``with RayCluster(...) as cluster:``."""
+    takes none) to the head, where the cluster's coordinator ends after 3 s without a job. A test that
+    needs other settings uses ``with RayCluster(...) as cluster:``."""
     if "error" in _shared:
         raise RuntimeError("the shared Ray cluster failed to start earlier") from _shared["error"]
     cluster: RayCluster | None = _shared.get("cluster")
     if cluster is None:
-        cluster = RayCluster(head_cpus=0)
+        # a coordinator idle for 3 s ends (300 s by default): the tests see it come and go
+        cluster = RayCluster(head_cpus=0, env={"TRAINMON_COORDINATOR_IDLE_SECONDS": "3"})
         request.session.addfinalizer(cluster.close)
         try:
             cluster.start()

@@ -320,27 +320,40 @@ def test_a_host_agent_lost_alone_takes_its_hosts_processes_with_it(submitter: Su
     cluster.wait_nodes(timeout=10.0)  # and its node was not harmed: every node is alive
 
 
-def test_a_supervisor_lost_leaves_the_job_to_be_reaped(submitter: Submitter, tmp_path: Path,
-                                                       cluster: RayCluster) -> None:
+def test_a_coordinator_lost_leaves_its_jobs_to_be_reaped(submitter: Submitter, tmp_path: Path,
+                                                         cluster: RayCluster) -> None:
     script = job(submitter, tmp_path, PIDS_JOB, "pids")
-    done = submitter.run("run", "--name", "orphaned", "--detach", "--launcher", "ray", "--instance-count", "2",
-                         "--", PY, str(script))
-    assert done.returncode == 0, done.stderr
-    submitter.wait("orphaned", lambda d: d["SecondaryStatus"] == "Training")
-    deadline = time.monotonic() + 60
-    while "tick" not in submitter.records("orphaned", "algo-1"):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    supervisor = submitter.store.get_job("orphaned").supervisor  # type: ignore[union-attr]
-    assert supervisor is not None and supervisor["pid"] in cluster.node_pids(0)
-    pids = [pid for host in ("algo-1", "algo-2") for pid in host_pids(submitter, "orphaned", host)]
-    os.kill(supervisor["pid"], signal.SIGKILL)  # the supervisor's Ray worker, on the head
-    # any command on the supervisor's machine notices, and reaps the job
-    description = submitter.wait("orphaned", lambda d: d["TrainingJobStatus"] != "InProgress")
-    assert description["TrainingJobStatus"] == "Failed"
-    assert f"supervising process (pid {supervisor['pid']}) ended" in description["FailureReason"]
-    assert "tick" in submitter.records("orphaned", "algo-1")
+    jobs = {"orphaned": ("algo-1", "algo-2"), "orphaned-too": ("algo-1",)}  # two jobs of one coordinator
+    for name, hosts in jobs.items():
+        done = submitter.run("run", "--name", name, "--detach", "--launcher", "ray", "--instance-count",
+                             str(len(hosts)), "--", PY, str(script))
+        assert done.returncode == 0, done.stderr
+    pids = [pid for name, hosts in jobs.items() for host in hosts for pid in host_pids(submitter, name, host)]
+    [supervisor] = {submitter.store.get_job(name).supervisor["pid"] for name in jobs}  # type: ignore[union-attr]
+    assert supervisor in cluster.node_pids(0)
+    os.kill(supervisor, signal.SIGKILL)  # the coordinator's Ray worker, on the head
+    # any command on the supervisor's machine notices, and reaps the jobs
+    for name in jobs:
+        description = submitter.wait(name, lambda d: d["TrainingJobStatus"] != "InProgress")
+        assert description["TrainingJobStatus"] == "Failed"
+        assert f"supervising process (pid {supervisor}) ended" in description["FailureReason"]
+        assert "tick" in submitter.records(name, "algo-1")
     assert all(process_ends(pid) for pid in pids)  # Ray ended the agents it owned, their lifelines the hosts
+    # the next job gets a coordinator of its own
+    done = submitter.run("run", "--name", "after", "--launcher", "ray", "--", PY, "-c", "print('after')")
+    assert done.returncode == 0, done.stderr
+    assert submitter.records("after", "algo-1") == ["after"]
+
+
+def test_the_coordinator_ends_once_idle_and_the_next_job_starts_another(submitter: Submitter) -> None:
+    done = submitter.run("run", "--name", "first", "--launcher", "ray", "--", PY, "-c", "print('first')")
+    assert done.returncode == 0, done.stderr
+    coordinator = submitter.store.get_job("first").supervisor["pid"]  # type: ignore[union-attr]
+    assert process_ends(coordinator, timeout=120)  # the cluster's nodes say TRAINMON_COORDINATOR_IDLE_SECONDS=3
+    done = submitter.run("run", "--name", "second", "--launcher", "ray", "--", PY, "-c", "print('second')")
+    assert done.returncode == 0, done.stderr
+    assert submitter.records("second", "algo-1") == ["second"]
+    assert submitter.store.get_job("second").supervisor["pid"] != coordinator  # type: ignore[union-attr]
 
 
 def test_too_few_nodes_fail_at_once_or_wait_as_asked(submitter: Submitter, tmp_path: Path) -> None:
@@ -395,10 +408,10 @@ def test_the_estimator_runs_a_job_on_ray(submitter: Submitter, tmp_path: Path) -
 
 
 TENSOR_JOB = """
-import os
+import json, os
 from trainmon.debug import Hook
 hook = Hook(save_interval=1)
-broken = os.environ["SM_CURRENT_HOST"] == "algo-2"
+broken = os.environ["SM_CURRENT_HOST"] == json.loads(os.environ["SM_HOSTS"])[-1]  # the last host's explode
 for step in range(5):
     hook.record("gradient/w", [float("nan") if broken and step == 3 else 0.5, 1.0], "gradients")
     hook.end_step()
@@ -406,7 +419,8 @@ print("done", flush=True)
 """
 
 
-def test_the_tensor_rules_read_every_nodes_tensor_hook(submitter: Submitter, tmp_path: Path) -> None:
+def test_the_tensor_rules_read_every_nodes_tensor_hook(submitter: Submitter, tmp_path: Path,
+                                                       cluster: RayCluster) -> None:
     script = job(submitter, tmp_path, TENSOR_JOB, "tensors")
     done = submitter.run("run", "--name", "tensors", "--launcher", "ray", "--instance-count", "2",
                          "--disable-profiler", "--rule", "ExplodingTensor", "--", PY, str(script))
@@ -414,7 +428,15 @@ def test_the_tensor_rules_read_every_nodes_tensor_hook(submitter: Submitter, tmp
     answer = trainmon.list_rule_findings(submitter.store, TrainingJobName="tensors")
     [rule] = answer["Rules"]
     assert rule["RuleEvaluationStatus"] == "IssuesFound", rule
-    assert {(f["Host"], f["Step"], f["Tensor"]) for f in answer["RuleFindings"]} == {("algo-2", 3, "gradient/w")}
+    assert [(f["Host"], f["Step"], f["Tensor"]) for f in answer["RuleFindings"]] == [("algo-2", 3, "gradient/w")]
+    # a host on the head, where the supervisor keeps its copies of the tensor files: read once, not copied onto itself
+    done = submitter.run("run", "--name", "on-head", "--launcher", "ray", "--host-resources", '{"head": 0.01}',
+                         "--disable-profiler", "--rule", "ExplodingTensor", "--", PY, str(script))
+    assert done.returncode == 0, done.stderr
+    placement = submitter.store.get_job("on-head").doc["HostPlacements"][0]  # type: ignore[union-attr]
+    assert node_of(cluster, placement["NodeId"]) == 0
+    answer = trainmon.list_rule_findings(submitter.store, TrainingJobName="on-head")
+    assert [(f["Host"], f["Step"], f["Tensor"]) for f in answer["RuleFindings"]] == [("algo-1", 3, "gradient/w")]
 
 
 MODEL_JOB = """

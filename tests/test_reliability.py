@@ -444,6 +444,36 @@ def test_a_dead_supervisors_spool_is_stored_by_whoever_reaps_the_job(home: Path,
     assert not (home / "jobs" / "crashed" / ".spool").exists()
 
 
+def test_a_supervisor_takes_a_job_over_only_from_its_submitter_and_only_while_it_is_active(home: Path,
+                                                                                           tmp_path: Path) -> None:
+    """A Ray job's supervisor comes after the process that submitted it: it runs the job only if that
+    process is still the job's supervisor (a submission that gave up has marked the job Failed), once."""
+    from trainmon.api.training_request import job_document
+    from trainmon.runtime import orphans
+    from trainmon.runtime.jobstate import set_status
+    from trainmon.runtime.supervisor import Supervisor
+
+    marker = tmp_path / "ran"
+    store = open_store(home)
+    try:
+        submitter = orphans.identity()
+        for name in ("gave-up", "taken", "again"):
+            request = {"TrainingJobName": name, "AlgorithmSpecification": {
+                "TrainingInputMode": "File", "ContainerEntrypoint": [PY, "-c", f"open({str(marker)!r}, 'a').write('x')"]}}
+            store.create_job(name, job_document(request, time.time(), home=home), time.time(), supervisor=submitter)
+        set_status(store, "gave-up", "Failed", FailureReason="InternalServerError: the submission gave up")
+        ended = Supervisor(store, "gave-up", echo=False, handle_signals=False).run(taking_over=submitter)
+        assert ended.status == "Failed" and ended.supervisor == submitter and not marker.exists()
+        done = Supervisor(store, "taken", echo=False, handle_signals=False).run(taking_over=submitter)
+        assert done.status == "Completed" and marker.read_text() == "x"
+        other = orphans.identity(os.getppid())  # another process took "again" first
+        store.update_job("again", lambda row: setattr(row, "supervisor", other))
+        untouched = Supervisor(store, "again", echo=False, handle_signals=False).run(taking_over=submitter)
+        assert untouched.status == "InProgress" and untouched.supervisor == other and marker.read_text() == "x"
+    finally:
+        store.close()
+
+
 def test_training_time_ends_when_the_jobs_processes_did(home: Path, tmp_path: Path, started) -> None:
     """The supervisor dies while the job runs; the job ends on its own; a command notices later.
     The job's training time ends with its last output, not when it was noticed."""

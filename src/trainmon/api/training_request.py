@@ -183,7 +183,7 @@ def job_document(request: Mapping[str, Any], now: float, *, home: Path | None = 
     root = home or config.home()
     checked = validate(SHAPE, request)
     if checked.get("TrainmonConfig", {}).get("Launcher") == "ray":
-        _check_ray_job(checked, database_url)
+        _check_ray_job(checked, database_url, root)
     name: str = checked["TrainingJobName"]
     algorithm = _algorithm(checked.get("AlgorithmSpecification", {}))
     hyperparameters: dict[str, str] = checked.get("HyperParameters", {})
@@ -379,7 +379,7 @@ def _ray_settings(settings: TrainmonConfig, given: dict[str, Any], instance_type
     settings["WaitForNodes"] = given.get("WaitForNodes", False)
 
 
-def _check_ray_job(request: dict[str, Any], database_url: str | None) -> None:
+def _check_ray_job(request: dict[str, Any], database_url: str | None, root: Path) -> None:
     """What a job whose hosts run on other machines needs: Ray, a store they all reach, and places
     they all reach for what they read and write (a shared file system, not this machine's objects)."""
     import importlib.util
@@ -403,7 +403,7 @@ def _check_ray_job(request: dict[str, Any], database_url: str | None) -> None:
     # not into trainmon's own object store, which is this machine's
     for field, uri in (("OutputDataConfig.S3OutputPath", request.get("OutputDataConfig", {}).get("S3OutputPath", "")),
                        ("ProfilerConfig.S3OutputPath", request.get("ProfilerConfig", {}).get("S3OutputPath", ""))):
-        if profiles.in_own_bucket(uri) is not None:
+        if profiles.in_own_bucket(uri, root) is not None:
             raise ValidationException(
                 f"{field} {uri!r}: the objects of trainmon's object store live on this machine, which a Ray job's "
                 "nodes cannot write: give a directory every node reaches (a shared file system), or a bucket of S3 "

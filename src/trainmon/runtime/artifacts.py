@@ -29,12 +29,23 @@ def check(doc: JobDocument) -> str | None:
     uri = doc["ModelArtifacts"]["S3ModelArtifacts"]
     bucket, _key = objects.parse_uri(uri)
     try:
-        _s3().head_bucket(Bucket=bucket)
+        from botocore.config import Config
+
+        _s3(Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2})).head_bucket(Bucket=bucket)
     except Exception as exc:
+        if _status(exc) == 403:
+            return None  # there, but credentials that may write without listing: the upload will tell
         return (f"ClientError: OutputDataConfig.S3OutputPath: algo-1's node cannot reach bucket {bucket!r}: {exc}. "
                 "Check the AWS configuration of the nodes (credentials, region, AWS_ENDPOINT_URL_S3 for an "
                 "S3-compatible service) and that the bucket exists.")
     return None
+
+
+def _status(exc: Exception) -> int | None:
+    """The HTTP status of a botocore ClientError, if it is one."""
+    response = getattr(exc, "response", None)
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
+    return status if isinstance(status, int) else None
 
 
 def pack(doc: JobDocument, home: Path, model_dir: Path, output_data_dir: Path) -> None:
@@ -88,10 +99,10 @@ def _put_s3(home: Path, source: Path, uri: str) -> None:
             raise OSError(f"{uri}: {exc}") from None
 
 
-def _s3() -> Any:
+def _s3(config: Any = None) -> Any:
     """An S3 client of this node's AWS configuration, read afresh."""
     try:
         import boto3
     except ImportError:
         raise OSError("an s3:// output path of a Ray job needs boto3 on the nodes: pip install 'trainmon[ray]'") from None
-    return boto3.session.Session().client("s3")
+    return boto3.session.Session().client("s3", config=config)

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import StoreError
 from ..jobs.document import HostPlacement, JobDocument
+from ..rules.catalog import TENSOR_RULES
 from ..store import JobRow, Store
 from . import contract, tensors
 from . import launcher as launch
@@ -106,6 +107,7 @@ class RayHosts:
         self.profile_tap: ProfileTap | None = None  # the supervisor's, for the profiler rules
         self.pulls = False  # the job's rules read what the agents take (profile rows, tensor files)
         self._dropped: dict[str, int] = {}  # profile rows each agent's tap dropped so far
+        self._copy_trouble: str | None = None  # why a tensor file could not be copied here, the first time
         self._next_pull = 0.0
 
     # -- placement and start ----------------------------------------------------------------
@@ -184,7 +186,7 @@ class RayHosts:
         import ray
 
         self.profile_tap = profile_tap
-        self.pulls = profile_tap is not None or bool(evaluated_rules(self.job.doc))
+        self.pulls = profile_tap is not None or any(rule.rule in TENSOR_RULES for rule in evaluated_rules(self.job.doc))
         try:
             failures = ray.get([a.start.remote(profile_tap is not None) for a in self.agents.values()])
         except Exception as exc:
@@ -210,15 +212,21 @@ class RayHosts:
     def _pull(self) -> int:
         """What the agents took since the last pull, to where the rules read it on this machine: the
         profile rows into the supervisor's tap, the tensor files' new bytes onto this machine's copies
-        of them (tensors.TensorFeed reads those as a local job's); how many tensor bytes came."""
+        of them (tensors.TensorFeed reads those as a local job's own); how many tensor bytes came.
+        Each agent reads its file from where its copy ends, so a pull that fails loses nothing."""
+        copies = {host: tensors.copy_file(self.store.home, self.job.name, host) for host in self.names}
         came = 0
-        for host, taken in self._each("take").items():
+        for host, taken in self._each("take", {h: tensors.copied_size(p) for h, p in copies.items()}).items():
             if self.profile_tap is not None:
                 for row in taken.profile_rows:
                     self.profile_tap.put(*row)
                 self._dropped[host] = taken.dropped
             if taken.tensors:
-                tensors.Appended.append_to(tensors.tensor_file(self.store.home, self.job.name, host), taken.tensors)
+                try:
+                    tensors.add_to_copy(copies[host], taken.tensor_start, taken.tensors)
+                except OSError as exc:  # this machine's disk: read again at the next pull
+                    self._copy_trouble = self._copy_trouble or f"{host}'s tensor file could not be copied here: {exc}"
+                    continue
                 came += len(taken.tensors)
         if self.profile_tap is not None:
             self.profile_tap.dropped = sum(self._dropped.values())
@@ -299,6 +307,8 @@ class RayHosts:
             end.warnings.extend(f"{host}: {warning}" for warning in answer.warnings)
         for host in self.lost:  # its spool, and what its pipes held, went with the node: not even counted
             end.warnings.append(f"{host}: lost with its node; its output and system metrics end there")
+        if self._copy_trouble is not None:
+            end.warnings.append(self._copy_trouble)
         return end
 
     def failure_reason(self, host: str, code: int) -> str:

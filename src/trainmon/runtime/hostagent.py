@@ -36,7 +36,8 @@ class Taken:
 
     profile_rows: list[tuple[str, int, dict[str, float]]]  # the monitor's, for the profiler rules
     dropped: int  # profile rows the tap dropped so far
-    tensors: bytes  # what the tensor hook appended to the host's file (at most tensors.MAX_READ_BYTES)
+    tensor_start: int  # where in the host's tensor file these bytes start (0: the file was made anew)
+    tensors: bytes  # of the tensor file (at most tensors.MAX_READ_BYTES)
 
 
 class HostAgent:
@@ -57,7 +58,6 @@ class HostAgent:
         self.address = ray.util.get_node_ip_address()
         self.hosts: LocalHosts | None = None
         self.tap: ProfileTap | None = None
-        self.tensors: tensors.Appended | None = None
 
     def where(self) -> dict[str, str | int]:
         """The node this host runs on: Ray's node id, its address and name, and a free port there."""
@@ -74,13 +74,15 @@ class HostAgent:
         """Start the host; with ``profile``, keep the monitor's profile rows for the profiler rules,
         which run with the job's supervisor and get them with :meth:`take`."""
         self.tap = ProfileTap() if profile else None
-        self.tensors = tensors.Appended(tensors.tensor_file(self.store.home, self.row.name, self.host))
         return self._hosts().start(self.tap)
 
-    def take(self) -> Taken:
-        """What the job's rules read of this host since the last call."""
+    def take(self, copied: dict[str, int]) -> Taken:
+        """What the job's rules read of this host: the profile rows since the last call, and the
+        tensor file from ``copied[host]``, the size of the supervisor's copy of it."""
         rows, dropped = (self.tap.take(), self.tap.dropped) if self.tap is not None else ([], 0)
-        return Taken(rows, dropped, self.tensors.take() if self.tensors is not None else b"")
+        start, chunk = tensors.read_from(tensors.tensor_file(self.store.home, self.row.name, self.host),
+                                         copied.get(self.host, 0))
+        return Taken(rows, dropped, start, chunk)
 
     def wait_exit(self) -> int:
         """The host's exit status, once its main process has ended (the actor answers other calls

@@ -15,9 +15,10 @@ Locally, trainmon signals only processes it can prove are the job's:
 - each host's main process is held by a pidfd from the moment it starts, and every other
   process is opened as a pidfd and checked again (its start time, its place in the tree) before a
   signal goes to it, so a process id reused by an unrelated process is never signalled;
-- every process of the job inherits ``TRAINMON_PROCESS_TAG``, a random value per job: when the
-  supervisor itself died, :func:`tagged_processes` finds what is left of the job by that value
-  alone (see :mod:`trainmon.runtime.orphans`).
+- every process of the job inherits ``TRAINMON_PROCESS_TAG``, a random value per job (per host
+  of a Ray job): when the supervisor itself died, :func:`tagged_processes` finds what is left of
+  the job by that value alone (see :mod:`trainmon.runtime.orphans`, and for a Ray job's hosts
+  :mod:`trainmon.runtime.lifeline`).
 """
 
 from __future__ import annotations

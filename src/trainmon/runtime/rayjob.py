@@ -7,13 +7,16 @@ Ray actor on the head node, shared by every Ray job of that cluster: it runs eac
 :class:`~trainmon.runtime.supervisor.Supervisor` (whose hosts are
 :class:`~trainmon.runtime.cluster.RayHosts`) on a thread of its own, so a job costs a thread there,
 not a process, and a submission finds the coordinator already started. The first submission
-starts it; it ends itself once it has had no job for :data:`IDLE_EXIT_S`, and a trainmon of
-another version starts a coordinator of its own.
+starts it; it ends itself once it has had no job for :data:`IDLE_EXIT_S` (or what
+:data:`IDLE_VARIABLE` says on the head), and a submission of another trainmon version starts a
+coordinator of its own. Its supervisors take the job over from the submission only while that is
+still the job's supervisor, so a submission that gave up (the job Failed) starts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -21,6 +24,7 @@ import traceback
 from pathlib import Path
 
 from .. import __version__
+from ..jobs.document import SupervisorIdentity
 from ..store import JobRow, Store, open_store
 from . import orphans
 from .cluster import NAMESPACE, brief, connect
@@ -31,7 +35,8 @@ HEAD_NODE_RESOURCE = "node:__internal_head__"
 COORDINATOR_NAME = f"trainmon-coordinator-{__version__}"
 CLAIM_TIMEOUT_S = 120.0  # from the submission to the job's supervisor claiming it
 IDLE_EXIT_S = 300.0  # a coordinator without a job for this long ends itself
-IDLE_CHECK_S = 5.0
+IDLE_VARIABLE = "TRAINMON_COORDINATOR_IDLE_SECONDS"  # the head's own setting of it
+IDLE_CHECK_S = 1.0
 
 
 class JobCoordinator:
@@ -43,17 +48,19 @@ class JobCoordinator:
         self._jobs: dict[str, threading.Thread] = {}
         self._closing = False
         self._idle_since = time.monotonic()
+        self._idle_exit_s = float(os.environ.get(IDLE_VARIABLE) or IDLE_EXIT_S)
         threading.Thread(target=self._end_when_idle, name="trainmon-coordinator-idle", daemon=True).start()
 
-    def supervise(self, database_url: str | None, name: str) -> bool:
-        """Start the supervisor of job ``name`` (once); False when this coordinator is ending, so
-        that the submission starts another."""
+    def supervise(self, database_url: str | None, name: str, submitter: SupervisorIdentity) -> bool:
+        """Start the supervisor of job ``name``, which takes the job over from ``submitter`` if that
+        is still its supervisor (a submission that gave up, or a second call, starts nothing); False
+        when this coordinator is ending, so that the submission starts another."""
         with self._lock:
             if self._closing:
                 return False
             if name not in self._jobs:
-                thread = threading.Thread(target=self._run, args=(database_url, name), name=f"trainmon-job-{name}",
-                                          daemon=True)
+                thread = threading.Thread(target=self._run, args=(database_url, name, submitter),
+                                          name=f"trainmon-job-{name}", daemon=True)
                 self._jobs[name] = thread
                 thread.start()
             return True
@@ -63,13 +70,13 @@ class JobCoordinator:
         with self._lock:
             return sorted(self._jobs)
 
-    def _run(self, database_url: str | None, name: str) -> None:
+    def _run(self, database_url: str | None, name: str, submitter: SupervisorIdentity) -> None:
         from .supervisor import Supervisor
 
         store: Store | None = None
         try:
             store = open_store(database_url=database_url)
-            Supervisor(store, name, echo=False, handle_signals=False).run()
+            Supervisor(store, name, echo=False, handle_signals=False).run(taking_over=submitter)
         except BaseException as exc:
             traceback.print_exc()
             # the reaper looks only on this machine: say it here (a job that has ended keeps its end)
@@ -95,11 +102,13 @@ class JobCoordinator:
         while True:
             time.sleep(IDLE_CHECK_S)
             with self._lock:
-                if self._jobs or time.monotonic() - self._idle_since < IDLE_EXIT_S:
+                if self._jobs or time.monotonic() - self._idle_since < self._idle_exit_s:
                     continue
                 self._closing = True
-            ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-            return
+            try:
+                ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+            finally:
+                os._exit(0)  # whatever Ray did: a coordinator that is closing takes no job, so it must go
 
 
 def coordinator() -> object:
@@ -112,17 +121,17 @@ def coordinator() -> object:
     ).remote()
 
 
-def _hand_over(database_url: str | None, name: str, deadline: float) -> None:
+def _hand_over(database_url: str | None, name: str, submitter: SupervisorIdentity, deadline: float) -> None:
     """Give the job to the cluster's coordinator (one that is ending is waited out and replaced)."""
     import ray
 
     while True:
         try:
-            if ray.get(coordinator().supervise.remote(database_url, name),  # type: ignore[attr-defined]
+            if ray.get(coordinator().supervise.remote(database_url, name, submitter),  # type: ignore[attr-defined]
                        timeout=max(1.0, deadline - time.monotonic())):
                 return
-        except ray.exceptions.RayActorError:
-            pass  # it died between being found and being asked: the next one is started
+        except (ray.exceptions.RayActorError, ValueError):
+            pass  # it died between being found and being asked (or its name is still being freed): the next one
         if time.monotonic() >= deadline:
             raise TimeoutError(f"the cluster's coordinator did not take the job within {CLAIM_TIMEOUT_S:.0f} s")
         time.sleep(0.5)
@@ -145,7 +154,7 @@ def submit(store: Store, name: str) -> None:
     deadline = time.monotonic() + CLAIM_TIMEOUT_S
     try:
         connect(address)
-        _hand_over(store.database_url, name, deadline)
+        _hand_over(store.database_url, name, submitter, deadline)
     except Exception as exc:  # unreachable, refused, or the coordinator could not be made (trainmon missing there)
         reason = f"InternalServerError: could not start the job on the Ray cluster at {address}: {brief(exc)}"
         set_status(store, name, "Failed", FailureReason=reason[:FAILURE_REASON_CHARS])

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError, TrainmonError
-from ..jobs.status import profiler_settings
+from ..jobs.document import SupervisorIdentity
+from ..jobs.status import ACTIVE, profiler_settings
 from ..rules.catalog import PROFILER_RULES
 from ..store import JobRow, Store, open_store
 from . import contract, notify, orphans
@@ -71,7 +72,9 @@ class Supervisor:
 
     # -- the whole life of a job ------------------------------------------------------------
 
-    def run(self) -> JobRow:
+    def run(self, *, taking_over: SupervisorIdentity | None = None) -> JobRow:
+        """Supervise the job from start to end; with ``taking_over``, only if that is still its
+        supervisor (the process that submitted it) and it is still active: else the job as it is."""
         job = self.store.get_job(self.name)
         if job is None:
             raise TrainmonError(f"no job named {self.name!r} to supervise")
@@ -79,9 +82,12 @@ class Supervisor:
         identity = orphans.identity(tag=hosts.tag)
 
         def claim(row: JobRow) -> None:
-            row.supervisor = identity
+            if taking_over is None or (row.supervisor == taking_over and row.status in ACTIVE):
+                row.supervisor = identity
 
-        self.store.update_job(self.name, claim)
+        job = self.store.update_job(self.name, claim)
+        if job.supervisor != identity:
+            return job  # it ended, or another supervisor has it, before this one came
         previous = self._install_signals()
         try:
             return self._run(job, hosts)

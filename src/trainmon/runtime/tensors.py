@@ -135,10 +135,10 @@ class TensorFile:
 
     def _open(self) -> int | None:
         """The file opened without blocking, or None: not there yet, or not a regular file (noted)."""
-        fd, problem = open_regular(self.path)
+        fd, size, problem = open_regular(self.path)
         if problem is not None:
             self._note(problem)
-        if fd is not None and os.fstat(fd).st_size < self.offset:  # made anew: from its start
+        if fd is not None and size < self.offset:  # made anew: from its start
             self.offset, self._partial, self._skipping = 0, b"", False
         return fd
 
@@ -190,54 +190,72 @@ class TensorFile:
             self._partial, self._skipping = b"", True
 
 
-def open_regular(path: Path) -> tuple[int | None, str | None]:
-    """``path`` opened without blocking if it is a regular file: (descriptor, None); (None, None)
-    when it is not there yet; (None, why) when it is not a regular file or cannot be read."""
+def open_regular(path: Path) -> tuple[int | None, int, str | None]:
+    """``path`` opened without blocking if it is a regular file: (descriptor, size, None); (None, 0,
+    None) when it is not there yet; (None, 0, why) when it is not a regular file or cannot be read."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # not even opened: a FIFO's writer would wake
-            return None, f"{path.name} is not a regular file: not read"
+            return None, 0, f"{path.name} is not a regular file: not read"
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        return None, None
+        return None, 0, None
     except OSError as exc:
-        return None, f"{path.name} could not be read: {exc.strerror or exc}"
+        return None, 0, f"{path.name} could not be read: {exc.strerror or exc}"
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the stat
-            os.close(fd)
-            return None, f"{path.name} is not a regular file: not read"
+        status = os.fstat(fd)
     except OSError as exc:
         os.close(fd)
-        return None, f"{path.name} could not be read: {exc.strerror or exc}"
-    return fd, None
+        return None, 0, f"{path.name} could not be read: {exc.strerror or exc}"
+    if not stat.S_ISREG(status.st_mode):  # replaced since the stat
+        os.close(fd)
+        return None, 0, f"{path.name} is not a regular file: not read"
+    return fd, status.st_size, None
 
 
-class Appended:
-    """What a host's hook appended to its tensor file since the last :meth:`take`, as bytes: read on
-    a Ray node for the job's supervisor elsewhere, which appends them to its own copy of the file
-    (:meth:`append_to`), where its :class:`TensorFeed` reads them as it reads a local host's."""
+# -- a Ray job's tensor files, copied to its supervisor's machine ---------------------------------
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
 
-    def take(self, limit: int = MAX_READ_BYTES) -> bytes:
-        fd, _problem = open_regular(self.path)  # not a regular file: the copy stays empty, the rules say so
-        if fd is None:
-            return b""
-        try:
-            chunk = os.pread(fd, limit, self.offset)
-        except OSError:
-            return b""
-        finally:
-            os.close(fd)
-        self.offset += len(chunk)
-        return chunk
+def copy_file(home: Path, job: str, host: str) -> Path:
+    """Where the supervisor of a Ray job keeps its copy of host ``host``'s tensor file: apart from
+    the hosts' own directories, since a host may run on the supervisor's machine too."""
+    return job_dir(home, job) / "tensor-copies" / records.file_name(host)
 
-    @staticmethod
-    def append_to(path: Path, chunk: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as copy:
-            copy.write(chunk)
+
+def read_from(path: Path, offset: int, limit: int = MAX_READ_BYTES) -> tuple[int, bytes]:
+    """At most ``limit`` bytes of a host's tensor file from ``offset`` (what its supervisor's copy
+    holds): (where they start, the bytes). They start at 0 when the file is shorter than the copy,
+    made anew; nothing when it is not there, or not a regular file (the copy stays empty, and the
+    rules say they saw no tensors)."""
+    fd, size, _problem = open_regular(path)
+    if fd is None:
+        return offset, b""
+    try:
+        start = offset if size >= offset else 0
+        return start, os.pread(fd, limit, start)
+    except OSError:
+        return offset, b""
+    finally:
+        os.close(fd)
+
+
+def add_to_copy(path: Path, start: int, chunk: bytes) -> None:
+    """Bytes :func:`read_from` read, onto the copy at ``path``: appended, or, from 0, a new copy in its
+    place (its reader, a :class:`TensorFile`, then starts again from the beginning)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if start == 0:
+        temporary = path.with_name(path.name + ".new")
+        temporary.write_bytes(chunk)
+        temporary.replace(path)
+        return
+    with open(path, "ab") as copy:
+        copy.write(chunk)
+
+
+def copied_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 @dataclass
@@ -280,7 +298,8 @@ class TensorFeed:
 
         job = str(doc["TrainingJobName"])
         hosts = host_names(int(doc.get("ResourceConfig", {}).get("InstanceCount", 1)))
-        return cls({host: tensor_file(home, job, host) for host in hosts}, setups, steps=steps)
+        where = copy_file if doc.get("TrainmonConfig", {}).get("Launcher") == "ray" else tensor_file
+        return cls({host: where(home, job, host) for host in hosts}, setups, steps=steps)
 
     def evaluate(self, *, final: bool = False, failed: Iterable[str] = ()
                  ) -> tuple[list[tuple[str, str, Finding]], list[tuple[str, str]]]:

@@ -58,16 +58,17 @@ def _filesystem(location: str) -> tuple[Any, str]:
     return fs, path
 
 
-def in_own_bucket(location: str) -> Path | None:
+def in_own_bucket(location: str, home: Path | None = None) -> Path | None:
     """Where ``s3://bucket/prefix`` lies when the bucket is one of trainmon's own S3 subset (what a
-    job created through the AWS endpoint names); None for any other location, which fsspec reaches."""
+    job created through the AWS endpoint names), in data directory ``home`` (default: TRAINMON_HOME);
+    None for any other location, which fsspec reaches."""
     if not location.startswith("s3://"):
         return None
     from . import objects
 
     try:
         bucket, key = objects.parse_uri(location)
-        store = objects.ObjectStore()
+        store = objects.ObjectStore(home)
         store.head_bucket(bucket)
     except (objects.S3Error, ValidationException):
         return None
