@@ -3,6 +3,7 @@ on a free loopback port, with real training jobs."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -146,6 +147,11 @@ def test_a_job_through_the_api_from_start_to_end(store_target: StoreTarget, scri
             page = client.get("/api/jobs/api-job/metrics/loss/points", params={"width": 2}).json()
             assert page["Count"] == 21 and page["NonFinite"]  # 21 points: 4 per bucket at most, the NaN kept
             assert len(page["Timestamps"]) < 21 and "NaN" in page["NonFinite"].values()
+            deltas = client.get("/api/jobs/api-job/metrics/loss/points", params={"width": 2, "times": "delta"}).json()
+            assert "Timestamps" not in deltas and deltas["Values"] == page["Values"]
+            assert list(itertools.accumulate(deltas["TimestampDeltas"])) == page["Timestamps"]
+            wrong = client.get("/api/jobs/api-job/metrics/loss/points", params={"times": "relative"})
+            assert wrong.status_code == 400 and "times must be delta" in wrong.json()["error"]["message"]
             record = client.get("/api/jobs/api-job/record", params={
                 "stream": page["Stream"][0], "record": page["Record"][0], "context": 1}).json()
             assert record["Host"] == "algo-1" and record["Records"][0]["Message"].startswith("step=0 loss=1.0000")

@@ -650,6 +650,40 @@ def test_a_store_of_the_row_per_point_schema_is_migrated_to_series(tmp_path: Pat
         store.close()
 
 
+def test_a_store_without_overviews_gains_the_column_and_keeps_its_chunks(tmp_path: Path) -> None:
+    """A store of the schema before overviews: its chunks are read as they are (every point) until
+    maintenance gives them overviews; new sealed chunks get theirs at once."""
+    import sqlite3
+
+    import numpy as np
+
+    store = SqliteStore(tmp_path / "trainmon.db")
+    job = new_job(store, "older")
+    stream = store.add_stream(job.id, "algo-1", "older/algo-1-1", 0)
+    store.write_batch(Batch(job.id, points=[("loss", 1000 + i, float(i), "algo-1", stream.id, i) for i in range(9000)]))
+    store.close()
+    db = sqlite3.connect(tmp_path / "trainmon.db")
+    db.execute("DROP INDEX chunks_without_overview")  # the schema before overviews
+    db.execute("ALTER TABLE chunks DROP COLUMN overview")
+    db.execute("PRAGMA user_version=6")
+    db.commit()
+    db.close()
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        columns, held = store.chart_points(job.id, "loss", width=10)  # dense, but no chunk has an overview yet
+        assert held == 9000 and np.array_equal(columns.values, np.arange(9000.0))
+        store.write_batch(Batch(job.id, points=[("loss", 20_000 + i, 1.0, "algo-1", stream.id, 9000 + i)
+                                                for i in range(9000)]))
+        columns, held = store.chart_points(job.id, "loss", width=10)
+        assert held == 18_000 and len(columns.stamps) < 9000 + 1000  # the new full chunk gave its overview
+        assert store.maintain().overviews == 1  # the old full chunk gets its own
+        columns, held = store.chart_points(job.id, "loss", width=10)
+        assert held == 18_000 and len(columns.stamps) < 2 * 1000 + 2 * 808
+        assert np.array_equal(columns.values[columns.seqs < 8192], np.arange(9000.0)[columns.seqs[columns.seqs < 8192]])
+    finally:
+        store.close()
+
+
 def test_postgres_store_needs_only_data_rights_once_migrated(tmp_path: Path, postgres_url: str,
                                                               postgres_server: PostgresServer) -> None:
     import psycopg
@@ -766,3 +800,93 @@ def test_a_metrics_points_as_columns_read_by_many_threads_at_once(any_store: Sto
     assert results == [expected] * 6
     window = any_store.point_columns(job.id, "loss", host="algo-2", start_ms=10_100, end_ms=10_200)
     assert window.stamps.tolist() == list(range(10_100, 10_200)) and np.all(window.streams == streams[1].id)
+
+
+def test_a_chart_of_many_points_reads_overviews_that_hide_no_extreme(any_store: Store) -> None:
+    """chart_points: where a range holds DENSE points a pixel or more, each sealed chunk in it gives
+    the representatives of its blocks (real points: each block's first, last, lowest, highest and
+    first non-finite ones); its edges and its count stay exact; a sparser chart reads every point."""
+    import numpy as np
+
+    from trainmon.server import downsample
+    from trainmon.store import overview
+
+    job = new_job(any_store, "dense")
+    stream = any_store.add_stream(job.id, "algo-1", "dense/algo-1-1", 0)
+    total = 100_000
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=total)
+    values[12_345], values[54_321], values[70_000], values[80_000] = 50.0, -50.0, math.inf, -math.inf
+    values[33_333] = math.nan
+    any_store.write_batch(Batch(job.id, points=[  # one write: sealed at once, in chunks of consecutive points
+        ("loss", 1_000_000 + i * 10, None if i == 33_333 else float(values[i]), "algo-1", stream.id, i)
+        for i in range(total)]))
+    everything = any_store.point_columns(job.id, "loss")
+    assert len(everything.stamps) == total
+
+    width = total // overview.DENSE  # dense: each pixel spans 4 blocks
+    columns, held = any_store.chart_points(job.id, "loss", width=width)
+    assert held == total and len(columns.stamps) < total / 10
+    # exactly each chunk's blocks' representatives (a chunk of one block or less has no overview:
+    # all its points), which are real points: their times, values and records
+    expected = []
+    for first_ms, count, summed in any_store._read(
+            "SELECT first_ms, count, overview IS NOT NULL FROM chunks WHERE kind = 0 ORDER BY first_ms"):
+        begin = (first_ms - 1_000_000) // 10
+        block = np.arange(count) // overview.BLOCK
+        expected.append(begin + (overview.representatives(values[begin:begin + count], np.flatnonzero(
+            np.diff(block, prepend=-1)), block) if summed else np.arange(count)))
+    assert np.array_equal(columns.seqs, np.concatenate(expected))
+    assert np.array_equal(columns.stamps, 1_000_000 + columns.seqs * 10)
+    assert np.array_equal(columns.values, values[columns.seqs], equal_nan=True)
+    kept, shown = downsample.chart(columns.stamps, columns.values, width, count=held)
+    assert shown["Count"] == total
+    drawn = [v for v in shown["Values"] if v is not None]
+    assert max(drawn) == 50.0 and min(drawn) == -50.0
+    assert sorted(shown["NonFinite"].values()) == ["-Infinity", "Infinity", "NaN"]
+
+    # a range: the chunks at its edges are read whole and cut, the count is the range's own
+    start, end = 1_000_000 + 10_007 * 10, 1_000_000 + 90_003 * 10
+    ranged, held = any_store.chart_points(job.id, "loss", width=80_000 // overview.DENSE - 1, start_ms=start,
+                                          end_ms=end)
+    assert held == 90_003 - 10_007
+    assert ranged.stamps.min() == start and ranged.stamps.max() == end - 10
+    assert len(ranged.stamps) < held / 3  # the two edge chunks whole, the rest as overviews
+    assert {50.0, -50.0, math.inf, -math.inf} <= set(ranged.values.tolist())
+
+    # sparser than DENSE a pixel (zoomed in): every point, as point_columns gives them
+    detail, held = any_store.chart_points(job.id, "loss", width=total // overview.DENSE + 1)
+    assert held == total and np.array_equal(detail.values, everything.values, equal_nan=True)
+
+
+def test_a_chart_of_points_written_in_many_batches_and_merged_by_maintenance(any_store: Store) -> None:
+    """Maintenance merges what each write left over into chunks whose points lie far apart in
+    time: their overviews still hold every spike and count every point."""
+    import numpy as np
+
+    from trainmon.store import overview
+
+    job = new_job(any_store, "merged")
+    stream = any_store.add_stream(job.id, "algo-1", "merged/algo-1-1", 0)
+    total = 60_000
+    values = np.sin(np.arange(total) / 500.0)
+    spikes = {8_500: 9.0, 19_990: -9.0, 45_000: 7.0}  # two of them in the writes' leftovers
+    for at, spike in spikes.items():
+        values[at] = spike
+    for first in range(0, total, 10_000):
+        any_store.write_batch(Batch(job.id, points=[("loss", 1_000_000 + i * 10, float(values[i]), "algo-1",
+                                                     stream.id, i) for i in range(first, first + 10_000)]))
+    any_store.maintain()
+    columns, held = any_store.chart_points(job.id, "loss", width=total // overview.DENSE)
+    assert held == total and len(columns.stamps) < total / 10
+    assert np.array_equal(columns.values, values[columns.seqs]) and set(spikes) <= set(columns.seqs.tolist())
+    assert np.array_equal(columns.stamps, np.sort(columns.stamps))
+
+
+def test_an_overviews_blocks_never_join_points_apart_in_time() -> None:
+    import numpy as np
+
+    from trainmon.store import overview
+
+    stamps = np.concatenate([np.arange(200) * 10, 1_000_000 + np.arange(200) * 10])  # a pause after 200 points
+    assert overview.blocks(stamps).tolist() == [0, 128, 200, 256, 384]

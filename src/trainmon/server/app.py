@@ -156,6 +156,19 @@ def _range(request: Request) -> tuple[int | None, int | None]:
     return _int(request, "start", None, 0, 2**62), _int(request, "end", None, 0, 2**62)
 
 
+def _times(request: Request, shown: dict[str, Any]) -> dict[str, Any]:
+    """A chart's answer as asked: with ``times=delta``, ``Timestamps`` goes as ``TimestampDeltas``
+    (the first time, then each one's difference from the one before), which compresses to half."""
+    asked = request.query_params.get("times")
+    if asked is None:
+        return shown
+    if asked != "delta":
+        raise ValidationException(f"times must be delta (or left out), not {asked!r}.")
+    stamps = shown.pop("Timestamps")
+    shown["TimestampDeltas"] = [b - a for a, b in zip([0, *stamps], stamps, strict=False)]
+    return shown
+
+
 async def metric_points(request: Request, store: Store) -> Any:
     name, metric = request.path_params["name"], request.path_params["metric"]
     width = _width(request)
@@ -165,9 +178,9 @@ async def metric_points(request: Request, store: Store) -> Any:
 
     def work() -> dict[str, Any]:
         row = sagemaker.job(store, name)
-        columns = store.point_columns(row.id, metric, host=host, start_ms=start, end_ms=end)
-        kept, shown = downsample.chart(columns.stamps, columns.values, width, start, end)
-        answer = {"MetricName": metric, **shown}
+        columns, held = store.chart_points(row.id, metric, width=width, host=host, start_ms=start, end_ms=end)
+        kept, shown = downsample.chart(columns.stamps, columns.values, width, start, end, count=held)
+        answer = {"MetricName": metric, **_times(request, shown)}
         if records:
             streams = {s.id: {"Name": s.name, "Host": s.host} for s in store.streams(row.id)}
             answer |= {"Stream": columns.streams[kept].tolist(), "Record": (columns.seqs[kept] + 1).tolist(),
@@ -225,7 +238,7 @@ async def system_points(request: Request, store: Store) -> Any:
             columns = concat_columns(list(by_unit.values()))
             stamps, values = columns.timestamp_ms, columns.total / columns.sample_count
         _, shown = downsample.chart(stamps, values, width, start, end)
-        return {"MetricName": metric, "Host": host, "Unit": next(iter(by_unit), None), **shown}
+        return {"MetricName": metric, "Host": host, "Unit": next(iter(by_unit), None), **_times(request, shown)}
 
     return await _call(work)
 
@@ -255,7 +268,7 @@ async def profile_points(request: Request, store: Store) -> Any:
             inside = (stamps >= (start or 0)) & (stamps < (end or 2**62))
             stamps, values = stamps[inside], values[inside]
         _, shown = downsample.chart(stamps, values, width, start, end)
-        return {"MetricName": metric, "Host": host, **shown}
+        return {"MetricName": metric, "Host": host, **_times(request, shown)}
 
     return await _call(work)
 
@@ -379,6 +392,9 @@ async def operation(request: Request, store: Store) -> Any:
     return await _call(lambda: found(store, **request_))
 
 
+_TIMES = Param("times", help="delta: the times as TimestampDeltas (the first, then each one's difference from the "
+                             "one before) instead of Timestamps")
+
 ROUTES: tuple[Endpoint, ...] = (
     Endpoint("GET", "/api/jobs", "List jobs, newest first, with their final metrics", list_jobs, (
         Param("status", help="InProgress, Completed, Failed, Stopping or Stopped"),
@@ -398,7 +414,7 @@ ROUTES: tuple[Endpoint, ...] = (
                  Param("width", "integer", "buckets (pixels), 1 to 10000 (1000)"),
                  Param("start", "integer", "epoch ms"), Param("end", "integer", "epoch ms (excluded)"),
                  Param("host", help="one host's points (algo-N)"),
-                Param("records", help="0: without each point's log record")), tags=("metrics",)),
+                 Param("records", help="0: without each point's log record"), _TIMES), tags=("metrics",)),
     Endpoint("GET", "/api/jobs/{name}/metrics/{metric:path}/statistics", "A statistic of a metric per period",
              metric_statistics, (
                  Param("name", where="path"), Param("metric", where="path"),
@@ -410,13 +426,13 @@ ROUTES: tuple[Endpoint, ...] = (
     Endpoint("GET", "/api/jobs/{name}/system/{host}/{metric}/points", "A host's system metric for a chart",
              system_points, (Param("name", where="path"), Param("host", where="path"),
                              Param("metric", where="path"), Param("width", "integer"), Param("start", "integer"),
-                             Param("end", "integer")), tags=("metrics",)),
+                             Param("end", "integer"), _TIMES), tags=("metrics",)),
     Endpoint("GET", "/api/jobs/{name}/profile", "The profiler's data per host and metric", profile_summary,
              (Param("name", where="path"),), tags=("metrics",)),
     Endpoint("GET", "/api/jobs/{name}/profile/{host}/{metric:path}/points",
              "A host's profiler metric at full resolution, for a chart", profile_points,
              (Param("name", where="path"), Param("host", where="path"), Param("metric", where="path"),
-              Param("width", "integer"), Param("start", "integer"), Param("end", "integer")), tags=("metrics",)),
+              Param("width", "integer"), Param("start", "integer"), Param("end", "integer"), _TIMES), tags=("metrics",)),
     Endpoint("GET", "/api/jobs/{name}/report", "The job's profiling report (an HTML page)", job_report,
              (Param("name", where="path"),), tags=("rules",)),
     Endpoint("GET", "/api/jobs/{name}/logs", "A page of a job's log records, or those that hold a text or match a "

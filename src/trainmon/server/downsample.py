@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ..store.overview import representatives
+
 MAX_WIDTH = 10_000
 
 
@@ -28,28 +30,8 @@ def keep(stamps: np.ndarray, values: np.ndarray, width: int, start_ms: int | Non
         offsets = stamps.astype(np.float64) - float(low)
         bucket = np.clip(np.floor(offsets * (width / float(span))), 0, width - 1).astype(np.int64)
     starts = np.flatnonzero(np.diff(bucket, prepend=-1))  # the first point of each non-empty bucket
-    ends = np.append(starts[1:], count) - 1
-    chosen = [starts, ends]
-    segment = np.repeat(np.arange(len(starts)), ends - starts + 1)  # each point's bucket, counted from 0
-    finite = np.isfinite(values)
-    if finite.any():
-        for extreme, fill in ((np.minimum, np.inf), (np.maximum, -np.inf)):
-            masked = np.where(finite, values, fill)
-            best = extreme.reduceat(masked, starts)
-            hits = np.flatnonzero((masked == best[segment]) & finite)
-            chosen.append(_first_per_bucket(hits, segment))
-    if not finite.all():
-        for mask in (np.isnan(values), values == np.inf, values == -np.inf):
-            chosen.append(_first_per_bucket(np.flatnonzero(mask), segment))
-    return np.unique(np.concatenate(chosen))
-
-
-def _first_per_bucket(indices: np.ndarray, segment: np.ndarray) -> np.ndarray:
-    """Of ascending ``indices``, the first in each bucket."""
-    if not len(indices):
-        return indices
-    buckets = segment[indices]
-    return indices[np.flatnonzero(np.diff(buckets, prepend=-1))]
+    segment = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, count)))  # each point's, from 0
+    return representatives(values, starts, segment)
 
 
 DISPLAY_STEPS = 2**20  # values are shown to a millionth of the range they span
@@ -86,8 +68,10 @@ def chart_payload(stamps: np.ndarray, values: np.ndarray) -> dict[str, Any]:
 
 
 def chart(stamps: np.ndarray, values: np.ndarray, width: int, start_ms: int | None = None,
-          end_ms: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-    """A chart's answer for points sorted by time: the indices kept (:func:`keep`) and ``Count``,
-    ``Timestamps``, ``Values`` (:func:`for_display`) and ``NonFinite`` of those points."""
+          end_ms: int | None = None, *, count: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    """A chart's answer for points sorted by time: the indices kept (:func:`keep`) and ``Count``
+    (``count``: the points these stand for, by default as many as they are), ``Timestamps``,
+    ``Values`` (:func:`for_display`) and ``NonFinite`` of those points."""
     kept = keep(stamps, values, width, start_ms, end_ms)
-    return kept, {"Count": len(stamps), **chart_payload(stamps[kept], for_display(values[kept]))}
+    return kept, {"Count": len(stamps) if count is None else count,
+                  **chart_payload(stamps[kept], for_display(values[kept]))}

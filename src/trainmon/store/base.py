@@ -144,6 +144,12 @@ class Store(Protocol):
         """One metric's points of a job (all hosts, or ``host``'s) as columns in time order."""
         ...
 
+    def chart_points(self, job_id: int, name: str, *, width: int, host: str | None = None,
+                     start_ms: int | None = None, end_ms: int | None = None) -> tuple[PointColumns, int]:
+        """One metric's points for a chart ``width`` pixels wide, and how many points the range holds:
+        every point, or where there are many, the sealed chunks' overviews (store.overview)."""
+        ...
+
     def metric_names(self, job_id: int) -> list[str]: ...
 
     def final_metrics(self, job_id: int) -> list[tuple[str, float, int]]:
@@ -498,6 +504,14 @@ class SqlStore:
         rows = self._reading(lambda sql: series.point_rows(sql, job_id, name, host=host, start_ms=start_ms,
                                                            end_ms=end_ms))
         return series.point_columns(rows, start_ms, end_ms)  # decoded outside the store's lock: reads overlap
+
+    def chart_points(self, job_id: int, name: str, *, width: int, host: str | None = None,
+                     start_ms: int | None = None, end_ms: int | None = None) -> tuple[PointColumns, int]:
+        from . import series
+
+        rows = self._reading(lambda sql: series.chart_rows(sql, job_id, name, host=host, start_ms=start_ms,
+                                                           end_ms=end_ms, width=width))
+        return series.chart_columns(rows, start_ms, end_ms)
 
     def metric_names(self, job_id: int) -> list[str]:
         return [row[0] for row in self._read(

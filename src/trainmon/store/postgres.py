@@ -151,7 +151,8 @@ _MIGRATIONS: list[str | Callable[[psycopg.Connection[Any]], None]] = [
         last_ms BIGINT NOT NULL,
         count INTEGER NOT NULL,
         sealed SMALLINT NOT NULL,
-        data BYTEA NOT NULL
+        data BYTEA NOT NULL,
+        overview BYTEA  -- of a sealed chunk of a job's points: what a chart of many reads (store.overview)
     );
     CREATE INDEX chunks_by_series ON chunks (series_id, last_ms);
     CREATE TABLE rollups (
@@ -209,6 +210,11 @@ _MIGRATIONS.append("""
     );
     CREATE INDEX alarm_history_by_alarm ON alarm_history (alarm_name, timestamp_ms);
     CREATE INDEX alarm_history_by_time ON alarm_history (timestamp_ms);
+    """)
+_MIGRATIONS.append("""
+    ALTER TABLE chunks ADD COLUMN IF NOT EXISTS overview BYTEA;  -- chunks are made with it since
+    CREATE INDEX chunks_without_overview ON chunks (id) WHERE kind = 0 AND sealed = 1 AND overview IS NULL
+        AND count > 128;  -- what maintenance gives an overview (store.overview.BLOCK)
     """)
 # ``metrics.dimensions`` can be longer than a btree entry may be (30 dimensions of 1 KiB values),
 # so its uniqueness is that of its SHA-256.

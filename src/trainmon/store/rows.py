@@ -99,6 +99,7 @@ class Maintenance:
     rollup_rows: int = 0
     expired_chunks: int = 0
     expired_rollups: int = 0
+    overviews: int = 0  # chunks sealed before overviews existed that were given one
 
 
 @dataclass

@@ -41,7 +41,7 @@ from ..cloudwatch.model import MetricKey, job_metric_key
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.sketch import Rollups, concat
 from ..cloudwatch.statistics import Columns, Sample, concat_columns
-from . import codec
+from . import codec, overview
 from .rows import Maintenance, PointColumns, PointRow, PointTuple
 from .sql import Sql, Transaction
 
@@ -52,6 +52,7 @@ SEAL_AFTER_MS = 60_000
 ROLL_LAG_MS = 60_000  # roll a period up this long after it ends, when late writes have landed
 LEASE_MS = 600_000
 EXPIRE_BATCH = 200  # series expired per transaction (index seeks each; writers wait a few ms at most)
+OVERVIEW_BACKFILL = 256  # chunks sealed before overviews existed given one a pass (about 0.2 s)
 
 
 def digest(key: MetricKey) -> bytes:
@@ -77,8 +78,8 @@ ON CONFLICT (digest) DO UPDATE SET
 """  # {greatest}: the backend's (Sql.greatest)
 _UPSERT = _UPSERT_SERIES + "RETURNING id, rolled_ms\n"  # a series' (id, rolled_ms), for a job's writes
 _INSERT_CHUNK = (
-    "INSERT INTO chunks (series_id, kind, host, stream_id, unit, resolution, first_ms, last_ms, count, sealed, data) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO chunks (series_id, kind, host, stream_id, unit, resolution, first_ms, last_ms, count, sealed, data, "
+    "overview) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _CHUNK_COLUMNS = "id, kind, host, stream_id, unit, resolution, sealed, data, series_id"
 
@@ -111,7 +112,7 @@ class _Summary:
 # -- writes ---------------------------------------------------------------------------------
 
 
-Encoded = tuple[int, int, int, int, bytes]  # first_ms, last_ms, rows, sealed, blob
+Encoded = tuple[int, int, int, int, bytes, bytes | None]  # first_ms, last_ms, rows, sealed, blob, overview
 
 
 def encode(kind: int, columns: list[np.ndarray]) -> list[Encoded]:
@@ -122,21 +123,22 @@ def encode(kind: int, columns: list[np.ndarray]) -> list[Encoded]:
     the write's transaction, so the store's lock is not held for it."""
     rows = len(columns[0])
     if rows < SEAL_ON_WRITE_ROWS:
-        return [(int(columns[0].min()), int(columns[0].max()), rows, 0, codec.pack(columns))]
-    return [(first, last, count, int(count == SEAL_POINTS), blob)
-            for first, last, count, blob in _sealed_pieces(kind, columns)]
+        return [(int(columns[0].min()), int(columns[0].max()), rows, 0, codec.pack(columns), None)]
+    return [(first, last, count, int(count == SEAL_POINTS), blob, summary)
+            for first, last, count, blob, summary in _sealed_pieces(kind, columns)]
 
 
-def _sealed_pieces(kind: int, columns: list[np.ndarray]) -> list[tuple[int, int, int, bytes]]:
+def _sealed_pieces(kind: int, columns: list[np.ndarray]) -> list[tuple[int, int, int, bytes, bytes | None]]:
     """Columns in time order (a job's points then by record) as sealed chunks of up to SEAL_POINTS
-    rows: (first_ms, last_ms, rows, blob)."""
+    rows: (first_ms, last_ms, rows, blob, the overview of a job's points for charts)."""
     stamps = columns[0]
     order = np.lexsort((columns[2], stamps)) if kind == POINTS else np.argsort(stamps, kind="stable")
     columns = [column[order] for column in columns]
     pieces = []
     for start in range(0, len(stamps), SEAL_POINTS):
         piece = [column[start:start + SEAL_POINTS] for column in columns]
-        pieces.append((int(piece[0][0]), int(piece[0][-1]), len(piece[0]), codec.seal(piece)))
+        summary = overview.of_points(piece) if kind == POINTS and len(piece[0]) > overview.BLOCK else None
+        pieces.append((int(piece[0][0]), int(piece[0][-1]), len(piece[0]), codec.seal(piece), summary))
     return pieces
 
 
@@ -177,8 +179,8 @@ def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods:
                 _merge_late(sql, series_id, "None", _rollups(Columns(stamps[late], ones, v, v, v, v)), periods)
     for name, summary in summaries.items():  # in the batch's order
         for host, stream, _, _, _, encoded in summary.chunks:
-            chunk_rows.extend((ids[name], POINTS, host, stream, "None", 1, first, last, rows, sealed, blob)
-                              for first, last, rows, sealed, blob in encoded)
+            chunk_rows.extend((ids[name], POINTS, host, stream, "None", 1, first, last, rows, sealed, blob, summary)
+                              for first, last, rows, sealed, blob, summary in encoded)
     sql.many(_INSERT_CHUNK, chunk_rows)
 
 
@@ -248,8 +250,8 @@ def put_samples(sql: Sql, prepared: PreparedSamples, periods: Sequence[int]) -> 
     for _, key_digest, resolution, units in prepared:
         series_id, rolled_ms = found[key_digest]
         for unit, columns, encoded in units:
-            chunk_rows.extend((series_id, SAMPLES, "", 0, unit, resolution, first, last_ms, rows, sealed, blob)
-                              for first, last_ms, rows, sealed, blob in encoded)
+            chunk_rows.extend((series_id, SAMPLES, "", 0, unit, resolution, first, last_ms, rows, sealed, blob, summary)
+                              for first, last_ms, rows, sealed, blob, summary in encoded)
             stamps = columns[0]
             if stamps.min() < rolled_ms:
                 late = stamps < rolled_ms
@@ -397,20 +399,64 @@ def job_points(sql: Sql, job_id: int, *, names: list[str] | None, host: str | No
             for i in order.tolist()]
 
 
-def point_rows(sql: Sql, job_id: int, name: str, *, host: str | None, start_ms: int | None,
-               end_ms: int | None) -> list[tuple[Any, ...]]:
-    """The chunk rows of one metric of a job, for :func:`point_columns` (which needs no transaction)."""
+def _of_metric(job_id: int, name: str, host: str | None) -> tuple[str, list[Any]]:
     condition = "kind = 0 AND series_id IN (SELECT id FROM series WHERE job_id = ? AND name = ?)"
     args: list[Any] = [job_id, name]
     if host:
         condition += " AND host = ?"
         args.append(host)
-    return _chunk_rows(sql, condition, args, start_ms, end_ms)
+    return condition, args
+
+
+def point_rows(sql: Sql, job_id: int, name: str, *, host: str | None, start_ms: int | None,
+               end_ms: int | None) -> list[tuple[Any, ...]]:
+    """The chunk rows of one metric of a job, for :func:`point_columns` (which needs no transaction)."""
+    return _chunk_rows(sql, *_of_metric(job_id, name, host), start_ms, end_ms)
 
 
 def point_columns(rows: list[tuple[Any, ...]], start_ms: int | None, end_ms: int | None) -> PointColumns:
     """The points of :func:`point_rows` as columns, in time order, then by log stream and position."""
-    chunks = _decoded(rows, start_ms, end_ms)
+    return _columns(_decoded(rows, start_ms, end_ms))
+
+
+_EDGE = 2**62  # a range without a start or an end reaches this far
+
+
+def chart_rows(sql: Sql, job_id: int, name: str, *, host: str | None, start_ms: int | None,
+               end_ms: int | None, width: int) -> list[tuple[Any, ...]]:
+    """The chunk rows of one metric of a job for a chart ``width`` pixels wide, for
+    :func:`chart_columns`: where the range holds ``overview.DENSE`` points a pixel or more, a chunk
+    that lies wholly in it gives its overview instead of its points (each row ends with its count
+    and whether it did)."""
+    condition, args = _of_metric(job_id, name, host)
+    ranged, values = condition, list(args)
+    if start_ms is not None:
+        ranged += " AND last_ms >= ?"
+        values.append(start_ms)
+    if end_ms is not None:
+        ranged += " AND first_ms < ?"
+        values.append(end_ms)
+    [(held,)] = sql.rows(f"SELECT coalesce(sum(count), 0) FROM chunks WHERE {ranged}", values)
+    if int(held) < width * overview.DENSE:
+        return sql.rows(f"SELECT {_CHUNK_COLUMNS}, count, 0 FROM chunks WHERE {ranged} ORDER BY id", values)
+    low = start_ms if start_ms is not None else -_EDGE
+    high = end_ms if end_ms is not None else _EDGE
+    inside = "overview IS NOT NULL AND first_ms >= ? AND last_ms < ?"
+    return sql.rows(
+        f"SELECT id, kind, host, stream_id, unit, resolution, sealed, CASE WHEN {inside} THEN overview ELSE data END, "
+        f"series_id, count, CASE WHEN {inside} THEN 1 ELSE 0 END FROM chunks WHERE {ranged} ORDER BY id",
+        [low, high, low, high, *values])
+
+
+def chart_columns(rows: list[tuple[Any, ...]], start_ms: int | None, end_ms: int | None) -> tuple[PointColumns, int]:
+    """The points of :func:`chart_rows` as columns (overviews' representatives for the chunks that
+    gave one), and how many points the range holds."""
+    chunks = _decoded([row[:9] for row in rows], start_ms, end_ms)
+    held = sum(int(row[9]) if row[10] else len(chunk.columns[0]) for row, chunk in zip(rows, chunks, strict=True))
+    return _columns(chunks), held
+
+
+def _columns(chunks: list[RawChunk]) -> PointColumns:
     if not chunks:
         empty = np.empty(0, np.int64)
         return PointColumns(empty, np.empty(0, np.float64), empty, empty)
@@ -573,6 +619,12 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Mai
         for series in to_seal:
             with transaction() as sql:
                 _seal(sql, series, now_ms, done)
+        with transaction() as sql:  # chunks sealed before overviews were: a batch a pass
+            older = sql.rows("SELECT id, data FROM chunks WHERE kind = 0 AND sealed = 1 AND overview IS NULL "
+                             f"AND count > {overview.BLOCK} ORDER BY id LIMIT {OVERVIEW_BACKFILL}")
+            sql.many("UPDATE chunks SET overview = ? WHERE id = ?",
+                     [(overview.of_points(codec.unpack(bytes(data))), id_) for id_, data in older])
+            done.overviews = len(older)
         if retention.tiers:
             with transaction() as sql:
                 to_roll = [row[0] for row in sql.rows(
@@ -617,8 +669,8 @@ def _seal(sql: Sql, series: int, now_ms: int, done: Maintenance) -> None:
         for first in range(0, len(ids), 1000):  # under every driver's limit of parameters
             part = ids[first:first + 1000]
             sql.rows(f"DELETE FROM chunks WHERE id IN ({','.join('?' * len(part))})", part)
-        new = [(series, kind, host, stream, unit, resolution, first_ms, last_ms, rows, 1, blob)
-               for first_ms, last_ms, rows, blob in _sealed_pieces(kind, columns)]
+        new = [(series, kind, host, stream, unit, resolution, first_ms, last_ms, rows, 1, blob, summary)
+               for first_ms, last_ms, rows, blob, summary in _sealed_pieces(kind, columns)]
         sql.many(_INSERT_CHUNK, new)
         done.sealed_chunks += len(new)
         done.sealed_points += len(columns[0])

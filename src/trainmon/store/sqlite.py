@@ -137,7 +137,8 @@ _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
         last_ms INTEGER NOT NULL,
         count INTEGER NOT NULL,
         sealed INTEGER NOT NULL,
-        data BLOB NOT NULL
+        data BLOB NOT NULL,
+        overview BLOB  -- of a sealed chunk of a job's points: what a chart of many reads (store.overview)
     );
     CREATE INDEX chunks_by_series ON chunks (series_id, last_ms);
     CREATE TABLE rollups (
@@ -196,6 +197,7 @@ _MIGRATIONS.append("""
     CREATE INDEX alarm_history_by_alarm ON alarm_history (alarm_name, timestamp_ms);
     CREATE INDEX alarm_history_by_time ON alarm_history (timestamp_ms)
     """)
+_MIGRATIONS.append(lambda db: _add_overviews(db))
 
 OPEN_TIMEOUT_S = 30.0
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass
@@ -371,6 +373,15 @@ def _move_points_to_series(db: sqlite3.Connection) -> None:
     convert_row_tables(_Sql(db))
     for table in ("points", "datapoints", "job_metrics", "metrics"):
         db.execute(f"DROP TABLE {table}")
+
+
+def _add_overviews(db: sqlite3.Connection) -> None:
+    """Migration 7: sealed chunks' overviews (store.overview), a column that chunks are made with
+    since, and an index of the chunks that maintenance gives one (store.overview.BLOCK: 128)."""
+    if "overview" not in {row[1] for row in db.execute("PRAGMA table_info(chunks)")}:
+        db.execute("ALTER TABLE chunks ADD COLUMN overview BLOB")
+    db.execute("CREATE INDEX chunks_without_overview ON chunks (id) WHERE kind = 0 AND sealed = 1 "
+               "AND overview IS NULL AND count > 128")
 
 
 def _translate(exc: sqlite3.Error, path: Path) -> StoreError:

@@ -95,7 +95,7 @@ export function liveStream(url, handlers, {closeOn = ["end", "deleted"]} = {}) {
  * values (null where not finite), ``k`` the non-finite value's name ("NaN", "Infinity",
  * "-Infinity") or null, and the log ``stream`` and ``record`` each point came from. */
 export function series(payload) {
-  const t = (payload.Timestamps || []).slice();
+  const t = payload.TimestampDeltas ? undelta(payload.TimestampDeltas) : (payload.Timestamps || []).slice();
   const k = new Array(t.length).fill(null);
   for (const [index, kind] of Object.entries(payload.NonFinite || {})) k[Number(index)] = kind;
   return {
@@ -106,6 +106,14 @@ export function series(payload) {
     record: (payload.Record || []).slice(),
     count: payload.Count ?? t.length,
   };
+}
+
+/** Times sent as differences (``times=delta``: the first, then each from the one before) made whole. */
+function undelta(deltas) {
+  const t = new Array(deltas.length);
+  let at = 0;
+  for (let i = 0; i < deltas.length; i++) t[i] = at += deltas[i];
+  return t;
 }
 
 /** A GetMetricStatistics answer as columns (no log records: a statistic summarises many). */

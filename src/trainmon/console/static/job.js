@@ -23,9 +23,11 @@ const LOG_TAIL = 500;
 
 /** A chart source over one metric (or system metric) of job ``name``. */
 export function metricSource(name, metric, {origin, label, color, others, overlaid} = {}) {
-  // Overlaid on other jobs' series (compare), a series gets a bucket per two pixels and no log
-  // records: each spike still shows, in half the bytes.
-  const detail = overlaid ? (width) => ({width: Math.max(1, Math.ceil(width / 2)), records: 0}) : (width) => ({width});
+  // Overlaid on other jobs' series (compare), a series gets a bucket per three pixels and no log
+  // records: each spike still shows (a bucket keeps its lowest and highest), in a third of the bytes.
+  const detail = overlaid
+    ? (width) => ({width: Math.max(1, Math.ceil(width / 3)), records: 0, times: "delta"})
+    : (width) => ({width, times: "delta"});
   return {
     label: label || metric,
     color,
@@ -37,7 +39,7 @@ export function metricSource(name, metric, {origin, label, color, others, overla
     xSeries: async (other, start, end, width) => {
       const live = others && others(other);
       if (start === undefined && live) return live;
-      return series(await get(jobPath(name, "metrics", other, "points"), {width: width || 2000, start, end}));
+      return series(await get(jobPath(name, "metrics", other, "points"), {width: width || 2000, start, end, times: "delta"}));
     },
   };
 }
@@ -46,7 +48,7 @@ function profileSource(name, host, metric, origin) {
   return {
     ...systemSource(name, host, metric, origin),
     points: async (start, end, width) =>
-      series(await get(jobPath(name, "profile", host, metric, "points"), {width, start, end})),
+      series(await get(jobPath(name, "profile", host, metric, "points"), {width, start, end, times: "delta"})),
   };
 }
 
@@ -55,7 +57,7 @@ function systemSource(name, host, metric, origin) {
     label: host,
     origin,
     points: async (start, end, width) =>
-      series(await get(jobPath(name, "system", host, metric, "points"), {width, start, end})),
+      series(await get(jobPath(name, "system", host, metric, "points"), {width, start, end, times: "delta"})),
     statistics: async () => {
       throw new ApiError(400, "ValidationException", "statistics are for training metrics");
     },
