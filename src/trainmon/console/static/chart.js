@@ -10,6 +10,10 @@
 
 import {h, fmtNum, fmtDuration, fmtTime, debounce, throttle} from "./dom.js";
 
+// Ticks of a time-since-start axis fall on whole durations (10 s, 5 min, 2 h...), never 5000 s.
+const DURATIONS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
+  86400, 172800, 604800, 1209600, 2592000];
+
 const uPlot = window.uPlot; // the minified build, loaded by index.html before the modules
 export const charts = (window.trainmonCharts = window.trainmonCharts || {});
 export const COLORS = ["#2563eb", "#dc2626", "#059669", "#9333ea", "#ea580c", "#0891b2", "#db2777", "#65a30d"];
@@ -580,7 +584,7 @@ export class Chart {
         y: this.settings.log ? {distr: 3, log: 10} : {},
       },
       axes: [
-        {...axis, ...(mode === "start" ? {values: (u, splits) => splits.map(fmtDuration)} : {})},
+        {...axis, ...(mode === "start" ? {values: (u, splits) => splits.map(fmtDuration), incrs: DURATIONS, space: 70} : {})},
         {...axis, size: 64, values: (u, splits) => splits.map(fmtNum)},
       ],
       legend: {show: !this.compact || this.sources.length > 1, live: true},
