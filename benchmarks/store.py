@@ -191,12 +191,12 @@ def ingest(report: Report, scale: float) -> None:
 
 def _bytes_per_point(report: Report, store: Any, home: Path, base_home: Path, points: int) -> None:
     store.maintain(int(time.time() * 1000) + 3_600_000)
-    chunk_bytes = _scalar(store, "SELECT sum(length(data)) FROM chunks")
+    chunk_bytes = _scalar(store, "SELECT sum(length(data) + coalesce(length(overview), 0)) FROM chunks")
     sealed = _scalar(store, "SELECT sum(count) FROM chunks WHERE sealed = 1")
     report.check(sealed == points, f"every point is in a sealed chunk after maintenance ({sealed:,})")
     whole = _file_bytes(home)
     baseline = _file_bytes(base_home)
-    print(f"  sealed chunks {chunk_bytes / points:.2f} bytes/point; whole file {whole / points:.2f} "
+    print(f"  sealed chunks {chunk_bytes / points:.2f} bytes/point (their overviews for charts included); whole file {whole / points:.2f} "
           f"(roll-ups, indexes and free pages included, no VACUUM); row per point {baseline / points:.1f}")
     report.absolute("SQLite bytes per point, sealed chunks", f"{chunk_bytes / points:.2f} "
                     f"({ratio_text(chunk_bytes / baseline)} the row-per-point file)", f"<= {BYTES_TARGET:g}",
