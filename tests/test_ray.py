@@ -176,6 +176,7 @@ def test_three_hosts_run_on_three_nodes_and_each_is_captured_there(submitter: Su
     script = job(submitter, tmp_path, PRINTING_JOB, "printing")
     done = submitter.run("run", "--name", "spread", "--launcher", "ray", "--instance-count", "3",
                          "--system-metrics-interval", "1", "--profiling-interval-ms", "100",
+                         "--profile-output", str(tmp_path / "shared"),  # a directory every node reaches
                          "--metric", "loss=loss=(\\S+)", "--", PY, str(script))
     assert done.returncode == 0, done.stderr
     for host in ("algo-1", "algo-2", "algo-3"):
@@ -206,6 +207,11 @@ def test_three_hosts_run_on_three_nodes_and_each_is_captured_there(submitter: Su
     [report] = description["ProfilerRuleEvaluationStatuses"]
     assert report["RuleEvaluationStatus"] == "NoIssuesFound"
     assert "no profile datapoints" not in report["StatusDetails"], report["StatusDetails"]
+    # and each node wrote its profile into the shared directory, read back from here
+    profiled = trainmon.get_profile_summary(submitter.store, TrainingJobName="spread")["Metrics"]
+    assert {row["host"] for row in profiled} == {"algo-1", "algo-2", "algo-3"}
+    assert sorted({p.parts[-2] for p in (tmp_path / "shared" / "spread").glob("*/*.parquet")}) == [
+        "algo-1", "algo-2", "algo-3"]
 
 
 def test_hosts_reach_each_other_by_the_addresses_they_are_given(submitter: Submitter, tmp_path: Path) -> None:
