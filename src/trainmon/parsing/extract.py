@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from .definitions import MetricDefinition
 from .engines import TIME_LIMIT_REASON, Matcher
 from .framing import ESCAPE_TABLE, Mode
@@ -168,6 +170,9 @@ class Extractor:
                 self._always.append(index)
             else:
                 self._by_literal.setdefault(literal.encode("utf-8"), []).append(index)
+        self._counted: tuple[bytes, int] | None = None  # the last block _bounds saw, and its records
+        # no literal can span a break, so each occurrence lies in one record
+        self._plain_literals = all(b"\n" not in literal and b"\r" not in literal for literal in self._by_literal)
 
     # -- records ---------------------------------------------------------------------------
 
@@ -204,6 +209,9 @@ class Extractor:
     def count_records(self, block: bytes) -> int:
         if not block:
             return 0
+        counted, self._counted = self._counted, None
+        if counted is not None and counted[0] is block:  # the block scan() just bounded
+            return counted[1]
         breaks = self._count_breaks(block, 0, len(block), self._split_cr and b"\r" in block)
         last = block[-1:]
         ends_with_break = last == b"\n" or (last == b"\r" and self._split_cr)
@@ -217,6 +225,8 @@ class Extractor:
             return []
         if self._dense(block):
             return self._scan_dense(block)
+        if self._plain_literals:
+            return self._scan_records(block)
         split_cr = self._split_cr
         wanted: dict[int, list[int]] = {}  # record start -> [record end, definition indexes...]
         if self._always:
@@ -269,6 +279,98 @@ class Extractor:
                 value = self._value(index, text, found)
                 if value is not None:
                     hits.append(Hit(record, start, index, value))
+        return hits
+
+    def _bounds(self, block: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """Where each record of the block starts and ends (before its break), in one vectorised
+        pass: a break is "\n", or in a mode that splits on it "\r" and "\r\n" (one break)."""
+        data = np.frombuffer(block, np.uint8)
+        newline = data == 10
+        if self._split_cr and b"\r" in block:
+            carriage = data == 13
+            after_carriage = np.zeros(len(data), bool)
+            after_carriage[1:] = carriage[:-1]
+            ends = np.flatnonzero(carriage | (newline & ~after_carriage))
+            crlf = np.zeros(len(data), bool)
+            crlf[:-1] = carriage[:-1] & newline[1:]
+            following = ends + 1 + crlf[ends]  # where the next record starts
+        else:
+            ends = np.flatnonzero(newline)
+            following = ends + 1
+        if not len(ends) or following[-1] != len(block):
+            ends = np.append(ends, len(block))  # the last record, without its break
+            following = np.append(following, len(block))
+        starts = np.empty_like(ends)
+        starts[0] = 0
+        starts[1:] = following[:-1]
+        self._counted = (block, len(ends))  # count_records(block) next, as scan_stream asks
+        return starts, ends
+
+    def _scan_records(self, block: bytes) -> list[Hit]:
+        """:meth:`scan`: the records' bounds at once (:meth:`_bounds`), each literal found with
+        ``bytes.find``, then the records that hold one matched in record order (each once, its
+        definitions in order)."""
+        starts, ends = self._bounds(block)
+        records: list[np.ndarray] = []
+        definitions: list[np.ndarray] = []
+        find = block.find
+        for literal, indexes in self._by_literal.items():
+            occurrences: list[int] = []
+            step = len(literal)
+            pos = find(literal)
+            while pos != -1:
+                occurrences.append(pos)
+                pos = find(literal, pos + step)
+            if occurrences:
+                holding = np.unique(np.searchsorted(ends, np.array(occurrences, np.int64)))
+                for index in indexes:
+                    records.append(holding)
+                    definitions.append(np.full(len(holding), index, np.int64))
+        if self._always:
+            every = np.arange(len(ends), dtype=np.int64)
+            for index in self._always:
+                records.append(every)
+                definitions.append(np.full(len(every), index, np.int64))
+        if not records:
+            return []
+        record_of, definition_of = np.concatenate(records), np.concatenate(definitions)
+        order = np.lexsort((definition_of, record_of))
+        pairs = np.stack([record_of[order], definition_of[order]], axis=1)
+        if len(pairs) > 1:
+            pairs = pairs[np.concatenate([[True], np.any(pairs[1:] != pairs[:-1], axis=1)])]  # each pair once
+        hits: list[Hit] = []
+        escapes, python, python_chars, matchers = self._escapes, self._python, self._python_chars, self._matchers
+        miss, stats = self._miss, self.stats
+        matches = [0] * len(stats)
+        nonfinite = [0] * len(stats)
+        records_at = pairs[:, 0]
+        current, text, size = -1, "", 0
+        for record, index, start, end in zip(records_at.tolist(), pairs[:, 1].tolist(), starts[records_at].tolist(),
+                                             ends[records_at].tolist(), strict=True):
+            if record != current:
+                current = record
+                text = block[start:end].decode("utf-8", "replace")
+                if escapes and not text.isprintable():
+                    text = text.translate(ESCAPE_TABLE)
+                size = len(text)
+            found = python[index](text) if size <= python_chars[index] else matchers[index].search(text)
+            if found:  # as _value, inline: most candidates match
+                captured = found.group(1)
+                if captured is not None:
+                    try:
+                        value = float(captured)
+                    except ValueError:
+                        pass
+                    else:
+                        matches[index] += 1
+                        if value - value != 0.0:
+                            nonfinite[index] += 1
+                        hits.append(Hit(record, start, index, value))
+                        continue
+            miss(index, text, found)
+        for index, count in enumerate(matches):
+            stats[index].matches += count
+            stats[index].nonfinite += nonfinite[index]
         return hits
 
     def _dense(self, block: bytes) -> bool:
