@@ -217,8 +217,8 @@ def dry_run_definitions(store: Store | None = None, *, MetricDefinitions: Any = 
     mode = Mode(RecordMode)
     extractor = Extractor(definitions, mode)
     names = [d.name for d in definitions]
-    points = [{"Line": hit.record + 1, "MetricName": names[hit.definition], "Value": hit.value,
-               "Definition": hit.definition + 1} for hit in extractor.scan(LogText.encode())]
+    points = [{"Line": record + 1, "MetricName": names[definition], "Value": value, "Definition": definition + 1}
+              for record, _offset, definition, value in extractor.scan(LogText.encode())]
     return {"Points": points, "Definitions": [s.to_json() for s in extractor.stats],
             "Warnings": definition_warnings(definitions, escapes_control=mode.escapes)}
 

@@ -34,14 +34,10 @@ _OCTAL_PREFIX = re.compile(r"^[0-7]{1,3}")
 _BREAKS = re.compile(rb"\r\n|\r|\n")
 
 
-class Hit(NamedTuple):
-    """One point found in a block: which record (0-based, within the block), where it starts
-    (byte offset within the block), which definition, and the value."""
-
-    record: int
-    offset: int
-    definition: int
-    value: float
+Hit = tuple[int, int, int, float]
+"""One point found in a block: (record, offset, definition, value): which record (0-based, within
+the block), where it starts (byte offset within the block), which definition, and the value. A
+plain tuple: a block of a million points makes a million of them."""
 
 
 @dataclass
@@ -278,7 +274,7 @@ class Extractor:
                 found = python[index](text) if size <= python_chars[index] else matchers[index].search(text)
                 value = self._value(index, text, found)
                 if value is not None:
-                    hits.append(Hit(record, start, index, value))
+                    hits.append((record, start, index, value))
         return hits
 
     def _bounds(self, block: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -365,13 +361,17 @@ class Extractor:
                         matches[index] += 1
                         if value - value != 0.0:
                             nonfinite[index] += 1
-                        hits.append(Hit(record, start, index, value))
+                        hits.append((record, start, index, value))
                         continue
             miss(index, text, found)
-        for index, count in enumerate(matches):
-            stats[index].matches += count
-            stats[index].nonfinite += nonfinite[index]
+        self._count(matches, nonfinite)
         return hits
+
+    def _count(self, matches: list[int], nonfinite: list[int]) -> None:
+        """A scan's points, per definition, into its stats (the loops count in locals)."""
+        for index, count in enumerate(matches):
+            self.stats[index].matches += count
+            self.stats[index].nonfinite += nonfinite[index]
 
     def _dense(self, block: bytes) -> bool:
         """True when most records hold a literal (a log of metric lines): then finding records one by
@@ -386,24 +386,47 @@ class Extractor:
         text = block.decode("ascii")
         checks = [(literal.decode("ascii"), indexes) for literal, indexes in self._by_literal.items()]
         escapes, python, python_chars, matchers = self._escapes, self._python, self._python_chars, self._matchers
+        miss, stats = self._miss, self.stats
+        matches = [0] * len(stats)
+        nonfinite = [0] * len(stats)
         hits: list[Hit] = []
         offset = 0
         lines = text.split("\n")
         if lines[-1] == "":
             lines.pop()
+        one = checks[0] if len(checks) == 1 and len(checks[0][1]) == 1 else None  # a log of one metric
         for record, line in enumerate(lines):
             start, offset = offset, offset + len(line) + 1
-            wanted = [index for literal, indexes in checks if literal in line for index in indexes]
-            if not wanted:
-                continue
+            if one is not None:
+                if one[0] not in line:
+                    continue
+                wanted = one[1]
+            else:
+                wanted = [index for literal, indexes in checks if literal in line for index in indexes]
+                if not wanted:
+                    continue
+                if len(wanted) > 1:
+                    wanted = sorted(set(wanted))
             if escapes and not line.isprintable():
                 line = line.translate(ESCAPE_TABLE)
             size = len(line)
-            for index in wanted if len(wanted) == 1 else sorted(set(wanted)):
+            for index in wanted:
                 found = python[index](line) if size <= python_chars[index] else matchers[index].search(line)
-                value = self._value(index, line, found)
-                if value is not None:
-                    hits.append(Hit(record, start, index, value))
+                if found:  # as _value, inline: most candidates match
+                    captured = found.group(1)
+                    if captured is not None:
+                        try:
+                            value = float(captured)
+                        except ValueError:
+                            pass
+                        else:
+                            matches[index] += 1
+                            if value - value != 0.0:
+                                nonfinite[index] += 1
+                            hits.append((record, start, index, value))
+                            continue
+                miss(index, line, found)
+        self._count(matches, nonfinite)
         return hits
 
     def _value(self, index: int, text: str, found: Any) -> float | None:
@@ -475,9 +498,9 @@ def scan_stream(stream: Any, extractor: Extractor, block_bytes: int = SCAN_BLOCK
         else:
             block = b"".join(pending)
             pending = []
-        for hit in extractor.scan(block):
-            yield ParsedPoint(records_before + hit.record + 1, offset_before + hit.offset,
-                              extractor.definitions[hit.definition].name, hit.value)
+        names = [definition.name for definition in extractor.definitions]
+        for record, offset, definition, value in extractor.scan(block):
+            yield ParsedPoint(records_before + record + 1, offset_before + offset, names[definition], value)
         records_before += extractor.count_records(block)
         offset_before += len(block)
         if not data:
@@ -509,7 +532,7 @@ def _scan_range(task: tuple[str, int, int, list[MetricDefinition], Mode]) -> tup
     with open(path, "rb") as handle:
         handle.seek(start)
         block = handle.read(end - start)
-    hits = [(hit.record, hit.offset, hit.definition, hit.value) for hit in extractor.scan(block)]
+    hits = extractor.scan(block)
     return hits, extractor.count_records(block), [s.to_json() for s in extractor.stats]
 
 

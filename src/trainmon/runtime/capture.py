@@ -131,7 +131,7 @@ def count_block(extractor: Extractor, block: bytes, *, skip_first: bool = False)
     records = extractor.count_records(block)
     if skip_first:
         records -= 1
-        hits = [hit for hit in hits if hit.record > 0]
+        hits = [hit for hit in hits if hit[0] > 0]  # (record, offset, definition, value)
     return Loss(records, len(hits))
 
 
