@@ -199,7 +199,19 @@ def test_a_writer_that_falls_behind_drops_lines_and_the_training_never_waits(tmp
     reader = os.open(tmp_path / "h.jsonl", os.O_RDONLY | os.O_NONBLOCK)  # the disk is back
     os.set_blocking(reader, True)
     received: list[bytes] = []
-    drain = threading.Thread(target=lambda: received.extend(iter(lambda: os.read(reader, 1 << 20), b"")))
+
+    def read_to_the_end() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            chunk = os.read(reader, 1 << 20)
+            if chunk:
+                received.append(chunk)
+            elif received:
+                return  # the writer wrote and closed its end
+            else:
+                time.sleep(0.01)  # no writer yet: its open, woken by ours, has not returned (a FIFO reads as ended)
+
+    drain = threading.Thread(target=read_to_the_end)
     drain.start()
     h.close()  # the writer writes what it kept, then ends: the drain reads to the end
     drain.join(60)
