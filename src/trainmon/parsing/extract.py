@@ -2,9 +2,11 @@
 
 A naive extractor runs every regex on every line. Here each definition's regex is parsed once
 to find a literal that any match must contain (``Train_error=`` in ``Train_error=(.*?);``); the
-block of records is searched for those literals with ``bytes.find`` and only the records that
-hold one are decoded, escaped and matched. Definitions with no usable literal run on every
-record. The result is identical to the naive loop; the tests compare the two.
+block of records is searched for those literals with ``bytes.find``, the records' bounds are
+found in one vectorised pass, and only the records that hold a literal are decoded, escaped and
+matched. Definitions with no usable literal run on every record. A block of metric lines
+(dense) is walked line by line instead. The result is identical to the naive loop; the tests
+compare the two.
 
 Matching is bounded in time whatever the record: :mod:`trainmon.parsing.engines` picks Python's ``re``,
 RE2 or ``regex`` with a time limit per definition and record length. The loops here call ``re``
@@ -31,7 +33,6 @@ _EXAMPLE_CHARS = 200
 _SRE_LITERAL = re._constants.LITERAL
 _SRE_SUBPATTERN = re._constants.SUBPATTERN
 _OCTAL_PREFIX = re.compile(r"^[0-7]{1,3}")
-_BREAKS = re.compile(rb"\r\n|\r|\n")
 
 
 Hit = tuple[int, int, int, float]
@@ -167,34 +168,8 @@ class Extractor:
             else:
                 self._by_literal.setdefault(literal.encode("utf-8"), []).append(index)
         self._counted: tuple[bytes, int] | None = None  # the last block _bounds saw, and its records
-        # no literal can span a break, so each occurrence lies in one record
-        self._plain_literals = all(b"\n" not in literal and b"\r" not in literal for literal in self._by_literal)
 
     # -- records ---------------------------------------------------------------------------
-
-    def _record_end(self, block: bytes, pos: int) -> int:
-        """End (exclusive, before the break) of the record holding byte ``pos``."""
-        end = block.find(b"\n", pos)
-        if end == -1:
-            end = len(block)
-        if self._split_cr:
-            carriage = block.find(b"\r", pos, end)
-            if carriage != -1:
-                return carriage
-        return end
-
-    def _record_starts(self, block: bytes) -> list[int]:
-        if self._split_cr:
-            starts = [0, *(m.end() for m in _BREAKS.finditer(block))]
-        else:
-            starts = [0]
-            index = block.find(b"\n")
-            while index != -1:
-                starts.append(index + 1)
-                index = block.find(b"\n", index + 1)
-        if starts[-1] == len(block):
-            starts.pop()
-        return starts
 
     def _count_breaks(self, block: bytes, start: int, end: int, has_cr: bool) -> int:
         count = block.count(b"\n", start, end)
@@ -221,61 +196,7 @@ class Extractor:
             return []
         if self._dense(block):
             return self._scan_dense(block)
-        if self._plain_literals:
-            return self._scan_records(block)
-        split_cr = self._split_cr
-        wanted: dict[int, list[int]] = {}  # record start -> [record end, definition indexes...]
-        if self._always:
-            for start in self._record_starts(block):
-                wanted[start] = [-1, *self._always]
-        find, rfind = block.find, block.rfind
-        for literal, indexes in self._by_literal.items():
-            pos = find(literal)
-            while pos != -1:
-                start = rfind(b"\n", 0, pos) + 1
-                end = find(b"\n", pos)
-                if end == -1:
-                    end = len(block)
-                if split_cr:
-                    start = rfind(b"\r", start, pos) + 1 or start
-                    carriage = find(b"\r", pos, end)
-                    if carriage != -1:
-                        end = carriage
-                entry = wanted.get(start)
-                if entry is None:
-                    wanted[start] = [end, *indexes]
-                else:
-                    entry.extend(indexes)
-                pos = find(literal, end + 1)
-        hits: list[Hit] = []
-        has_cr = split_cr and b"\r" in block
-        has_crlf = has_cr and b"\r\n" in block
-        count = block.count
-        record, counted_to = 0, 0
-        escapes = self._escapes
-        python, python_chars, matchers = self._python, self._python_chars, self._matchers
-        for start in sorted(wanted):
-            entry = wanted[start]
-            end = entry[0]
-            if end == -1:
-                end = self._record_end(block, start)
-            record += count(b"\n", counted_to, start)
-            if has_cr:
-                record += count(b"\r", counted_to, start)
-                if has_crlf:
-                    record -= count(b"\r\n", counted_to, start)
-            counted_to = start
-            text = block[start:end].decode("utf-8", "replace")
-            if escapes and not text.isprintable():
-                text = text.translate(ESCAPE_TABLE)
-            indexes = entry[1:] if len(entry) == 2 else sorted(set(entry[1:]))
-            size = len(text)
-            for index in indexes:
-                found = python[index](text) if size <= python_chars[index] else matchers[index].search(text)
-                value = self._value(index, text, found)
-                if value is not None:
-                    hits.append((record, start, index, value))
-        return hits
+        return self._scan_records(block)
 
     def _bounds(self, block: bytes) -> tuple[np.ndarray, np.ndarray]:
         """Where each record of the block starts and ends (before its break), in one vectorised
@@ -350,7 +271,7 @@ class Extractor:
                     text = text.translate(ESCAPE_TABLE)
                 size = len(text)
             found = python[index](text) if size <= python_chars[index] else matchers[index].search(text)
-            if found:  # as _value, inline: most candidates match
+            if found:  # a number in group 1: a point (most candidates); else _miss says why
                 captured = found.group(1)
                 if captured is not None:
                     try:
@@ -412,7 +333,7 @@ class Extractor:
             size = len(line)
             for index in wanted:
                 found = python[index](line) if size <= python_chars[index] else matchers[index].search(line)
-                if found:  # as _value, inline: most candidates match
+                if found:  # a number in group 1: a point (most candidates); else _miss says why
                     captured = found.group(1)
                     if captured is not None:
                         try:
@@ -428,24 +349,6 @@ class Extractor:
                 miss(index, line, found)
         self._count(matches, nonfinite)
         return hits
-
-    def _value(self, index: int, text: str, found: Any) -> float | None:
-        """The point's value from a match (or None, counting why there is none)."""
-        if found:
-            captured = found.group(1)
-            if captured is not None:
-                try:
-                    value = float(captured)  # float() ignores surrounding white space, as the rule says
-                except ValueError:
-                    pass
-                else:
-                    stats = self.stats[index]
-                    stats.matches += 1
-                    if value - value != 0.0:  # NaN or infinite
-                        stats.nonfinite += 1
-                    return value
-        self._miss(index, text, found)
-        return None
 
     def _miss(self, index: int, text: str, found: Any) -> None:
         """Count why a candidate record gave no point."""

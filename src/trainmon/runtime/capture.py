@@ -629,14 +629,15 @@ class Ingestor(threading.Thread):
             text = "\n".join(split_text(text, extractor.mode))
         elif text.endswith("\n"):
             text = text[:-1]
-        count = extractor.count_records(block)
+        hits = extractor.scan(block)
+        count = extractor.count_records(block)  # after the scan, which has counted them already
         first = stream.next_seq
         batch = self._pending
         batch.chunks.append((stream.stream_id, first, count, stamp, text))
         batch.text_bytes += len(block)
         names = self._names
         host, stream_id = stream.host, stream.stream_id
-        for record, _offset, definition, value in extractor.scan(block):
+        for record, _offset, definition, value in hits:
             batch.points.append((names[definition], stamp, None if value != value else value, host, stream_id,
                                  first + record))
             if self.echo:

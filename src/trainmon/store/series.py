@@ -29,6 +29,7 @@ SQL here uses ``?`` placeholders; the backends' :class:`Sql` adapters render the
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import socket
 from collections.abc import Iterator, Sequence
@@ -45,6 +46,7 @@ from . import codec, overview
 from .rows import Maintenance, PointColumns, PointRow, PointTuple
 from .sql import Sql, Transaction
 
+log = logging.getLogger(__name__)
 POINTS, SAMPLES = 0, 1  # chunk kinds: a job's log points; PutMetricData's datapoints
 SEAL_POINTS = 8192
 SEAL_ON_WRITE_ROWS = 128  # a write this big is stored sealed at once: the file never holds its packed form
@@ -125,20 +127,25 @@ def encode(kind: int, columns: list[np.ndarray]) -> list[Encoded]:
     if rows < SEAL_ON_WRITE_ROWS:
         return [(int(columns[0].min()), int(columns[0].max()), rows, 0, codec.pack(columns), None)]
     return [(first, last, count, int(count == SEAL_POINTS), blob, summary)
-            for first, last, count, blob, summary in _sealed_pieces(kind, columns)]
+            for first, last, count, blob, summary in _sealed_pieces(kind, columns, partial_overviews=False)]
 
 
-def _sealed_pieces(kind: int, columns: list[np.ndarray]) -> list[tuple[int, int, int, bytes, bytes | None]]:
+def _sealed_pieces(kind: int, columns: list[np.ndarray], *, partial_overviews: bool = True,
+                   ) -> list[tuple[int, int, int, bytes, bytes | None]]:
     """Columns in time order (a job's points then by record) as sealed chunks of up to SEAL_POINTS
-    rows: (first_ms, last_ms, rows, blob, the overview of a job's points for charts)."""
+    rows: (first_ms, last_ms, rows, blob, the overview of a job's points for charts). Without
+    ``partial_overviews`` (a write's own pieces: maintenance seals the last one again, merged with
+    its neighbours) only full chunks get an overview."""
     stamps = columns[0]
     order = np.lexsort((columns[2], stamps)) if kind == POINTS else np.argsort(stamps, kind="stable")
     columns = [column[order] for column in columns]
     pieces = []
     for start in range(0, len(stamps), SEAL_POINTS):
         piece = [column[start:start + SEAL_POINTS] for column in columns]
-        summary = overview.of_points(piece) if kind == POINTS and len(piece[0]) > overview.BLOCK else None
-        pieces.append((int(piece[0][0]), int(piece[0][-1]), len(piece[0]), codec.seal(piece), summary))
+        rows = len(piece[0])
+        summarized = kind == POINTS and rows > overview.BLOCK and (partial_overviews or rows == SEAL_POINTS)
+        summary = overview.of_points(piece) if summarized else None
+        pieces.append((int(piece[0][0]), int(piece[0][-1]), rows, codec.seal(piece), summary))
     return pieces
 
 
@@ -622,9 +629,14 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Mai
         with transaction() as sql:  # chunks sealed before overviews were: a batch a pass
             older = sql.rows("SELECT id, data FROM chunks WHERE kind = 0 AND sealed = 1 AND overview IS NULL "
                              f"AND count > {overview.BLOCK} ORDER BY id LIMIT {OVERVIEW_BACKFILL}")
-            sql.many("UPDATE chunks SET overview = ? WHERE id = ?",
-                     [(overview.of_points(codec.unpack(bytes(data))), id_) for id_, data in older])
-            done.overviews = len(older)
+            given = []
+            for id_, data in older:
+                try:
+                    given.append((overview.of_points(codec.unpack(bytes(data))), id_))
+                except Exception as exc:  # a chunk no one can read: the rest of the pass goes on
+                    log.warning("chunk %s could not be read for its overview: %s", id_, exc)
+            sql.many("UPDATE chunks SET overview = ? WHERE id = ?", given)
+            done.overviews = len(given)
         if retention.tiers:
             with transaction() as sql:
                 to_roll = [row[0] for row in sql.rows(
