@@ -16,7 +16,7 @@ themselves on the records short enough for it (most of them), without going thro
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -255,44 +255,51 @@ class Extractor:
         pairs = np.stack([record_of[order], definition_of[order]], axis=1)
         if len(pairs) > 1:
             pairs = pairs[np.concatenate([[True], np.any(pairs[1:] != pairs[:-1], axis=1)])]  # each pair once
-        hits: list[Hit] = []
-        escapes, python, python_chars, matchers = self._escapes, self._python, self._python_chars, self._matchers
-        miss, stats = self._miss, self.stats
-        matches = [0] * len(stats)
-        nonfinite = [0] * len(stats)
-        records_at = pairs[:, 0]
-        current, text, size = -1, "", 0
-        for record, index, start, end in zip(records_at.tolist(), pairs[:, 1].tolist(), starts[records_at].tolist(),
-                                             ends[records_at].tolist(), strict=True):
-            if record != current:
-                current = record
-                text = block[start:end].decode("utf-8", "replace")
-                if escapes and not text.isprintable():
-                    text = text.translate(ESCAPE_TABLE)
-                size = len(text)
-            found = python[index](text) if size <= python_chars[index] else matchers[index].search(text)
-            if found:  # a number in group 1: a point (most candidates); else _miss says why
-                captured = found.group(1)
-                if captured is not None:
-                    try:
-                        value = float(captured)
-                    except ValueError:
-                        pass
-                    else:
-                        matches[index] += 1
-                        if value - value != 0.0:
-                            nonfinite[index] += 1
-                        hits.append((record, start, index, value))
-                        continue
-            miss(index, text, found)
-        self._count(matches, nonfinite)
-        return hits
+        held, first = np.unique(pairs[:, 0], return_index=True)  # each candidate record, where its pairs start
+        return self._match(self._records(block, held.tolist(), starts[held].tolist(), ends[held].tolist(),
+                                         first.tolist(), pairs[:, 1].tolist()))
 
-    def _count(self, matches: list[int], nonfinite: list[int]) -> None:
-        """A scan's points, per definition, into its stats (the loops count in locals)."""
+    def _records(self, block: bytes, held: list[int], starts: list[int], ends: list[int], first: list[int],
+                 indexes: list[int]) -> Iterator[tuple[int, int, str, list[int]]]:
+        """The candidate records of :meth:`_scan_records` for :meth:`_match`, decoded and escaped."""
+        escapes = self._escapes
+        last = [*first[1:], len(indexes)]
+        for record, start, end, begin, stop in zip(held, starts, ends, first, last, strict=True):
+            text = block[start:end].decode("utf-8", "replace")
+            if escapes and not text.isprintable():
+                text = text.translate(ESCAPE_TABLE)
+            yield record, start, text, indexes[begin:stop]
+
+    def _match(self, candidates: Iterable[tuple[int, int, str, list[int]]]) -> list[Hit]:
+        """Each candidate record (number, offset, text, the definitions to try, ascending) matched:
+        a number in group 1 is a point; else :meth:`_miss` says why. Counted in locals, then into
+        the stats."""
+        python, python_chars, matchers, miss = self._python, self._python_chars, self._matchers, self._miss
+        matches = [0] * len(self.stats)
+        nonfinite = [0] * len(self.stats)
+        hits: list[Hit] = []
+        for record, start, text, indexes in candidates:
+            size = len(text)
+            for index in indexes:
+                found = python[index](text) if size <= python_chars[index] else matchers[index].search(text)
+                if found:
+                    captured = found.group(1)
+                    if captured is not None:
+                        try:
+                            value = float(captured)
+                        except ValueError:
+                            pass
+                        else:
+                            matches[index] += 1
+                            if value - value != 0.0:
+                                nonfinite[index] += 1
+                            hits.append((record, start, index, value))
+                            continue
+                miss(index, text, found)
         for index, count in enumerate(matches):
             self.stats[index].matches += count
             self.stats[index].nonfinite += nonfinite[index]
+        return hits
 
     def _dense(self, block: bytes) -> bool:
         """True when most records hold a literal (a log of metric lines): then finding records one by
@@ -304,18 +311,17 @@ class Extractor:
         return hits * 3 > sample.count(b"\n") and b"\r" not in block and block.isascii()
 
     def _scan_dense(self, block: bytes) -> list[Hit]:
-        text = block.decode("ascii")
+        return self._match(self._lines(block))
+
+    def _lines(self, block: bytes) -> Iterator[tuple[int, int, str, list[int]]]:
+        """The records of a dense block that hold a literal, for :meth:`_match`: walked line by line."""
         checks = [(literal.decode("ascii"), indexes) for literal, indexes in self._by_literal.items()]
-        escapes, python, python_chars, matchers = self._escapes, self._python, self._python_chars, self._matchers
-        miss, stats = self._miss, self.stats
-        matches = [0] * len(stats)
-        nonfinite = [0] * len(stats)
-        hits: list[Hit] = []
-        offset = 0
-        lines = text.split("\n")
+        one = checks[0] if len(checks) == 1 and len(checks[0][1]) == 1 else None  # a log of one metric
+        escapes = self._escapes
+        lines = block.decode("ascii").split("\n")
         if lines[-1] == "":
             lines.pop()
-        one = checks[0] if len(checks) == 1 and len(checks[0][1]) == 1 else None  # a log of one metric
+        offset = 0
         for record, line in enumerate(lines):
             start, offset = offset, offset + len(line) + 1
             if one is not None:
@@ -330,25 +336,7 @@ class Extractor:
                     wanted = sorted(set(wanted))
             if escapes and not line.isprintable():
                 line = line.translate(ESCAPE_TABLE)
-            size = len(line)
-            for index in wanted:
-                found = python[index](line) if size <= python_chars[index] else matchers[index].search(line)
-                if found:  # a number in group 1: a point (most candidates); else _miss says why
-                    captured = found.group(1)
-                    if captured is not None:
-                        try:
-                            value = float(captured)
-                        except ValueError:
-                            pass
-                        else:
-                            matches[index] += 1
-                            if value - value != 0.0:
-                                nonfinite[index] += 1
-                            hits.append((record, start, index, value))
-                            continue
-                miss(index, line, found)
-        self._count(matches, nonfinite)
-        return hits
+            yield record, start, line, wanted
 
     def _miss(self, index: int, text: str, found: Any) -> None:
         """Count why a candidate record gave no point."""

@@ -29,9 +29,7 @@ def check(doc: JobDocument) -> str | None:
     uri = doc["ModelArtifacts"]["S3ModelArtifacts"]
     bucket, _key = objects.parse_uri(uri)
     try:
-        from botocore.config import Config
-
-        _s3(Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2})).head_bucket(Bucket=bucket)
+        _s3(quick=True).head_bucket(Bucket=bucket)
     except Exception as exc:
         if _status(exc) == 403:
             return None  # there, but credentials that may write without listing: the upload will tell
@@ -99,10 +97,12 @@ def _put_s3(home: Path, source: Path, uri: str) -> None:
             raise OSError(f"{uri}: {exc}") from None
 
 
-def _s3(config: Any = None) -> Any:
-    """An S3 client of this node's AWS configuration, read afresh."""
+def _s3(*, quick: bool = False) -> Any:
+    """An S3 client of this node's AWS configuration, read afresh; ``quick``: short timeouts, few retries."""
     try:
         import boto3
+        from botocore.config import Config
     except ImportError:
         raise OSError("an s3:// output path of a Ray job needs boto3 on the nodes: pip install 'trainmon[ray]'") from None
+    config = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}) if quick else None
     return boto3.session.Session().client("s3", config=config)

@@ -65,11 +65,6 @@ class JobCoordinator:
                 thread.start()
             return True
 
-    def jobs(self) -> list[str]:
-        """The jobs whose supervisors run here now."""
-        with self._lock:
-            return sorted(self._jobs)
-
     def _run(self, database_url: str | None, name: str, submitter: SupervisorIdentity) -> None:
         from .supervisor import Supervisor
 

@@ -156,22 +156,17 @@ def _range(request: Request) -> tuple[int | None, int | None]:
     return _int(request, "start", None, 0, 2**62), _int(request, "end", None, 0, 2**62)
 
 
-def _times(request: Request, shown: dict[str, Any]) -> dict[str, Any]:
-    """A chart's answer as asked: with ``times=delta``, ``Timestamps`` goes as ``TimestampDeltas``
-    (the first time, then each one's difference from the one before), which compresses to half."""
+def _deltas(request: Request) -> bool:
+    """Whether the chart's times are asked as differences (``times=delta``: downsample.chart_payload)."""
     asked = request.query_params.get("times")
-    if asked is None:
-        return shown
-    if asked != "delta":
+    if asked not in (None, "delta"):
         raise ValidationException(f"times must be delta (or left out), not {asked!r}.")
-    stamps = shown.pop("Timestamps")
-    shown["TimestampDeltas"] = [b - a for a, b in zip([0, *stamps], stamps, strict=False)]
-    return shown
+    return asked == "delta"
 
 
 async def metric_points(request: Request, store: Store) -> Any:
     name, metric = request.path_params["name"], request.path_params["metric"]
-    width = _width(request)
+    width, deltas = _width(request), _deltas(request)
     start, end = _range(request)
     host = request.query_params.get("host") or None
     records = request.query_params.get("records") != "0"
@@ -179,8 +174,8 @@ async def metric_points(request: Request, store: Store) -> Any:
     def work() -> dict[str, Any]:
         row = sagemaker.job(store, name)
         columns, held = store.chart_points(row.id, metric, width=width, host=host, start_ms=start, end_ms=end)
-        kept, shown = downsample.chart(columns.stamps, columns.values, width, start, end, count=held)
-        answer = {"MetricName": metric, **_times(request, shown)}
+        kept, shown = downsample.chart(columns.stamps, columns.values, width, start, end, count=held, deltas=deltas)
+        answer = {"MetricName": metric, **shown}
         if records:
             streams = {s.id: {"Name": s.name, "Host": s.host} for s in store.streams(row.id)}
             answer |= {"Stream": columns.streams[kept].tolist(), "Record": (columns.seqs[kept] + 1).tolist(),
@@ -220,7 +215,7 @@ async def system_metrics(request: Request, store: Store) -> Any:
 
 async def system_points(request: Request, store: Store) -> Any:
     name, host, metric = (request.path_params[k] for k in ("name", "host", "metric"))
-    width = _width(request)
+    width, deltas = _width(request), _deltas(request)
     start, end = _range(request)
 
     def work() -> dict[str, Any]:
@@ -237,8 +232,8 @@ async def system_points(request: Request, store: Store) -> Any:
         if by_unit:
             columns = concat_columns(list(by_unit.values()))
             stamps, values = columns.timestamp_ms, columns.total / columns.sample_count
-        _, shown = downsample.chart(stamps, values, width, start, end)
-        return {"MetricName": metric, "Host": host, "Unit": next(iter(by_unit), None), **_times(request, shown)}
+        _, shown = downsample.chart(stamps, values, width, start, end, deltas=deltas)
+        return {"MetricName": metric, "Host": host, "Unit": next(iter(by_unit), None), **shown}
 
     return await _call(work)
 
@@ -250,7 +245,7 @@ async def profile_summary(request: Request, store: Store) -> Any:
 
 async def profile_points(request: Request, store: Store) -> Any:
     name, host, metric = (request.path_params[k] for k in ("name", "host", "metric"))
-    width = _width(request)
+    width, deltas = _width(request), _deltas(request)
     start, end = _range(request)
 
     def work() -> dict[str, Any]:
@@ -267,8 +262,8 @@ async def profile_points(request: Request, store: Store) -> Any:
         if start is not None or end is not None:
             inside = (stamps >= (start or 0)) & (stamps < (end or 2**62))
             stamps, values = stamps[inside], values[inside]
-        _, shown = downsample.chart(stamps, values, width, start, end)
-        return {"MetricName": metric, "Host": host, **_times(request, shown)}
+        _, shown = downsample.chart(stamps, values, width, start, end, deltas=deltas)
+        return {"MetricName": metric, "Host": host, **shown}
 
     return await _call(work)
 

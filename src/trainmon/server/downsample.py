@@ -29,9 +29,7 @@ def keep(stamps: np.ndarray, values: np.ndarray, width: int, start_ms: int | Non
     else:  # times thousands of years apart: in floats, where (stamps - low) * width would overflow
         offsets = stamps.astype(np.float64) - float(low)
         bucket = np.clip(np.floor(offsets * (width / float(span))), 0, width - 1).astype(np.int64)
-    starts = np.flatnonzero(np.diff(bucket, prepend=-1))  # the first point of each non-empty bucket
-    segment = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, count)))  # each point's, from 0
-    return representatives(values, starts, segment)
+    return representatives(values, np.flatnonzero(np.diff(bucket, prepend=-1)))  # from each non-empty bucket's first
 
 
 DISPLAY_STEPS = 2**20  # values are shown to a millionth of the range they span
@@ -52,9 +50,10 @@ def for_display(values: np.ndarray) -> np.ndarray:
     return np.round(values, decimals) if decimals < 300 else values
 
 
-def chart_payload(stamps: np.ndarray, values: np.ndarray) -> dict[str, Any]:
+def chart_payload(stamps: np.ndarray, values: np.ndarray, *, deltas: bool = False) -> dict[str, Any]:
     """Times (epoch ms) and values for a chart: a non-finite value is null in ``Values``, and named
-    in ``NonFinite`` (by position)."""
+    in ``NonFinite`` (by position). With ``deltas``, the times go as ``TimestampDeltas`` (the first,
+    then each one's difference from the one before), which compress to half of ``Timestamps``."""
     finite = np.isfinite(values)
     shown: list[float | None] = values.tolist()
     special: dict[str, str] = {}
@@ -64,14 +63,16 @@ def chart_payload(stamps: np.ndarray, values: np.ndarray) -> dict[str, Any]:
             assert value is not None
             special[str(index)] = "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
             shown[index] = None
-    return {"Timestamps": stamps.tolist(), "Values": shown, "NonFinite": special}
+    times = {"TimestampDeltas": np.diff(stamps, prepend=0).tolist()} if deltas else {"Timestamps": stamps.tolist()}
+    return {**times, "Values": shown, "NonFinite": special}
 
 
 def chart(stamps: np.ndarray, values: np.ndarray, width: int, start_ms: int | None = None,
-          end_ms: int | None = None, *, count: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+          end_ms: int | None = None, *, count: int | None = None, deltas: bool = False,
+          ) -> tuple[np.ndarray, dict[str, Any]]:
     """A chart's answer for points sorted by time: the indices kept (:func:`keep`) and ``Count``
-    (``count``: the points these stand for, by default as many as they are), ``Timestamps``,
-    ``Values`` (:func:`for_display`) and ``NonFinite`` of those points."""
+    (``count``: the points these stand for, by default as many as they are), the times (as
+    :func:`chart_payload` says), ``Values`` (:func:`for_display`) and ``NonFinite`` of those points."""
     kept = keep(stamps, values, width, start_ms, end_ms)
     return kept, {"Count": len(stamps) if count is None else count,
-                  **chart_payload(stamps[kept], for_display(values[kept]))}
+                  **chart_payload(stamps[kept], for_display(values[kept]), deltas=deltas)}

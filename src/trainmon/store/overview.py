@@ -23,11 +23,12 @@ BLOCK = 128  # the stores' index of chunks without an overview names it too (mig
 DENSE = 4 * BLOCK  # points a pixel from which a chart reads overviews: a pixel spans 4 blocks or more
 
 
-def representatives(values: np.ndarray, starts: np.ndarray, segment: np.ndarray) -> np.ndarray:
+def representatives(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """The indices of each segment's first, last, lowest and highest finite, first NaN, first +inf
     and first -inf points, ascending and each once. ``starts`` are the segments' first indices
-    (ascending, the first 0); ``segment`` is each point's segment, counted from 0."""
+    (ascending, the first 0)."""
     ends = np.append(starts[1:], len(values)) - 1
+    segment = np.repeat(np.arange(len(starts)), ends - starts + 1)  # each point's, counted from 0
     chosen = [starts, ends]
     finite = np.isfinite(values)
     if finite.any():
@@ -59,8 +60,5 @@ def blocks(stamps: np.ndarray) -> np.ndarray:
 
 def of_points(columns: list[np.ndarray]) -> bytes:
     """The overview of a chunk's points (times, values, log positions, in time order), sealed."""
-    count = len(columns[0])
-    starts = blocks(columns[0])
-    segment = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, count)))
-    kept = representatives(columns[1], starts, segment)
+    kept = representatives(columns[1], blocks(columns[0]))
     return codec.seal([column[kept] for column in columns])

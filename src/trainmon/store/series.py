@@ -341,6 +341,12 @@ def _chunks(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | None,
 def _chunk_rows(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | None,
                 end_ms: int | None) -> list[tuple[Any, ...]]:
     """The chunk rows that may hold points in the range, as stored (decoding them needs no lock)."""
+    where, values = _in_range(condition, args, start_ms, end_ms)
+    return sql.rows(f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE {where} ORDER BY id", values)
+
+
+def _in_range(condition: str, args: Sequence[Any], start_ms: int | None, end_ms: int | None) -> tuple[str, list[Any]]:
+    """``condition`` (with ``args``) narrowed to the chunks that may hold points in [start_ms, end_ms)."""
     where, values = condition, list(args)
     if start_ms is not None:
         where += " AND last_ms >= ?"
@@ -348,7 +354,7 @@ def _chunk_rows(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | N
     if end_ms is not None:
         where += " AND first_ms < ?"
         values.append(end_ms)
-    return sql.rows(f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE {where} ORDER BY id", values)
+    return where, values
 
 
 def _decoded(rows: list[tuple[Any, ...]], start_ms: int | None, end_ms: int | None) -> list[RawChunk]:
@@ -435,14 +441,7 @@ def chart_rows(sql: Sql, job_id: int, name: str, *, host: str | None, start_ms: 
     :func:`chart_columns`: where the range holds ``overview.DENSE`` points a pixel or more, a chunk
     that lies wholly in it gives its overview instead of its points (each row ends with its count
     and whether it did)."""
-    condition, args = _of_metric(job_id, name, host)
-    ranged, values = condition, list(args)
-    if start_ms is not None:
-        ranged += " AND last_ms >= ?"
-        values.append(start_ms)
-    if end_ms is not None:
-        ranged += " AND first_ms < ?"
-        values.append(end_ms)
+    ranged, values = _in_range(*_of_metric(job_id, name, host), start_ms, end_ms)
     [(held,)] = sql.rows(f"SELECT coalesce(sum(count), 0) FROM chunks WHERE {ranged}", values)
     if int(held) < width * overview.DENSE:
         return sql.rows(f"SELECT {_CHUNK_COLUMNS}, count, 0 FROM chunks WHERE {ranged} ORDER BY id", values)
