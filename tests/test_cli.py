@@ -194,6 +194,32 @@ def test_the_cli_starts_without_lark_or_regex() -> None:
     assert loaded.strip() == "[]"
 
 
+def test_parse_loads_neither_the_store_nor_the_operations(tmp_path: Path) -> None:
+    """Only the group of the command given is imported: ``trainmon parse`` needs the parsing layer."""
+    log = tmp_path / "train.log"
+    log.write_text("epoch 1 loss=0.5\n")
+    code = ("import sys; from trainmon.cli import main; status = main(['parse', '--metric', 'loss=loss=(\\S+)', "
+            f"{str(log)!r}]); print(sorted(m for m in ('trainmon.store', 'trainmon.api', 'trainmon.runtime') "
+            "if m in sys.modules), status)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["line 1\tloss\t0.5", "[] 0"]
+
+
+def test_each_command_group_adds_the_commands_its_table_names() -> None:
+    import argparse
+    import importlib
+
+    from trainmon.cli import GROUPS, build_parser
+    from trainmon.cli.common import Commands
+
+    for group, names in GROUPS.items():
+        subparsers = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"trainmon.cli.{group}").register(Commands(subparsers))
+        assert tuple(subparsers.choices) == names
+    every = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert tuple(every) == tuple(name for names in GROUPS.values() for name in names)
+
+
 def test_describe_shows_the_command_each_host_ran(home: Path, tmp_path: Path) -> None:
     """The Command the job stored (what its hosts run), not the request's fields: a directory image
     runs its train, a command-line image is split into arguments."""

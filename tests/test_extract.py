@@ -215,22 +215,50 @@ def _random_log(rng: random.Random, lines: int) -> bytes:
 
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("mode", list(Mode))
-def test_fast_extractor_equals_the_naive_loop(seed: int, mode: Mode) -> None:
+@pytest.mark.parametrize("small_blocks", [32 << 10, 0], ids=["small-blocks-by-loop", "every-block-vectorised"])
+@pytest.mark.parametrize("literals_only", [False, True])
+def test_fast_extractor_equals_the_naive_loop(seed: int, mode: Mode, small_blocks: int, literals_only: bool,
+                                              monkeypatch) -> None:
+    import trainmon.parsing.extract as extract
+
+    monkeypatch.setattr(extract, "SMALL_BLOCK_BYTES", small_blocks)
     rng = random.Random(seed)
     defs = [
         ("train:error", r"Train_error=(.*?);"),
         ("valid:error", r"Valid_error=(.*?);"),
         ("rmse", XGB),
         ("loss", r"loss=(\S+)"),
-        ("pct", r"^(\d+)%"),  # no literal: runs on every record
+        ("pct", r"^(\d+)%"),  # no literal: runs on every record (and the text of every record is taken)
         ("epoch", r"epoch (\d)"),
         ("overlap", r"loss=a*a*a*a*([0-9.]+)"),  # re on records up to 19 characters, RE2 on the others
         ("loss", r"(\d+)%\|"),  # a second definition of a name, without a literal
         ("epoch", r"epoch (\d)"),  # an exact repeat
+        ("maybe", r"Valid_error=(x)?"),  # group 1 that often takes no part
     ]
+    if literals_only:  # only the records that hold a literal are taken
+        defs = [(name, regex) for name, regex in defs if extract.required_literal(regex, mode)]
     log = _random_log(rng, 400)
     found, _ = points(log, defs, mode, block=rng.choice([64, 1000, 1 << 20]))
     assert same(found, naive(log, defs, mode))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_both_block_paths_keep_the_same_diagnostics(seed: int, monkeypatch) -> None:
+    """Near misses, rejections with their reasons and examples, matches and non-finite counts are
+    the same whether a block is scanned by the loop for a few records or by the vectorised path."""
+    import trainmon.parsing.extract as extract
+
+    rng = random.Random(seed)
+    log = _random_log(rng, 400)
+    defs = [("train:error", r"Train_error=(.*?);"), ("valid", r"Valid_error=([a-z]*)"), ("maybe", r"loss=(x)?"),
+            ("rmse", XGB), ("epoch", r"epoch (\d)"), ("near", r"Train_error=(\d+);")]
+    stats = []
+    for small_blocks in (1 << 30, 0):
+        monkeypatch.setattr(extract, "SMALL_BLOCK_BYTES", small_blocks)
+        _found, extractor = points(log, defs, block=rng.choice([1000, 1 << 20]))
+        stats.append([s.to_json() for s in extractor.stats])
+    assert stats[0] == stats[1]
+    assert any(s["Rejected"] for s in stats[0]) and any(s["UnmatchedExamples"] for s in stats[0])
 
 
 def test_five_megabyte_line_with_a_quadratic_regex_is_matched_whole() -> None:
@@ -325,14 +353,17 @@ def test_large_files_scanned_on_every_core_give_the_same_points(tmp_path, monkey
 
 
 @pytest.mark.parametrize("mode", list(Mode))
-def test_dense_logs_take_the_per_record_path_with_the_same_result(mode: Mode) -> None:
+def test_dense_logs_take_every_records_text_at_once_with_the_same_result(mode: Mode, monkeypatch) -> None:
     rng = random.Random(3)
     lines = [f"step {i} loss={rng.random():.4f}" + ("\tx" if i % 7 == 0 else "") + (" Train_error=0.5;" if i % 3 else "")
-             for i in range(20_000)]
+             + ("\r50%" if i % 11 == 0 else "") for i in range(20_000)]
     log = ("\n".join(lines) + "\n").encode()
     defs = [("loss", r"loss=(\S+)"), ("err", r"Train_error=(.*?);"), ("tab", r"#011(x)"),
             ("loss", r"Train_error=(.*?);")]  # one name, two literals; one literal, two names
     extractor = Extractor(validate_definitions([{"Name": n, "Regex": r} for n, r in defs]), mode)
-    assert extractor._dense(log)
+    texts_of = []
+    texts = extractor._texts
+    monkeypatch.setattr(extractor, "_texts", lambda *args: texts_of.append(args[-1]) or texts(*args))
     found = [(p.line, p.offset, p.name, p.value) for p in scan_stream(io.BytesIO(log), extractor)]
+    assert texts_of and all(chosen is None for chosen in texts_of)  # every record's text, not the candidates'
     assert same(found, naive(log, defs, mode))

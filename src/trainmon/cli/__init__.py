@@ -1,9 +1,9 @@
 """The ``trainmon`` command: parse, call the operations layer, print.
 
 Each group of commands is a module that registers its commands, their options and their handlers
-together: :mod:`.jobs` (run, describe, rules, list, stop, delete, demo), :mod:`.logs` (logs, parse) and
-:mod:`.metrics` (metrics, export, profile, put-metric-data, maintain), :mod:`.report` (report),
-:mod:`.alarms` (alarm) and :mod:`.server` (server, credentials).
+together (``GROUPS`` lists them). Only the group of the command given is imported, so a command
+pays for what it uses: ``trainmon parse`` never loads the store or the operations layer. Help
+and mistakes (no command, an unknown one) load every group.
 
 Errors print one line that says what went wrong and what to do next; the exit status is 2 for
 invalid input, 1 for other failures (and for a job that Failed), 3 for a job that was Stopped.
@@ -13,6 +13,7 @@ invalid input, 1 for other failures (and for a job that Failed), 3 for a job tha
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
@@ -20,13 +21,23 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import CloudWatchError, LogsError, TrainmonError, ValidationException
-from . import alarms, jobs, logs, metrics, report, server
 from .common import EXIT_FAILED, EXIT_USAGE, Commands
 
-__all__ = ["build_parser", "main"]
+__all__ = ["GROUPS", "build_parser", "main"]
+
+GROUPS = {  # each module of commands, and the commands it adds, in the order `trainmon --help` lists them
+    "jobs": ("run", "describe", "rules", "list", "stop", "delete", "demo"),
+    "logs": ("logs",),
+    "parse": ("parse",),
+    "metrics": ("metrics", "export", "profile", "put-metric-data", "maintain"),
+    "report": ("report",),
+    "alarms": ("alarm",),
+    "server": ("server", "credentials"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command, or (``command``) the group that holds that one."""
     parser = argparse.ArgumentParser(
         prog="trainmon",
         description="Run training jobs, capture their logs, turn log lines into metrics with SageMaker metric "
@@ -35,14 +46,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--home", type=Path, help="data directory (default: $TRAINMON_HOME or ~/.local/share/trainmon)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     commands = Commands(parser.add_subparsers(dest="cmd", metavar="COMMAND", required=True))
-    for group in (jobs, logs, metrics, report, alarms, server):
-        group.register(commands)
+    for group, names in GROUPS.items():
+        if command is None or command in names:
+            importlib.import_module(f"{__name__}.{group}").register(commands)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names, if it names one before anything that needs every group (help)."""
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "--home":
+            next(tokens, None)
+        elif token in ("-h", "--help"):
+            return None
+        elif not token.startswith("-"):
+            return token if any(token in names for names in GROUPS.values()) else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command(arguments))
+    args = parser.parse_args(arguments)
     if args.home is not None:
         args.home = args.home.expanduser().resolve()
         os.environ["TRAINMON_HOME"] = str(args.home)  # detached supervisors and defaults follow it

@@ -10,11 +10,12 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..cloudwatch.model import epoch_seconds
 from ..errors import InvalidParameterValue, ValidationException
-from ..store import Store, open_store
+
+if TYPE_CHECKING:  # the store and CloudWatch's model are imported by the commands that use them
+    from ..store import Store
 
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 3
 Handler = Callable[[argparse.Namespace], int]
@@ -33,6 +34,8 @@ class Commands:
 
 
 def store(args: argparse.Namespace) -> Store:
+    from ..store import open_store
+
     return open_store(args.home)
 
 
@@ -65,6 +68,8 @@ def timestamp(text: str | None, flag: str) -> float | None:
     if text is None:
         return None
     try:
+        from ..cloudwatch.model import epoch_seconds
+
         return float(text) if text.replace(".", "", 1).isdigit() else epoch_seconds(text, flag)
     except InvalidParameterValue:
         raise ValidationException(f"{flag} {text!r} is neither ISO 8601 (2026-11-30T10:00:00Z; UTC when no zone is "

@@ -1,23 +1,17 @@
-"""``trainmon logs`` (a job's log records) and ``trainmon parse`` (definitions tried on saved logs)."""
+"""``trainmon logs``: a job's log records."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 
 from ..api import sagemaker, trainmon
 from ..errors import ValidationException
 from ..jobs.status import TERMINAL
-from ..parsing.definitions import definition_warnings, validate_definitions
-from ..parsing.extract import Extractor, scan_file, scan_stream
-from ..parsing.framing import Mode
 from ..store import Store
 from . import render
-from .common import Commands, exit_status, json_number, store, warn
-from .definitions import add_definition_options, definitions_given
+from .common import Commands, exit_status, store
 
 FOLLOW_POLL_S = 0.25
 PAGE_RECORDS = 100_000  # a few megabytes of text a read: memory the allocator reuses, page after page
@@ -31,12 +25,6 @@ def register(commands: Commands) -> None:
                       help="keep printing until the job ends; the exit status then says how it ended")
     logs.add_argument("--host", metavar="HOST", help="only this host, e.g. algo-2")
     logs.add_argument("--tail", type=int, metavar="N", help="start with the last N records of each host")
-
-    parse = commands.add("parse", cmd_parse, "Apply metric definitions to saved logs and print every point (test "
-                         "before you run).")
-    add_definition_options(parse)
-    parse.add_argument("--json", action="store_true", help='one {"line", "offset", "name", "value"} object per line')
-    parse.add_argument("logs", nargs="+", metavar="LOG", help="log files; - reads standard input")
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -82,44 +70,3 @@ def _ended(db: Store, name: str, status: str) -> int:
     detail = f": {render.terminal_safe(reason[0])}" if reason else ""
     print(f"trainmon: job {name} ended {how}{detail}", file=sys.stderr)
     return exit_status(status)
-
-
-def cmd_parse(args: argparse.Namespace) -> int:
-    mode = Mode(args.mode)
-    definitions = validate_definitions(definitions_given(args))
-    if not definitions:
-        raise ValidationException("no metric definitions: give --metric-definitions or --metric NAME=REGEX")
-    for warning in definition_warnings(definitions, escapes_control=mode.escapes):
-        warn(warning)
-    out = sys.stdout
-    several = len(args.logs) > 1
-    for path in args.logs:
-        extractor = Extractor(definitions, mode)
-        if several and not args.json:
-            print(f"== {path}", file=out)
-        if path != "-" and not os.access(path, os.R_OK):
-            raise ValidationException(f"cannot read log {path!r}: it does not exist or is not readable.")
-        names = {d.name: json.dumps(d.name) for d in definitions}
-        file_field = f'"file": {json.dumps(path)}, ' if several else ""
-        try:
-            lines = []
-            found = scan_stream(sys.stdin.buffer, extractor) if path == "-" else scan_file(path, extractor)
-            for line, offset, name, value in found:
-                if args.json:
-                    number = repr(value) if value - value == 0.0 else json.dumps(json_number(value))
-                    lines.append(f'{{{file_field}"line": {line}, "offset": {offset}, '
-                                 f'"name": {names[name]}, "value": {number}}}')
-                else:
-                    lines.append(f"line {line}\t{name}\t{render.number(value)}")
-                if len(lines) >= 4096:
-                    out.write("\n".join(lines) + "\n")
-                    lines.clear()
-            if lines:
-                out.write("\n".join(lines) + "\n")
-        except OSError as exc:
-            raise ValidationException(f"cannot read log {path!r}: {exc.strerror or exc}.") from None
-        print(f"Summary for {path} ({mode.value} mode):", file=sys.stderr)
-        print("\n".join(render.definition_report([s.to_json() for s in extractor.stats],
-                                                 [d.to_api() for d in definitions], escapes=mode.escapes)),
-              file=sys.stderr)
-    return 0

@@ -1,12 +1,13 @@
 """Records -> metric points: the hot path.
 
 A naive extractor runs every regex on every line. Here each definition's regex is parsed once
-to find a literal that any match must contain (``Train_error=`` in ``Train_error=(.*?);``); the
-block of records is searched for those literals with ``bytes.find``, the records' bounds are
-found in one vectorised pass, and only the records that hold a literal are decoded, escaped and
-matched. Definitions with no usable literal run on every record. A block of metric lines
-(dense) is walked line by line instead. The result is identical to the naive loop; the tests
-compare the two.
+to find a literal that any match must contain (``Train_error=`` in ``Train_error=(.*?);``). A
+block of records is then handled a column at a time, with NumPy: the records' bounds in one
+pass, each literal's occurrences found at the positions of its rarest byte and checked there,
+the records that hold them decoded and escaped together, and each definition's regex run on its
+candidate records by one ``map`` (a C call a record, no Python frame). Definitions with no usable
+literal run on every record. The result is identical to the naive loop; the tests compare the
+two.
 
 Matching is bounded in time whatever the record: :mod:`trainmon.parsing.engines` picks Python's ``re``,
 RE2 or ``regex`` with a time limit per definition and record length. The loops here call ``re``
@@ -18,27 +19,43 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import methodcaller
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .definitions import MetricDefinition
 from .engines import TIME_LIMIT_REASON, Matcher
-from .framing import ESCAPE_TABLE, Mode
+from .framing import ESCAPE_TABLE, Mode, decode, escape, split_text
 
 EXAMPLES_KEPT = 3
-DENSE_SAMPLE_BYTES = 64 << 10
+SAMPLE_BYTES = 64 << 10  # what a block's byte frequencies are judged on
+SMALL_BLOCK_BYTES = 32 << 10  # blocks up to this size are scanned without NumPy's passes
 _EXAMPLE_CHARS = 200
 
 _SRE_LITERAL = re._constants.LITERAL
 _SRE_SUBPATTERN = re._constants.SUBPATTERN
 _OCTAL_PREFIX = re.compile(r"^[0-7]{1,3}")
+_GROUP_1 = methodcaller("group", 1)
+_NONE = np.empty(0, np.int64)
 
 
 Hit = tuple[int, int, int, float]
 """One point found in a block: (record, offset, definition, value): which record (0-based, within
-the block), where it starts (byte offset within the block), which definition, and the value. A
-plain tuple: a block of a million points makes a million of them."""
+the block), where it starts (byte offset within the block), which definition, and the value."""
+
+
+class Hits(NamedTuple):
+    """A block's points as columns, in record order (a record's points in their definitions' order)."""
+
+    records: np.ndarray  # which record, from 0 within the block
+    offsets: np.ndarray  # where it starts, in bytes from the block's start
+    definitions: np.ndarray  # which definition found the point
+    values: np.ndarray
+
+
+_NO_HITS = Hits(_NONE, _NONE, _NONE, np.empty(0, np.float64))
 
 
 @dataclass
@@ -52,7 +69,6 @@ class DefinitionStats:
     rejected: dict[str, int] = field(default_factory=dict)
     rejected_examples: list[str] = field(default_factory=list)
     unmatched_examples: list[str] = field(default_factory=list)
-    candidates: int = 0
 
     def reject(self, reason: str, example: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
@@ -146,15 +162,52 @@ def _raw_fragment(literal: str, mode: Mode) -> str:
     return max(pieces, key=len)
 
 
+# What finding literals in a block costs, in nanoseconds (measured with NumPy on a 2-core x86 machine;
+# only their proportions matter): a comparison pass over the block for one byte, per byte of the
+# block; each position that pass yields; each position checked against a literal's next byte.
+PASS_NS_PER_BYTE = 0.22
+POSITION_NS = 15.0
+CHECK_NS = 10.0
+
+
+def _anchors(literals: Sequence[np.ndarray], count: list[float], size: int) -> list[int]:
+    """For each literal, the byte whose positions it is looked for at: first each literal's rarest
+    byte, then, while it saves time, a byte's pass dropped and its literals moved to other bytes they
+    hold that already have one (``count``: each byte's expected count in the block)."""
+    def passes(chosen: Iterable[int]) -> float:
+        return sum(size * PASS_NS_PER_BYTE + count[byte] * POSITION_NS for byte in chosen)
+
+    choice = [min(set(literal.tolist()), key=lambda byte: count[byte]) for literal in literals]
+    while True:
+        chosen = set(choice)
+        best: tuple[float, list[int]] | None = None
+        for dropped in chosen:
+            others = chosen - {dropped}
+            moved = list(choice)
+            for number, literal in enumerate(literals):
+                if moved[number] == dropped:
+                    options = others.intersection(literal.tolist())
+                    if not options:
+                        break
+                    moved[number] = min(options, key=lambda byte: count[byte])
+            else:
+                saving = (passes(chosen) - passes(others)
+                          - CHECK_NS * sum(count[new] - count[old] for new, old in zip(moved, choice, strict=True)))
+                if saving > 0 and (best is None or saving > best[0]):
+                    best = saving, moved
+        if best is None:
+            return choice
+        choice = best[1]
+
+
 class Extractor:
-    """Compiled definitions for one splitting mode. Not thread-safe (it counts as it goes)."""
+    """Compiled definitions for one splitting mode. Not thread-safe (it counts as it goes, and keeps
+    scratch buffers between blocks)."""
 
     def __init__(self, definitions: Sequence[MetricDefinition], mode: Mode = Mode.TERMINAL) -> None:
         self.definitions = list(definitions)
         self.mode = mode
         self._matchers = [Matcher(d.regex) for d in self.definitions]
-        self._python = [m.python_search for m in self._matchers]
-        self._python_chars = [m.python_chars for m in self._matchers]
         self._split_cr = mode.splits_on_cr
         self._escapes = mode.escapes
         self._by_literal: dict[bytes, list[int]] = {}
@@ -167,15 +220,14 @@ class Extractor:
                 self._always.append(index)
             else:
                 self._by_literal.setdefault(literal.encode("utf-8"), []).append(index)
-        self._counted: tuple[bytes, int] | None = None  # the last block _bounds saw, and its records
+        self._literals = [np.frombuffer(literal, np.uint8) for literal in self._by_literal]
+        self._literal_texts = [literal.decode("utf-8") for literal in self._by_literal]
+        literal_of = {index: number for number, indexes in enumerate(self._by_literal.values()) for index in indexes}
+        self._literal_numbers = [literal_of.get(index) for index in range(len(self.definitions))]  # None: no literal
+        self._scratch = np.empty(0, bool), np.empty(0, bool)
+        self._counted: tuple[bytes, int] | None = None  # the last block scan() bounded, and its records
 
     # -- records ---------------------------------------------------------------------------
-
-    def _count_breaks(self, block: bytes, start: int, end: int, has_cr: bool) -> int:
-        count = block.count(b"\n", start, end)
-        if has_cr:
-            count += block.count(b"\r", start, end) - block.count(b"\r\n", start, end)
-        return count
 
     def count_records(self, block: bytes) -> int:
         if not block:
@@ -183,160 +235,247 @@ class Extractor:
         counted, self._counted = self._counted, None
         if counted is not None and counted[0] is block:  # the block scan() just bounded
             return counted[1]
-        breaks = self._count_breaks(block, 0, len(block), self._split_cr and b"\r" in block)
+        breaks = block.count(b"\n")
+        if self._split_cr and b"\r" in block:
+            breaks += block.count(b"\r") - block.count(b"\r\n")
         last = block[-1:]
         ends_with_break = last == b"\n" or (last == b"\r" and self._split_cr)
         return breaks if ends_with_break else breaks + 1
+
+    def _masks(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Two boolean buffers of ``size``, kept between blocks: a fresh array of a block's size costs
+        more in page faults than the comparison that fills it."""
+        first, second = self._scratch
+        if len(first) < size:
+            self._scratch = first, second = np.empty(size, bool), np.empty(size, bool)
+        return first[:size], second[:size]
+
+    def _bounds(self, block: bytes, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each record of the block starts and ends (before its break): a break is "\\n", or in
+        a mode that splits on it "\\r" and "\\r\\n" (one break)."""
+        size = len(data)
+        newline, carriage = self._masks(size)
+        np.equal(data, 10, out=newline)
+        if self._split_cr and b"\r" in block:
+            np.equal(data, 13, out=carriage)
+            np.logical_or(newline, carriage, out=newline)
+            breaks = np.flatnonzero(newline)
+            is_cr = data[breaks] == 13
+            second = np.zeros(len(breaks), bool)  # the "\n" of a "\r\n": no break of its own
+            second[1:] = is_cr[:-1] & ~is_cr[1:] & (breaks[1:] == breaks[:-1] + 1)
+            following = breaks + 1
+            following[:-1] += second[1:]
+            ends, following = breaks[~second], following[~second]
+        else:
+            ends = np.flatnonzero(newline)
+            following = ends + 1
+        if not len(ends) or following[-1] != size:
+            ends = np.append(ends, size)  # the last record, without its break
+            following = np.append(following, size)
+        starts = np.empty_like(ends)
+        starts[0] = 0
+        starts[1:] = following[:-1]
+        return starts, ends
+
+    # -- the literal prefilter -------------------------------------------------------------
+
+    def _holding(self, data: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
+        """Per literal, the records that hold it (ascending). Each literal is looked for at the
+        positions of one of its bytes (:func:`_anchors`: a rare one, shared with other literals
+        where that costs less than a pass of its own), found by one vectorised comparison for
+        every literal that byte serves, and checked there byte by byte, rarest first."""
+        size = len(data)
+        sample = data[:SAMPLE_BYTES]
+        count = (np.bincount(sample, minlength=256) * (size / len(sample))).tolist()  # each byte's expected count
+        plans: dict[int, list[tuple[int, np.ndarray, list[int]]]] = {}  # anchor -> (literal, its bytes' order)
+        for number, (literal, anchor) in enumerate(zip(self._literals, _anchors(self._literals, count, size),
+                                                       strict=True)):
+            order = sorted(range(len(literal)), key=lambda i: (literal[i] != anchor, count[literal[i]], i))
+            plans.setdefault(anchor, []).append((number, literal, order))
+        holding: list[np.ndarray] = [_NONE] * len(self._literals)
+        mask = self._masks(size)[1]
+        for anchor, literals in plans.items():
+            positions = np.flatnonzero(np.equal(data, anchor, out=mask))
+            for number, literal, order in literals:
+                found = positions - order[0]
+                width = len(literal)
+                if len(found) and (found[0] < 0 or found[-1] > size - width):
+                    found = found[(found >= 0) & (found <= size - width)]
+                for at in order[1:]:
+                    if not len(found):
+                        break
+                    found = found[data[found + at] == literal[at]]
+                records = np.searchsorted(ends, found)
+                if len(records) > 1:
+                    records = records[np.concatenate(([True], records[1:] != records[:-1]))]
+                holding[number] = records
+        return holding
 
     # -- matching --------------------------------------------------------------------------
 
     def scan(self, block: bytes) -> list[Hit]:
         """Points in a block of whole records (the last may lack its break), in record order."""
-        if not self.definitions or not block:
-            return []
-        if self._dense(block):
-            return self._scan_dense(block)
-        return self._scan_records(block)
+        found = self.scan_columns(block)
+        return list(zip(found.records.tolist(), found.offsets.tolist(), found.definitions.tolist(),
+                        found.values.tolist(), strict=True))
 
-    def _bounds(self, block: bytes) -> tuple[np.ndarray, np.ndarray]:
-        """Where each record of the block starts and ends (before its break), in one vectorised
-        pass: a break is "\n", or in a mode that splits on it "\r" and "\r\n" (one break)."""
+    def scan_columns(self, block: bytes) -> Hits:
+        """:meth:`scan`, as columns: what a caller that handles many points at once takes."""
+        if not block or not self.definitions:
+            return _NO_HITS
+        if len(block) <= SMALL_BLOCK_BYTES:
+            return self._scan_small(block)
         data = np.frombuffer(block, np.uint8)
-        newline = data == 10
-        if self._split_cr and b"\r" in block:
-            carriage = data == 13
-            after_carriage = np.zeros(len(data), bool)
-            after_carriage[1:] = carriage[:-1]
-            ends = np.flatnonzero(carriage | (newline & ~after_carriage))
-            crlf = np.zeros(len(data), bool)
-            crlf[:-1] = carriage[:-1] & newline[1:]
-            following = ends + 1 + crlf[ends]  # where the next record starts
+        starts, ends = self._bounds(block, data)
+        self._counted = (block, len(ends))  # count_records(block) next, as every caller asks
+        holding = self._holding(data, ends) if self._literals else []
+        candidates = len(ends) if self._always else sum(len(records) for records in holding)
+        if candidates * 2 >= len(ends):  # most records are candidates: take the text of all of them
+            texts = self._texts(block, starts, ends, None)
+
+            def text_of(records: np.ndarray) -> list[str]:
+                return texts if len(records) == len(texts) else list(map(texts.__getitem__, records.tolist()))
         else:
-            ends = np.flatnonzero(newline)
-            following = ends + 1
-        if not len(ends) or following[-1] != len(block):
-            ends = np.append(ends, len(block))  # the last record, without its break
-            following = np.append(following, len(block))
-        starts = np.empty_like(ends)
-        starts[0] = 0
-        starts[1:] = following[:-1]
-        self._counted = (block, len(ends))  # count_records(block) next, as scan_stream asks
-        return starts, ends
+            wanted = np.zeros(len(ends), bool)
+            for records in holding:
+                wanted[records] = True
+            texts = self._texts(block, starts, ends, np.flatnonzero(wanted))
+            index_of = np.cumsum(wanted) - 1  # record -> its place in texts
 
-    def _scan_records(self, block: bytes) -> list[Hit]:
-        """:meth:`scan`: the records' bounds at once (:meth:`_bounds`), each literal found with
-        ``bytes.find``, then the records that hold one matched in record order (each once, its
-        definitions in order)."""
-        starts, ends = self._bounds(block)
-        records: list[np.ndarray] = []
-        definitions: list[np.ndarray] = []
-        find = block.find
-        for literal, indexes in self._by_literal.items():
-            occurrences: list[int] = []
-            step = len(literal)
-            pos = find(literal)
-            while pos != -1:
-                occurrences.append(pos)
-                pos = find(literal, pos + step)
-            if occurrences:
-                holding = np.unique(np.searchsorted(ends, np.array(occurrences, np.int64)))
-                for index in indexes:
-                    records.append(holding)
-                    definitions.append(np.full(len(holding), index, np.int64))
-        if self._always:
-            every = np.arange(len(ends), dtype=np.int64)
-            for index in self._always:
-                records.append(every)
-                definitions.append(np.full(len(every), index, np.int64))
-        if not records:
-            return []
-        record_of, definition_of = np.concatenate(records), np.concatenate(definitions)
-        order = np.lexsort((definition_of, record_of))
-        pairs = np.stack([record_of[order], definition_of[order]], axis=1)
-        if len(pairs) > 1:
-            pairs = pairs[np.concatenate([[True], np.any(pairs[1:] != pairs[:-1], axis=1)])]  # each pair once
-        held, first = np.unique(pairs[:, 0], return_index=True)  # each candidate record, where its pairs start
-        return self._match(self._records(block, held.tolist(), starts[held].tolist(), ends[held].tolist(),
-                                         first.tolist(), pairs[:, 1].tolist()))
+            def text_of(records: np.ndarray) -> list[str]:
+                return list(map(texts.__getitem__, index_of[records].tolist()))
+        every = np.arange(len(ends))
+        return self._points(starts, ends, ((index, records, text_of(records)) for index, records in
+                                           ((index, every if number is None else holding[number])
+                                            for index, number in enumerate(self._literal_numbers))
+                                           if len(records)))
 
-    def _records(self, block: bytes, held: list[int], starts: list[int], ends: list[int], first: list[int],
-                 indexes: list[int]) -> Iterator[tuple[int, int, str, list[int]]]:
-        """The candidate records of :meth:`_scan_records` for :meth:`_match`, decoded and escaped."""
+    def _scan_small(self, block: bytes) -> Hits:
+        """:meth:`scan_columns` for a few records (what a job printing a line at a time gives): plain
+        containment tests and a loop, which cost less there than NumPy's set-up."""
+        present = [literal in block for literal in self._by_literal]
+        if not self._always and not any(present):
+            return _NO_HITS  # nothing to match (count_records counts the records itself)
+        starts, ends = self._bounds(block, np.frombuffer(block, np.uint8))
+        self._counted = (block, len(ends))
+        raw = split_text(decode(block), self.mode)  # the records' text, not escaped yet (as the literals are)
         escapes = self._escapes
-        last = [*first[1:], len(indexes)]
-        for record, start, end, begin, stop in zip(held, starts, ends, first, last, strict=True):
-            text = block[start:end].decode("utf-8", "replace")
-            if escapes and not text.isprintable():
-                text = text.translate(ESCAPE_TABLE)
-            yield record, start, text, indexes[begin:stop]
 
-    def _match(self, candidates: Iterable[tuple[int, int, str, list[int]]]) -> list[Hit]:
-        """Each candidate record (number, offset, text, the definitions to try, ascending) matched:
-        a number in group 1 is a point; else :meth:`_miss` says why. Counted in locals, then into
-        the stats."""
-        python, python_chars, matchers, miss = self._python, self._python_chars, self._matchers, self._miss
-        matches = [0] * len(self.stats)
-        nonfinite = [0] * len(self.stats)
-        hits: list[Hit] = []
-        for record, start, text, indexes in candidates:
-            size = len(text)
-            for index in indexes:
-                found = python[index](text) if size <= python_chars[index] else matchers[index].search(text)
-                if found:
-                    captured = found.group(1)
-                    if captured is not None:
-                        try:
-                            value = float(captured)
-                        except ValueError:
-                            pass
-                        else:
-                            matches[index] += 1
-                            if value - value != 0.0:
-                                nonfinite[index] += 1
-                            hits.append((record, start, index, value))
-                            continue
-                miss(index, text, found)
-        for index, count in enumerate(matches):
-            self.stats[index].matches += count
-            self.stats[index].nonfinite += nonfinite[index]
-        return hits
-
-    def _dense(self, block: bytes) -> bool:
-        """True when most records hold a literal (a log of metric lines): then finding records one by
-        one costs more than walking them all. Judged on a sample; only for plain ASCII "\n" text."""
-        if self._always or len(block) < DENSE_SAMPLE_BYTES:
-            return False
-        sample = block[:DENSE_SAMPLE_BYTES]
-        hits = sum(sample.count(literal) for literal in self._by_literal)
-        return hits * 3 > sample.count(b"\n") and b"\r" not in block and block.isascii()
-
-    def _scan_dense(self, block: bytes) -> list[Hit]:
-        return self._match(self._lines(block))
-
-    def _lines(self, block: bytes) -> Iterator[tuple[int, int, str, list[int]]]:
-        """The records of a dense block that hold a literal, for :meth:`_match`: walked line by line."""
-        checks = [(literal.decode("ascii"), indexes) for literal, indexes in self._by_literal.items()]
-        one = checks[0] if len(checks) == 1 and len(checks[0][1]) == 1 else None  # a log of one metric
-        escapes = self._escapes
-        lines = block.decode("ascii").split("\n")
-        if lines[-1] == "":
-            lines.pop()
-        offset = 0
-        for record, line in enumerate(lines):
-            start, offset = offset, offset + len(line) + 1
-            if one is not None:
-                if one[0] not in line:
+        def candidates() -> Iterator[tuple[int, np.ndarray, list[str]]]:
+            for index, number in enumerate(self._literal_numbers):
+                if number is None:
+                    places = list(range(len(raw)))
+                elif present[number]:
+                    literal = self._literal_texts[number]
+                    places = [place for place, text in enumerate(raw) if literal in text]
+                else:
                     continue
-                wanted = one[1]
+                if places:
+                    texts = [escape(raw[place]) for place in places] if escapes else [raw[place] for place in places]
+                    yield index, np.array(places, np.int64), texts
+
+        return self._points(starts, ends, candidates())
+
+    def _points(self, starts: np.ndarray, ends: np.ndarray,
+                candidates: Iterable[tuple[int, np.ndarray, list[str]]]) -> Hits:
+        """Each definition matched on its candidate records (index, records, their texts), the points
+        put in record order."""
+        widest = int((ends - starts).max()) * (4 if self._escapes else 1)  # characters, at most, of any text
+        found: list[tuple[np.ndarray, int, np.ndarray]] = []
+        for index, records, texts in candidates:
+            limit = self._matchers[index].python_chars
+            kept, values = self._match(index, texts, widest > limit and max(map(len, texts)) > limit)
+            if kept is not None:
+                records = records[np.array(kept, np.int64)] if kept else _NONE
+            if len(records):
+                found.append((records, index, values))
+        if not found:
+            return _NO_HITS
+        if len(found) == 1:
+            records, index, values = found[0]
+            return Hits(records, starts[records], np.full(len(records), index, np.int64), values)
+        records = np.concatenate([records for records, _, _ in found])
+        definitions = np.concatenate([np.full(len(records), index, np.int64) for records, index, _ in found])
+        values = np.concatenate([values for _, _, values in found])
+        order = np.lexsort((definitions, records))
+        records = records[order]
+        return Hits(records, starts[records], definitions[order], values[order])
+
+    def _texts(self, block: bytes, starts: np.ndarray, ends: np.ndarray, chosen: np.ndarray | None) -> list[str]:
+        """The text of each chosen record (every record when ``chosen`` is None), decoded and escaped
+        as the regexes see it: all of them joined by "\\n" (no record holds one), escaped with a
+        replace per control character the text holds, decoded and split again."""
+        if chosen is None:
+            joined = block
+            if self._split_cr and b"\r" in block:
+                joined = joined.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if ends[-1] != len(block):  # the last record's break (the text ends at its last record)
+                joined = joined[:-1]
+            count = len(ends)
+        else:
+            joined = b"\n".join([block[start:end] for start, end in zip(starts[chosen].tolist(), ends[chosen].tolist(),
+                                                                       strict=True)])
+            count = len(chosen)
+        if self._escapes:
+            codes = np.frombuffer(joined, np.uint8)
+            control = np.less(codes, 32, out=self._masks(len(codes))[0])
+            if np.count_nonzero(control) > count - 1:  # more than the "\n" between records
+                for code in np.unique(codes[control]).tolist():
+                    if code != 10:
+                        joined = joined.replace(bytes((code,)), ESCAPE_TABLE[code].encode())
+        return joined.decode("utf-8", "replace").split("\n")
+
+    def _match(self, index: int, texts: list[str], long: bool) -> tuple[list[int] | None, np.ndarray]:
+        """One definition on its candidate records' texts (``long``: some are longer than Python's
+        ``re`` is bounded for): which of them gave a point (None: every one) and the points' values;
+        the others counted in the definition's stats, with why."""
+        matcher = self._matchers[index]
+        # One C call a record for the common case; the matcher picks the engine by length otherwise.
+        found = list(map(matcher.search if long else matcher.python_search, texts))
+        kept: list[int] | None = None
+        matched = found
+        if None in found or False in found:
+            kept = list(compress(range(len(found)), found))
+            matched = [found[i] for i in kept]
+        captured = list(map(_GROUP_1, matched))
+        try:
+            values = np.array(list(map(float, captured)), np.float64)
+        except (TypeError, ValueError):  # a capture that is not a number, or group 1 that did not take part
+            kept, values = self._values(index, texts, found, kept, captured)
+        if kept is not None and len(kept) < len(found):
+            self._misses(index, texts, found)
+        stats = self.stats[index]
+        stats.matches += len(values)
+        stats.nonfinite += len(values) - int(np.count_nonzero(np.isfinite(values)))
+        return kept, values
+
+    def _values(self, index: int, texts: list[str], found: list[Any], kept: list[int] | None,
+                captured: list[Any]) -> tuple[list[int], np.ndarray]:
+        """:meth:`_match`'s points one by one, when a capture was not a number: those that are, and
+        why each other was rejected."""
+        places = kept if kept is not None else list(range(len(found)))
+        good: list[int] = []
+        values: list[float] = []
+        for place, capture in zip(places, captured, strict=True):
+            try:
+                values.append(float(capture))
+            except (TypeError, ValueError):
+                self._miss(index, texts[place], found[place])
             else:
-                wanted = [index for literal, indexes in checks if literal in line for index in indexes]
-                if not wanted:
-                    continue
-                if len(wanted) > 1:
-                    wanted = sorted(set(wanted))
-            if escapes and not line.isprintable():
-                line = line.translate(ESCAPE_TABLE)
-            yield record, start, line, wanted
+                good.append(place)
+        return good, np.array(values, np.float64)
+
+    def _misses(self, index: int, texts: list[str], found: list[Any]) -> None:
+        """Records the definition's regex found nothing in (or stopped at): the first few kept as
+        examples of near misses, every stop counted."""
+        stats = self.stats[index]
+        room = stats.literal is not None and len(stats.unmatched_examples) < EXAMPLES_KEPT
+        if not room and False not in found:
+            return
+        for place, outcome in enumerate(found):
+            if outcome is False or (outcome is None and room):
+                self._miss(index, texts[place], outcome)
+                room = len(stats.unmatched_examples) < EXAMPLES_KEPT
 
     def _miss(self, index: int, text: str, found: Any) -> None:
         """Count why a candidate record gave no point."""
@@ -369,12 +508,21 @@ class ParsedPoint(NamedTuple):
     value: float
 
 
+class Points(NamedTuple):
+    """Points of a saved log as columns, in order."""
+
+    lines: np.ndarray  # 1-based record numbers under the mode's splitting
+    offsets: np.ndarray  # byte offsets of the records' first bytes in the input
+    definitions: np.ndarray  # which definition (index) found each
+    values: np.ndarray
+
+
 SCAN_BLOCK_BYTES = 8 << 20
 
 
-def scan_stream(stream: Any, extractor: Extractor, block_bytes: int = SCAN_BLOCK_BYTES) -> Iterable[ParsedPoint]:
-    """Every point in a binary stream (a saved log), in order. Blocks are cut after a newline,
-    so a record (and a "\\r\\n") never straddles two blocks."""
+def scan_blocks(stream: Any, extractor: Extractor, block_bytes: int = SCAN_BLOCK_BYTES) -> Iterator[Points]:
+    """Every point in a binary stream (a saved log), a block's worth at a time. Blocks are cut after
+    a newline, so a record (and a "\r\n") never straddles two blocks."""
     records_before, offset_before = 0, 0
     pending: list[bytes] = []
     while True:
@@ -389,19 +537,33 @@ def scan_stream(stream: Any, extractor: Extractor, block_bytes: int = SCAN_BLOCK
         else:
             block = b"".join(pending)
             pending = []
-        names = [definition.name for definition in extractor.definitions]
-        for record, offset, definition, value in extractor.scan(block):
-            yield ParsedPoint(records_before + record + 1, offset_before + offset, names[definition], value)
+        found = extractor.scan_columns(block)
+        if len(found.records):
+            yield Points(found.records + (records_before + 1), found.offsets + offset_before, found.definitions,
+                         found.values)
         records_before += extractor.count_records(block)
         offset_before += len(block)
         if not data:
             return
 
 
+def parsed_points(blocks: Iterable[Points], extractor: Extractor) -> Iterator[ParsedPoint]:
+    """Columns of points as :class:`ParsedPoint` values, one by one."""
+    names = [definition.name for definition in extractor.definitions]
+    for found in blocks:
+        yield from map(ParsedPoint, found.lines.tolist(), found.offsets.tolist(),
+                       map(names.__getitem__, found.definitions.tolist()), found.values.tolist())
+
+
+def scan_stream(stream: Any, extractor: Extractor, block_bytes: int = SCAN_BLOCK_BYTES) -> Iterator[ParsedPoint]:
+    """Every point in a binary stream (a saved log), in order."""
+    return parsed_points(scan_blocks(stream, extractor, block_bytes), extractor)
+
+
 # -- whole files, on every core ------------------------------------------------------------
 
 PARALLEL_MIN_BYTES = 32 << 20
-PARALLEL_CHUNK_BYTES = 32 << 20
+PARALLEL_CHUNK_BYTES = 8 << 20
 
 
 def _chunk_bounds(path: str, size: int, chunk_bytes: int) -> list[tuple[int, int]]:
@@ -417,18 +579,28 @@ def _chunk_bounds(path: str, size: int, chunk_bytes: int) -> list[tuple[int, int
     return bounds
 
 
-def _scan_range(task: tuple[str, int, int, list[MetricDefinition], Mode]) -> tuple[list[tuple[int, int, int, float]], int, list[dict[str, Any]]]:
-    path, start, end, definitions, mode = task
-    extractor = Extractor(definitions, mode)
+_worker: Extractor | None = None  # a scan_file_blocks worker's extractor, compiled once
+
+
+def _start_worker(definitions: list[MetricDefinition], mode: Mode) -> None:
+    global _worker
+    _worker = Extractor(definitions, mode)
+
+
+def _scan_range(task: tuple[str, int, int]) -> tuple[Hits, int, list[dict[str, Any]]]:
+    path, start, end = task
+    extractor = _worker
+    assert extractor is not None
+    extractor.reset_stats()
     with open(path, "rb") as handle:
         handle.seek(start)
         block = handle.read(end - start)
-    hits = extractor.scan(block)
+    hits = extractor.scan_columns(block)
     return hits, extractor.count_records(block), [s.to_json() for s in extractor.stats]
 
 
-def scan_file(path: str, extractor: Extractor, workers: int | None = None) -> Iterable[ParsedPoint]:
-    """Every point of a saved log, in order, using every core for a large file.
+def scan_file_blocks(path: str, extractor: Extractor, workers: int | None = None) -> Iterator[Points]:
+    """Every point of a saved log, in order, a range at a time, using every core for a large file.
 
     The file is cut into ranges after newlines; each range is scanned in a worker process and the
     results are joined in order, with line numbers carried across ranges. ``extractor.stats``
@@ -441,24 +613,26 @@ def scan_file(path: str, extractor: Extractor, workers: int | None = None) -> It
     cores = workers or os.cpu_count() or 1
     if size < PARALLEL_MIN_BYTES or cores < 2 or "fork" not in multiprocessing.get_all_start_methods():
         with open(path, "rb") as handle:
-            yield from scan_stream(handle, extractor)
+            yield from scan_blocks(handle, extractor)
         return
-    tasks = [(path, start, end, extractor.definitions, extractor.mode)
-             for start, end in _chunk_bounds(path, size, PARALLEL_CHUNK_BYTES)]
-    names = [d.name for d in extractor.definitions]
+    tasks = [(path, start, end) for start, end in _chunk_bounds(path, size, PARALLEL_CHUNK_BYTES)]
     records_before = 0
-    with multiprocessing.get_context("fork").Pool(cores) as pool:
-        for (_path, start, *_), (hits, records, stats) in zip(tasks, pool.imap(_scan_range, tasks), strict=True):
-            for record, offset, definition, value in hits:
-                yield ParsedPoint(records_before + record + 1, start + offset, names[definition], value)
+    with multiprocessing.get_context("fork").Pool(cores, _start_worker, (extractor.definitions, extractor.mode)) as pool:
+        for (_path, start, _end), (hits, records, stats) in zip(tasks, pool.imap(_scan_range, tasks), strict=True):
+            if len(hits.records):
+                yield Points(hits.records + (records_before + 1), hits.offsets + start, hits.definitions, hits.values)
             records_before += records
             extractor.merge_stats(stats)
+
+
+def scan_file(path: str, extractor: Extractor, workers: int | None = None) -> Iterator[ParsedPoint]:
+    """:func:`scan_file_blocks`, point by point."""
+    return parsed_points(scan_file_blocks(path, extractor, workers), extractor)
 
 
 def _merge(into: DefinitionStats, other: DefinitionStats) -> None:
     into.matches += other.matches
     into.nonfinite += other.nonfinite
-    into.candidates += other.candidates
     for reason, count in other.rejected.items():
         into.rejected[reason] = into.rejected.get(reason, 0) + count
     into.rejected_examples.extend(other.rejected_examples[: max(0, EXAMPLES_KEPT - len(into.rejected_examples))])
