@@ -69,11 +69,27 @@ def test_a_loss_counter_compiles_its_definitions_only_when_output_is_dropped() -
     counter = LossCounter(definitions, Mode.TERMINAL)
     counter.finish()
     assert counter._extractor is None and counter.loss == Loss()
-    counter.begin(b"x", "the spool could not be written")  # mid-record: its first part was kept
-    counter.drop(b"rest of it loss=9\nloss=1\nloss=")
+    counter.begin(b"o", b"step 3 lo", "the spool could not be written")  # mid-record: its first part was kept
+    counter.drop(b"ss=9\nloss=1\nloss=")
     counter.drop(b"2\n")
     counter.finish()
-    assert counter.loss == Loss(2, 2, 32, "the spool could not be written")
+    # "step 3 lo" is stored as a record; its lost point (loss=9, cut in two) and the next two records are not
+    assert counter.loss == Loss(2, 3, 19, "the spool could not be written")
+
+
+def test_a_loss_counter_counts_the_points_of_records_a_drop_cuts_once() -> None:
+    definitions = validate_definitions([{"Name": "loss", "Regex": r"loss=([0-9.]+)"}, {"Name": "acc", "Regex": r"acc=(\S+)"}])
+    counter = LossCounter(definitions, Mode.TERMINAL)
+    counter.begin(b"5", b"loss=0.5", "full")  # the kept start has its point: the drop adds acc's only
+    counter.drop(b" acc=0.9\nloss=1 acc=1\nloss=0.")
+    assert counter.end(b"25 acc=0.8\nloss=3\n") is False  # kept again mid-record: "25 acc=0.8" is stored
+    # the drop's own record (2 points), acc=0.9 of the first cut record, and loss=0.25 of the second (what is
+    # stored of it, "25 acc=0.8", gives its acc point but a loss of 25 nowhere: "loss=0." was dropped)
+    assert counter.loss == Loss(1, 4, 29, "full")
+    counter.begin(b"=", b"lo", "full")
+    counter.drop(b"ss")  # dropped and kept again inside one record: two stored pieces, one record's points
+    counter.end(b"=7\n")
+    assert counter.loss == Loss(1, 5, 31, "full")
 
 
 def test_spool_files_are_named_by_host_and_stream(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from trainmon.debug import records
 from trainmon.errors import ValidationException
 from trainmon.rules import ProfilerRule, catalog, profiler_setup, rule_configs
 from trainmon.rules.configs import as_request
-from trainmon.rules.metric import Finding, Record
+from trainmon.rules.metric import Finding
 from trainmon.rules.profiler import (
     BatchSize,
     CPUBottleneck,
@@ -53,7 +53,7 @@ from trainmon.runtime.monitor import _row_names
 from trainmon.runtime.profilewatch import ProfilerRules, ProfileTap
 from trainmon.runtime.rulewatch import RuleWatcher
 from trainmon.runtime.sampler import GpuReading, default_gpu_source
-from trainmon.store import Batch, Store
+from trainmon.store import Batch, JobPoints, Store
 
 from .conftest import PY, run_cli
 
@@ -588,15 +588,38 @@ def test_the_hooks_steps_reach_step_outlier_and_max_initialization_time(store: S
     assert stepped["StepOutlier"]["RuleEvaluationStatus"] == "NoIssuesFound"  # the step metric's steps win
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_step_outlier_judges_steps_given_together_as_one_at_a_time(seed: int) -> None:
+    rng = random.Random(seed)
+    stamps = [0.0]
+    for _ in range(3000):
+        stamps.append(stamps[-1] + (rng.choice([0.0, 0.0, 0.1, 0.1, 0.1, 7.0]) if rng.random() < 0.1 else 0.1))
+    steps = [step // rng.choice([1, 1, 1, 2]) for step in range(len(stamps))]  # some steps named twice
+    one, together = StepOutlier(n_outliers=5), StepOutlier(n_outliers=5)
+    found = [f for step, stamp in zip(steps, stamps, strict=True) for f in one.observe_step(step, stamp)]
+    cuts = sorted(rng.sample(range(1, len(steps)), 20))
+    found_together = [f for start, end in zip([0, *cuts], [*cuts, len(steps)], strict=True)
+                      for f in together.observe_steps(steps[start:end], stamps[start:end])]
+    assert found == found_together and len(found) == 1
+    assert (one.outliers, one._count, one._mean, one._m2) == (together.outliers, together._count, together._mean,
+                                                               together._m2)
+
+
+def _loss_point(timestamp_s: float, *, seq: int) -> JobPoints:
+    """A train:loss point of algo-1's record ``seq``, as the rules' thread reads it."""
+    return JobPoints(["train:loss"], {1: "algo-1"}, np.array([int(timestamp_s * 1000)]), np.array([1]), np.array([seq]),
+                     np.array([0]), np.array([1.0]))
+
+
 def test_the_hooks_steps_replace_the_loss_points_as_steps() -> None:
     setup = _setup("StepOutlier", n_outliers="0")
     assert setup.parameters.get("loss_metric") == "train:loss" and profiler_setup.reads_hook_steps(setup)
     rules = ProfilerRules([setup])
-    rules.observe_record("algo-1", Record(5.0, {"train:loss": 1.0}))  # a step by the loss, before the hook's came
+    rules.observe_points(_loss_point(5.0, seq=0))  # a step by the loss, before the hook's came
     found = [f for step in range(120) for _, _, f in rules.observe_step("algo-1", step, 100.0 + step)]
     found += [f for _, _, f in rules.observe_step("algo-1", 120, 230.0)]
     assert [f.step for f in found] == [120]  # the loss's point of 5.0 s is not a step before the hook's 100.0 s
-    rules.observe_record("algo-1", Record(231.0, {"train:loss": 1.0}))  # and no step once the hook's came
+    rules.observe_points(_loss_point(231.0, seq=1))  # and no step once the hook's came
     [(rule, _)] = rules.configured[0].rules("algo-1")
     assert isinstance(rule, StepOutlier) and rule.outliers == 1
     stepped = ProfilerRules([_setup("StepOutlier", ("step", "train:loss"), step_metric="step")])

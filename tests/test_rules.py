@@ -456,6 +456,35 @@ def _write(store: Store, row: Any, stream: Any, seq: int, timestamp_ms: int, val
                             stream_stats={stream.id: (1, 6, timestamp_ms)}))
 
 
+def test_the_runner_reads_many_points_a_window_at_a_time_each_once(store: Store, monkeypatch) -> None:
+    """However many points a job stored since the last pass, they are read a window of time at a
+    time (memory stays bounded), each record once, its points together."""
+    from trainmon.runtime import rulewatch
+
+    monkeypatch.setattr(rulewatch, "WINDOW_POINTS", 40)
+    definitions = [{"Name": "train_loss", "Regex": "t=(.*)"}, {"Name": "eval_loss", "Regex": "e=(.*)"}]
+    row, stream = _stored_job(store, [_config("LossNotDecreasing"), _config("Overfit")], definitions)
+    watcher = RuleWatcher(store, row, clock=ManualClock(wall_s=time.time()))
+    seen: list[tuple[float, dict[str, float]]] = []
+    monkeypatch.setattr(watcher, "_observe", lambda host, record: seen.append((record.timestamp_s, dict(record.values)))
+                        or [])
+    reads = []
+    read = store.job_point_columns
+    monkeypatch.setattr(store, "job_point_columns", lambda *args, **kwargs: reads.append(kwargs) or read(*args, **kwargs))
+    expected = []
+    for seq in range(1000):  # 4 records a millisecond, then a gap; every 10th record has both metrics
+        stamp = 1_000 + seq // 4 + (seq // 400) * 60_000
+        values = {"train_loss": seq / 1000} | ({"eval_loss": -seq / 1000} if seq % 10 == 0 else {})
+        _write(store, row, stream, seq, stamp, values)
+        expected.append((stamp / 1000, values))
+        if seq in (130, 555):
+            watcher.evaluate(store)  # passes in between: the millisecond they end at is read again, once
+    watcher.evaluate(store)
+    assert seen == expected
+    sizes = [len(read(row.id, names=watcher.metrics, start_ms=r["start_ms"], end_ms=r["end_ms"]).stamps) for r in reads]
+    assert len(sizes) > 10 and max(sizes) < 1100 / 3  # windows that adapt to what they find (never all at once)
+
+
 def test_the_runner_reads_each_point_once_and_a_records_points_together(store: Store) -> None:
     definitions = [{"Name": "train_loss", "Regex": "t=(.*)"}, {"Name": "eval_loss", "Regex": "e=(.*)"}]
     row, stream = _stored_job(store, [_config("LossNotDecreasing", num_steps="1"), _config("Overfit")], definitions)

@@ -650,6 +650,39 @@ def test_a_store_of_the_row_per_point_schema_is_migrated_to_series(tmp_path: Pat
         store.close()
 
 
+def test_log_chunks_of_an_older_store_read_as_they_were_and_new_ones_are_packed(tmp_path: Path) -> None:
+    """Log text was stored as text; a store made before packing keeps those rows as they are, and
+    new chunks are stored as the bytes read, compressed when that pays, invalid UTF-8 replaced on reading."""
+    import sqlite3
+
+    store = SqliteStore(tmp_path / "trainmon.db")
+    job = new_job(store, "older")
+    stream = store.add_stream(job.id, "algo-1", "older/algo-1-1", 0)
+    store.close()
+    db = sqlite3.connect(tmp_path / "trainmon.db")
+    db.execute("ALTER TABLE log_chunks DROP COLUMN packing")  # the schema before packed chunks
+    db.execute("PRAGMA user_version=7")
+    db.execute("INSERT INTO log_chunks VALUES (?, 0, 2, 10, ?)", (stream.id, "époque 1\nloss=0.5"))
+    db.commit()
+    db.close()
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        flood = "\n".join(f"step {i} loss={i / 7:.5f}" for i in range(2, 2000)).encode()
+        store.write_batch(Batch(job.id, chunks=[(stream.id, 2, 1998, 20, flood), (stream.id, 2000, 1, 30, b"bad \xff byte")],
+                                stream_stats={stream.id: (1999, len(flood) + 10, 30)}))
+        text, last = store.log_text(stream.id)
+        assert last == 2000
+        assert text == "époque 1\nloss=0.5\n" + flood.decode() + "\nbad \ufffd byte\n"
+        stored = dict(store._read("SELECT first_seq, packing FROM log_chunks"))  # type: ignore[attr-defined]
+        assert stored == {0: 0, 2: 1, 2000: 0}  # the flood compressed, the short chunk as it is
+        size = store._read("SELECT length(text) FROM log_chunks WHERE first_seq = 2")[0][0]  # type: ignore[attr-defined]
+        assert size < len(flood) / 3
+        assert [e.message for e in store.events(stream.id, after_seq=1998, limit=2)] == ["step 1999 loss=285.57143",
+                                                                                        "bad \ufffd byte"]
+    finally:
+        store.close()
+
+
 def test_a_store_without_overviews_gains_the_column_and_keeps_its_chunks(tmp_path: Path) -> None:
     """A store of the schema before overviews: its chunks are read as they are (every point) until
     maintenance gives them overviews; new sealed chunks get theirs at once."""
@@ -663,8 +696,9 @@ def test_a_store_without_overviews_gains_the_column_and_keeps_its_chunks(tmp_pat
     store.write_batch(Batch(job.id, points=[("loss", 1000 + i, float(i), "algo-1", stream.id, i) for i in range(9000)]))
     store.close()
     db = sqlite3.connect(tmp_path / "trainmon.db")
-    db.execute("DROP INDEX chunks_without_overview")  # the schema before overviews
+    db.execute("DROP INDEX chunks_without_overview")  # the schema before overviews (and packed log chunks)
     db.execute("ALTER TABLE chunks DROP COLUMN overview")
+    db.execute("ALTER TABLE log_chunks DROP COLUMN packing")
     db.execute("PRAGMA user_version=6")
     db.commit()
     db.close()

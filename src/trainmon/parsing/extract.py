@@ -406,24 +406,27 @@ class Extractor:
         as the regexes see it: all of them joined by "\\n" (no record holds one), escaped with a
         replace per control character the text holds, decoded and split again."""
         if chosen is None:
-            joined = block
+            joined = block  # with the last record's break, if it has one (a copy less)
             if self._split_cr and b"\r" in block:
                 joined = joined.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            if ends[-1] != len(block):  # the last record's break (the text ends at its last record)
-                joined = joined[:-1]
             count = len(ends)
+            breaks = count - int(ends[-1] == len(block))
         else:
             joined = b"\n".join([block[start:end] for start, end in zip(starts[chosen].tolist(), ends[chosen].tolist(),
                                                                        strict=True)])
             count = len(chosen)
+            breaks = count - 1
         if self._escapes:
             codes = np.frombuffer(joined, np.uint8)
             control = np.less(codes, 32, out=self._masks(len(codes))[0])
-            if np.count_nonzero(control) > count - 1:  # more than the "\n" between records
+            if np.count_nonzero(control) > breaks:  # more than the records' "\n"
                 for code in np.unique(codes[control]).tolist():
                     if code != 10:
                         joined = joined.replace(bytes((code,)), ESCAPE_TABLE[code].encode())
-        return joined.decode("utf-8", "replace").split("\n")
+        texts = joined.decode("utf-8", "replace").split("\n")
+        if len(texts) > count:
+            texts.pop()  # after the last record's break
+        return texts
 
     def _match(self, index: int, texts: list[str], long: bool) -> tuple[list[int] | None, np.ndarray]:
         """One definition on its candidate records' texts (``long``: some are longer than Python's

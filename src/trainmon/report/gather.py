@@ -41,7 +41,7 @@ class Budget:
     memory) and the job's metric points (all metrics together, shared evenly among them)."""
 
     profile_rows: int = sources.MAX_PROFILE_ROWS
-    metric_points: int = 4_000_000
+    metric_points: int = 1_000_000
     windows: int = 64  # reads of one metric's points, window by window of time, at most
 
 
@@ -206,17 +206,23 @@ def _points(store: Store, job_id: int, name: str, count: int, cap: int, span_ms:
     """A metric's earliest ``cap`` points, and when the first point left out was (None: none was).
     One read when it holds no more; else window by window of time from the first point (each
     sized to hold about half the cap at the metric's mean rate over the job, twice as wide after
-    one that held little), at most ``windows`` reads: what is in memory is about the cap."""
+    one that held little, read again half as wide when one held more than twice what is left of
+    the cap: a flood of points in a second), at most ``windows`` reads: what is in memory is about
+    the cap."""
     if count <= cap:
         return store.point_columns(job_id, name), None
     start, end = span_ms
-    width = max((end - start) * cap // (2 * count), 1000)
+    width = max((end - start) * cap // (2 * count), 1)
     pieces: list[PointColumns] = []
     held, lower, upper = 0, None, start + width
     read_until: int | None = None  # where the reads stopped (None: at the end)
     for _ in range(windows):
         read_until = None if upper >= end else upper
         piece = store.point_columns(job_id, name, start_ms=lower, end_ms=read_until)
+        if len(piece.stamps) > 2 * (cap - held) and width > 1:
+            width //= 2
+            upper = (start if lower is None else lower) + width
+            continue
         pieces.append(piece)
         held += len(piece.stamps)
         if held > cap or read_until is None:

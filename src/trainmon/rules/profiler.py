@@ -139,6 +139,15 @@ class ProfilerRule:
         """The findings a step of the training loop brings (``timestamp_s``: when its record was read)."""
         return []
 
+    reads_steps = False  # whether observe_step does anything (the rules that read no steps skip them)
+
+    def observe_steps(self, steps: list[int], timestamps_s: list[float]) -> list[Finding]:
+        """:meth:`observe_step` of each step in turn."""
+        found: list[Finding] = []
+        for step, timestamp_s in zip(steps, timestamps_s, strict=True):
+            found.extend(self.observe_step(step, timestamp_s))
+        return found
+
     def notes(self, host: str) -> list[str]:
         """What to tell at the end: why the rule could not judge this host (nothing: it could), or,
         for OverallSystemUsage, what it measured."""
@@ -534,10 +543,15 @@ class MaxInitializationTime(ProfilerRule):
                         f"{_shown(self.threshold_min)} minutes)", values={"waited_seconds": waited_s},
                         thresholds={"threshold": self.threshold_min})]
 
+    reads_steps = True
+
     def observe_step(self, step: int, timestamp_s: float) -> list[Finding]:
         if self._first_step_s is None or timestamp_s < self._first_step_s:
             self._first_step_s = timestamp_s
         return []
+
+    def observe_steps(self, steps: list[int], timestamps_s: list[float]) -> list[Finding]:
+        return self.observe_step(0, min(timestamps_s)) if timestamps_s else []
 
     def notes(self, host: str) -> list[str]:
         if self._first_step_s is not None:
@@ -570,34 +584,41 @@ class StepOutlier(ProfilerRule):
         self._m2 = 0.0
         self._fired = False
 
+    reads_steps = True
+
     def observe_step(self, step: int, timestamp_s: float) -> list[Finding]:
-        previous = self._last
-        if previous is not None and previous[0] == step:
-            return []  # the same step again (another record that names it)
-        self._last = (step, timestamp_s)
-        if previous is None:
-            return []
-        duration_s = timestamp_s - previous[1]
+        return self.observe_steps([step], [timestamp_s])
+
+    def observe_steps(self, steps: list[int], timestamps_s: list[float]) -> list[Finding]:
+        """Each step in turn, in one loop (a job that prints its loss at every step gives millions)."""
         found = []
-        if self._count >= MIN_DURATIONS:
-            sigma = math.sqrt(self._m2 / self._count)
-            limit_s = self._mean + self.stddev * sigma
-            if duration_s > limit_s:
-                self.outliers += 1
-                if self.outliers > self.n_outliers and not self._fired:
-                    self._fired = True
-                    found.append(Finding(self.name, timestamp_s, f"{self.outliers} step durations were more than "
-                                         f"{_shown(self.stddev)} standard deviations above the mean (more than "
-                                         f"n_outliers {self.n_outliers}): step {step} took {duration_s:.3g} s, the "
-                                         f"mean is {self._mean:.3g} s, the standard deviation {sigma:.3g} s",
-                                         step=step, values={"duration_seconds": duration_s,
-                                                            "mean_seconds": self._mean, "stddev_seconds": sigma,
-                                                            "outliers": float(self.outliers)},
-                                         thresholds={"stddev": self.stddev, "n_outliers": self.n_outliers}))
-        self._count += 1
-        delta = duration_s - self._mean
-        self._mean += delta / self._count
-        self._m2 += delta * (duration_s - self._mean)
+        last, count, mean, m2, outliers = self._last, self._count, self._mean, self._m2, self.outliers
+        stddev = self.stddev
+        for step, timestamp_s in zip(steps, timestamps_s, strict=True):
+            if last is not None and last[0] == step:
+                continue  # the same step again (another record that names it)
+            previous, last = last, (step, timestamp_s)
+            if previous is None:
+                continue
+            duration_s = timestamp_s - previous[1]
+            if count >= MIN_DURATIONS:
+                sigma = math.sqrt(m2 / count)
+                if duration_s > mean + stddev * sigma:
+                    outliers += 1
+                    if outliers > self.n_outliers and not self._fired:
+                        self._fired = True
+                        found.append(Finding(self.name, timestamp_s, f"{outliers} step durations were more than "
+                                             f"{_shown(stddev)} standard deviations above the mean (more than "
+                                             f"n_outliers {self.n_outliers}): step {step} took {duration_s:.3g} s, "
+                                             f"the mean is {mean:.3g} s, the standard deviation {sigma:.3g} s",
+                                             step=step, values={"duration_seconds": duration_s, "mean_seconds": mean,
+                                                                "stddev_seconds": sigma, "outliers": float(outliers)},
+                                             thresholds={"stddev": stddev, "n_outliers": self.n_outliers}))
+            count += 1
+            delta = duration_s - mean
+            mean += delta / count
+            m2 += delta * (duration_s - mean)
+        self._last, self._count, self._mean, self._m2, self.outliers = last, count, mean, m2, outliers
         return found
 
     def notes(self, host: str) -> list[str]:

@@ -37,16 +37,18 @@ from ..errors import StoreError, StoreFull
 from ..jobs.document import UnstoredOutput
 from ..parsing.definitions import MetricDefinition
 from ..parsing.extract import Extractor
-from ..parsing.framing import Mode, decode, last_break_end, split_text
-from ..store import Batch, Store
+from ..parsing.framing import Mode, decode, last_break_end
+from ..store import Batch, PointBlock, Store
 from .retry import FULL_DISK_TRIES, Backoff
 
 READ_BYTES = 1 << 20
 MAX_RECORD_BYTES = 16 << 20
 STDERR_TAIL_RECORDS = 20
+STDERR_TAIL_BYTES = 64 << 10  # of a block, what the stderr tail is taken from
 FLUSH_BYTES = 8 << 20
 FLUSH_POINTS = 50_000
 MEMORY_CAP_BYTES = 64 << 20  # output held in memory when the spool cannot be written, for the whole job
+OPEN_RECORD_BYTES = 64 << 10  # of a record a drop starts in: what is matched with its dropped rest
 POLL_MS = 200
 SPOOL_RETRY_MS = 1000  # a spool that could not be written is tried again this often
 FRAME = struct.Struct("<qI")  # a spool frame's header: read time (ms), length; the bytes follow
@@ -122,33 +124,30 @@ class Loss:
         return {"Records": self.records, "Points": self.points, "Bytes": self.bytes, "Reason": self.reason}
 
 
-def count_block(extractor: Extractor, block: bytes, *, skip_first: bool = False) -> Loss:
-    """The records of a block of whole records and the points they hold, as lost; with
-    ``skip_first``, but its first record (counted elsewhere: part of it was stored)."""
+def count_block(extractor: Extractor, block: bytes) -> Loss:
+    """The records of a block of whole records and the points they hold, as lost."""
     if not block:
         return Loss()
-    hits = extractor.scan(block)
-    records = extractor.count_records(block)
-    if skip_first:
-        records -= 1
-        hits = [hit for hit in hits if hit[0] > 0]  # (record, offset, definition, value)
-    return Loss(records, len(hits))
+    points = len(extractor.scan_columns(block).records)
+    return Loss(extractor.count_records(block), points)
 
 
 class LossCounter:
     """Counts the records and points of output that has to be dropped, in the reader's thread (its
     own cutter and extractor: the ingestor's are not shared).
 
-    A record that the drop starts in the middle of is the ingestor's (it stores its first part), so
-    the counter does not count it again; a record the drop ends in the middle of is the ingestor's
-    too (it stores the rest). Every record is counted once, stored or not."""
+    Where a drop starts or ends in the middle of a record, the ingestor stores the part that was
+    kept as a record, so the counter counts no record there, and as points the record's points less
+    those of the part stored (what the whole record holds is found by matching it whole: the kept
+    part, up to ``OPEN_RECORD_BYTES`` of it, with the dropped one). Every record is counted once,
+    stored or not, and so is every point."""
 
     def __init__(self, definitions: Sequence[MetricDefinition], mode: Mode) -> None:
         self.definitions = definitions
         self.cutter = RecordCutter(mode)
         self.loss = Loss()
         self._extractor: Extractor | None = None
-        self._skip_first = False
+        self._kept_start: bytes | None = None  # the stored start of the record the drop began in
 
     @property
     def extractor(self) -> Extractor:
@@ -157,33 +156,53 @@ class LossCounter:
             self._extractor = Extractor(self.definitions, self.cutter.mode)
         return self._extractor
 
-    def begin(self, last_kept: bytes, reason: str) -> None:
-        """Dropping starts, for ``reason``, after kept output whose last byte was ``last_kept``: it
-        may have ended mid-record, or just after a "\\r"."""
+    def begin(self, last_kept: bytes, open_record: bytes, reason: str) -> None:
+        """Dropping starts, for ``reason``, after kept output whose last byte was ``last_kept`` and
+        whose record in progress (stored as a record of its own by the ingestor) is ``open_record``."""
         mode = self.cutter.mode
         self.cutter.restart(after_cr=last_kept == b"\r" and mode.splits_on_cr)
-        self._skip_first = not _ends_record(last_kept, mode)
+        self._kept_start = None if _ends_record(last_kept, mode) else open_record
         self.loss.reason = self.loss.reason or reason
 
     def drop(self, data: bytes) -> None:
         self._count(self.cutter.feed(data))
         self.loss.bytes += len(data)
 
-    def end(self) -> bool:
-        """Dropping ends (the output is kept again): the record in progress is the ingestor's. Whether
-        the dropped output ended just after a "\r"."""
+    def end(self, kept: bytes) -> bool:
+        """Dropping ends, and ``kept`` is kept: its first record's start was dropped (the ingestor
+        stores the rest as a record). Whether the dropped output ended just after a "\r"."""
         after_cr = self.cutter.after_cr
-        self.cutter.finish()
-        self._skip_first = False
+        dropped = self.cutter.finish()
+        if dropped or self._kept_start is not None:
+            start = self._kept_start or b""
+            rest = kept[:_first_break(kept, self.cutter.mode)]
+            self.loss.points += (self._points(start + dropped + rest) - self._points(rest)
+                                 - (self._points(start) if self._kept_start is not None else 0))
+        self._kept_start = None
         return after_cr
 
     def finish(self) -> None:
         self._count(self.cutter.finish())
 
     def _count(self, block: bytes) -> None:
-        if block:
-            self.loss.add(count_block(self.extractor, block, skip_first=self._skip_first))
-            self._skip_first = False
+        if not block:
+            return
+        loss = count_block(self.extractor, block)
+        if self._kept_start is not None:  # the first record's start was stored: the record counts there
+            rest = block[:_first_break(block, self.cutter.mode)]
+            loss.records -= 1
+            loss.points += self._points(self._kept_start + rest) - self._points(self._kept_start) - self._points(rest)
+            self._kept_start = None
+        self.loss.add(loss)
+
+    def _points(self, record: bytes) -> int:
+        return len(self.extractor.scan_columns(record).records) if record else 0
+
+
+def _first_break(data: bytes, mode: Mode) -> int:
+    """Where the first record of ``data`` ends (its length when it holds no break)."""
+    ends = [end for end in (data.find(b"\n"), data.find(b"\r") if mode.splits_on_cr else -1) if end != -1]
+    return min(ends, default=len(data))
 
 
 class PipeReader(threading.Thread):
@@ -207,6 +226,7 @@ class PipeReader(threading.Thread):
         self._spool_retry_ms = 0
         self._dropping = False
         self._last_kept = b"\n"
+        self._open_record = b""  # the kept output's record in progress (its last OPEN_RECORD_BYTES)
 
     def abandon(self) -> None:
         """Stop reading (what is still in the pipe is not read): for a pipe whose writers will not
@@ -270,7 +290,7 @@ class PipeReader(threading.Thread):
             return offset
         if not self._dropping:
             self._dropping = True
-            self.losses.begin(self._last_kept, f"the job's spool could not be written ({self.spool_error}) and the "
+            self.losses.begin(self._last_kept, self._open_record, f"the job's spool could not be written ({self.spool_error}) and the "
                               f"{self.budget.cap_bytes >> 20} MiB of output trainmon holds in memory meanwhile were full")
             self.chunks.append(Chunk(offset, 0, stamp, b"", cut=True))
         self.losses.drop(data)
@@ -279,10 +299,21 @@ class PipeReader(threading.Thread):
     def _kept(self, chunk: Chunk, data: bytes) -> None:
         if self._dropping:
             self._dropping = False
-            self.chunks.append(Chunk(chunk.start, 0, chunk.timestamp_ms, b"", cut=True, after_cr=self.losses.end()))
+            self.chunks.append(Chunk(chunk.start, 0, chunk.timestamp_ms, b"", cut=True,
+                                     after_cr=self.losses.end(data)))
         self.chunks.append(chunk)
         self._last_kept = data[-1:]
+        cut = last_break_end(data, self.losses.cutter.mode)
+        self._open_record = data[cut:] if cut else (self._open_record + data)[-OPEN_RECORD_BYTES:]
         self.wake.set()
+
+
+def stored_text(block: bytes, mode: Mode) -> bytes | memoryview:
+    """A block of whole records as a log chunk holds them: joined by "\\n" (a "\\r" or "\\r\\n" break is
+    one too in the modes that split there), without the last record's break (a view: no copy)."""
+    if mode.splits_on_cr and b"\r" in block:
+        block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return memoryview(block)[:-1] if block.endswith(b"\n") else block
 
 
 def _ends_record(last: bytes, mode: Mode) -> bool:
@@ -535,7 +566,7 @@ class Ingestor(threading.Thread):
         """The job has ended and the store stays full: count what is left as lost, and stop."""
         batch = self._pending
         reason = self.store_error.message if self.store_error else "the store refused the writes"
-        self.loss.add(Loss(sum(c[2] for c in batch.chunks), len(batch.points), batch.text_bytes, reason))
+        self.loss.add(Loss(sum(c[2] for c in batch.chunks), batch.point_count, batch.text_bytes, reason))
         self._pending = Batch(self.job_id)
         for _, _, _, pipe, chunk in self._take_work():
             self.loss.add(count_block(self.extractor, self._records(pipe, chunk)[0]))
@@ -624,27 +655,24 @@ class Ingestor(threading.Thread):
                 self.echo.passthrough(pipe.is_stderr, raw)
             return True
         extractor = self.extractor
-        text = decode(block)
-        if extractor.mode.splits_on_cr and "\r" in text:
-            text = "\n".join(split_text(text, extractor.mode))
-        elif text.endswith("\n"):
-            text = text[:-1]
-        hits = extractor.scan(block)
+        hits = extractor.scan_columns(block)
         count = extractor.count_records(block)  # after the scan, which has counted them already
+        text = stored_text(block, extractor.mode)
         first = stream.next_seq
         batch = self._pending
         batch.chunks.append((stream.stream_id, first, count, stamp, text))
         batch.text_bytes += len(block)
-        names = self._names
-        host, stream_id = stream.host, stream.stream_id
-        for record, _offset, definition, value in hits:
-            batch.points.append((names[definition], stamp, None if value != value else value, host, stream_id,
-                                 first + record))
-            if self.echo:
-                self.echo.point(names[definition], value, host, first + record)
+        host = stream.host
+        if len(hits.records):
+            seqs = hits.records + first
+            batch.add_points(PointBlock(self._names, stamp, host, stream.stream_id, seqs, hits.definitions, hits.values))
+            if self.echo and self.echo.live_metrics:
+                for seq, definition, value in zip(seqs.tolist(), hits.definitions.tolist(), hits.values.tolist(),
+                                                  strict=True):
+                    self.echo.point(self._names[definition], value, host, seq)
         if self.echo:
             if self.echo.prefix_hosts:
-                self.echo.records(host, pipe.is_stderr, text.split("\n"))
+                self.echo.records(host, pipe.is_stderr, decode(bytes(text)).split("\n"))
             elif raw:
                 self.echo.passthrough(pipe.is_stderr, raw)
             else:
@@ -654,8 +682,9 @@ class Ingestor(threading.Thread):
         batch.stream_stats[stream.stream_id] = (previous[0] + count, previous[1] + self._unstored_bytes(pipe),
                                                 stamp)
         if pipe.is_stderr:
-            stream.stderr_tail.extend(text.rsplit("\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:])
-        if batch.text_bytes >= FLUSH_BYTES or len(batch.points) >= FLUSH_POINTS:
+            tail = bytes(text[-STDERR_TAIL_BYTES:]).rsplit(b"\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:]
+            stream.stderr_tail.extend(decode(line) for line in tail)
+        if batch.text_bytes >= FLUSH_BYTES or batch.point_count >= FLUSH_POINTS:
             self._note_progress()
             return self._flush()
         return True

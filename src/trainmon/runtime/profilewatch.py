@@ -22,7 +22,6 @@ StatusDetails. A report that fails is a line there, never the job's failure.
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 from collections import deque
@@ -30,11 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from ..jobs.document import JobDocument
 from ..rules import profiler, profiler_setup
 from ..rules.catalog import RuleSetup
-from ..rules.metric import Finding, Record
-from ..store import JobRow, Store
+from ..rules.metric import Finding
+from ..store import JobPoints, JobRow, Store
 
 CAPACITY_ROWS = 4096  # about 7 minutes of one host at 100 ms; a pass takes them every second
 MAX_DETAILS_CHARS = 1024  # StatusDetails' length in SageMaker's model
@@ -110,29 +111,48 @@ class ProfilerRules:
 
     # -- feeding ------------------------------------------------------------------------------
 
-    def observe_record(self, host: str, record: Record) -> list[Found]:
-        """A record of the job's output (its points of the metrics read here): the steps it holds."""
-        if not self.configured or self.metrics.isdisjoint(record.values):
+    def observe_points(self, points: JobPoints) -> list[Found]:
+        """Points of the job's output (the metrics read here; in time, stream and record order): the
+        steps they hold, to each step rule a host's at a time. A record counts once for a metric,
+        with its last value of it (several definitions may share a name)."""
+        names = self.metrics.intersection(points.names)
+        if not self.configured or not names:
             return []
-        for name in self.metrics.intersection(record.values):
-            self._points[(host, name)] = self._points.get((host, name), 0) + 1
+        found: list[Found] = []
+        for name in sorted(names):
+            rows = np.flatnonzero(points.metrics == points.names.index(name))
+            streams, seqs = points.streams[rows], points.seqs[rows]
+            last = np.ones(len(rows), bool)  # the last point of its record
+            last[:-1] = (streams[1:] != streams[:-1]) | (seqs[1:] != seqs[:-1])
+            rows, streams = rows[last], streams[last]
+            for stream in dict.fromkeys(streams.tolist()):
+                host = points.hosts.get(stream, "algo-1")
+                mine = rows[streams == stream]
+                counted = self._points.get((host, name), 0)
+                self._points[(host, name)] = counted + len(mine)
+                values = points.values[mine]
+                stamps_s = (points.stamps[mine] / 1000).tolist()
+                found.extend(self._steps(host, name, counted, values, stamps_s))
+        return found
+
+    def _steps(self, host: str, name: str, counted: int, values: np.ndarray, stamps_s: list[float]) -> list[Found]:
+        """A host's step points of one metric (``counted`` of them before), to the rules whose steps they are."""
         found: list[Found] = []
         for configured in self.configured:
             if configured.failed:
                 continue
             try:
                 for rule, source in configured.rules(host):
-                    if source is None or source.metric not in record.values or (
+                    if not rule.reads_steps or source is None or source.metric != name or (
                             source.counted and host in self._hooked):
                         continue
-                    value = record.values[source.metric]
                     if source.counted:
-                        step = self._points[(host, source.metric)]
-                    elif math.isfinite(value):
-                        step = int(value)
+                        steps, times = list(range(counted + 1, counted + 1 + len(values))), stamps_s
                     else:
-                        continue
-                    found.extend(self._found(configured, host, rule.observe_step(step, record.timestamp_s)))
+                        finite = np.isfinite(values)
+                        steps = [int(value) for value in values[finite].tolist()]
+                        times = stamps_s if finite.all() else np.array(stamps_s)[finite].tolist()
+                    found.extend(self._found(configured, host, rule.observe_steps(steps, times)))
             except Exception as exc:  # the rule is reported Error; the others go on
                 self._fail(configured, exc)
         return found

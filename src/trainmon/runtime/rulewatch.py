@@ -25,16 +25,18 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..clock import REAL_CLOCK, Clock
 from ..jobs import rulestatus
 from ..plainjson import finite
 from ..rules import catalog
 from ..rules.metric import Finding, MetricRule, Record, StalledTraining
-from ..store import JobRow, PointRow, Store, open_store
+from ..store import JobPoints, JobRow, Store, open_store
 from . import notify, tensors
 from .profilewatch import ProfilerRules, ProfileTap
 
@@ -43,6 +45,9 @@ FINISH_TIMEOUT_S = 30.0
 MAX_PENDING = 1000  # findings kept for the store while it cannot take them
 REPORT_WAIT_S = 600.0  # for the job's final status, before ProfilerReport's report is made anyway
 FINAL_TRIES = 3  # the last pass, read again after a failure before the rules give up their verdict
+WINDOW_POINTS = 50_000  # about as many points a read of them at a time, whatever the job prints
+FIRST_WINDOW_MS = 100
+MAX_WINDOW_MS = 86_400_000
 
 Deliver = Callable[[str, dict[str, Any]], None]
 
@@ -87,6 +92,7 @@ class RuleWatcher(threading.Thread):
         self.arn = job.doc["TrainingJobArn"]
         self.rules = [_Rule(setup) for setup in evaluated_rules(job.doc)]
         self.metrics = sorted({name for rule in self.rules for name in rule.setup.metrics})
+        self._record_rules = any(rule.watched and not rule.stall for rule in self.rules)  # fed record by record
         hooked = any(r.setup.rule in catalog.TENSOR_RULES and not r.setup.metrics for r in self.rules)  # reads the hook's
         self.profiling = ProfilerRules([rule.setup for rule in self.rules if rule.profiler], profile,  # the monitor's rows
                                        hook=hooked)
@@ -98,8 +104,10 @@ class RuleWatcher(threading.Thread):
         self.error: Exception | None = None  # the last pass's failure, if it failed
         self.findings: list[dict[str, Any]] = []  # every finding of this run, as recorded
         self.passes = 0
-        self._since_ms: int | None = None  # the newest point time read so far
-        self._seen: set[tuple[int, int, str]] = set()  # the points at that time already read
+        self._since_ms: int | None = None  # the points before this time are read
+        self._seen_ms: int | None = None  # and those of this time in _seen (the millisecond a pass ended at)
+        self._seen: set[tuple[int, int, str]] = set()
+        self._window_ms = FIRST_WINDOW_MS  # of the job's time, a read of its points at a time (_windows)
         self._pending: list[dict[str, Any]] = []  # findings the store has not taken yet
         self._stopped = False
         self._final = False
@@ -161,27 +169,32 @@ class RuleWatcher(threading.Thread):
 
     def _pass(self, store: Store, *, final: bool) -> bool:
         """One pass; whether it could read the new points."""
+        found: list[dict[str, Any]] = []
         try:
-            found = self.evaluate(store, check_stalls=not final and self.active())
+            self.evaluate(store, check_stalls=not final and self.active(), found=found)
             self.passes += 1
             self.error = None
-        except Exception as exc:  # a store outage, say: the next pass reads from where this one began
+        except Exception as exc:  # a store outage, say: the next pass reads from where this one stopped
             self.error = exc
-            self._handle(store, [], final=final)
+            self._handle(store, found, final=final)  # what the windows read before it gave
             return False
         self._handle(store, found, final=final)
         return True
 
-    def evaluate(self, store: Store, *, check_stalls: bool = True) -> list[dict[str, Any]]:
-        """One pass: the new points fed to the rules, and the findings they gave (as recorded)."""
+    def evaluate(self, store: Store, *, check_stalls: bool = True,
+                 found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """One pass: the new points fed to the rules, and the findings they gave (as recorded; into
+        ``found``, when given, as they come)."""
         streams = store.streams(self.job_id)
-        hosts = {stream.id: stream.host for stream in streams}
-        found: list[dict[str, Any]] = []
+        found = [] if found is None else found
         if self.metrics:
-            points = store.points(self.job_id, names=self.metrics, start_ms=self._since_ms)
-            for host, record in self._records(self._new(points), hosts):
-                found.extend(self._observe(host, record))
-                found.extend(self._profiled(self.profiling.observe_record(host, record)))
+            times = [stream.last_event_ms for stream in streams if stream.last_event_ms is not None]
+            starts = [stream.first_event_ms for stream in streams if stream.first_event_ms is not None]
+            for points in self._windows(store, min(starts, default=0), max(times, default=None)):
+                if self._record_rules:
+                    for host, record in self._records(points):
+                        found.extend(self._observe(host, record))
+                found.extend(self._profiled(self.profiling.observe_points(points)))
         try:  # on its own: the tensor files' trouble never costs this pass's metric findings
             found.extend(self._observe_tensors())
         except Exception as exc:
@@ -206,32 +219,59 @@ class RuleWatcher(threading.Thread):
                             found.append(self._recorded(rule, host, finding))
         return found
 
-    def _new(self, points: list[PointRow]) -> list[PointRow]:
-        """The points not read before (a pass reads from the newest time it has seen, inclusive)."""
-        fresh = [p for p in points if (p.stream_id, p.seq, p.name) not in self._seen
-                 or p.timestamp_ms != self._since_ms]
-        if fresh:
-            newest = max(p.timestamp_ms for p in fresh)
-            if newest != self._since_ms:
-                self._seen = set()
-            self._since_ms = newest
-            self._seen.update((p.stream_id, p.seq, p.name) for p in fresh if p.timestamp_ms == newest)
-        return fresh
+    def _windows(self, store: Store, oldest_ms: int, newest_ms: int | None) -> Iterator[JobPoints]:
+        """The points stored since the last pass (the first: since the oldest record), a window of
+        time at a time (about ``WINDOW_POINTS`` each, whatever the job prints: the window narrows
+        after a full one and widens after a thin one), through the newest record's time. The points
+        of that millisecond are read again by the next pass (more of them may come in a batch of
+        their own), which skips those read here. A read that fails ends the pass; the next one
+        starts where it did."""
+        if newest_ms is None:
+            return
+        since = self._since_ms if self._since_ms is not None else oldest_ms
+        while since <= newest_ms:
+            until = min(newest_ms + 1, since + self._window_ms)
+            points = store.job_point_columns(self.job_id, names=self.metrics, start_ms=since, end_ms=until)
+            size = len(points.stamps)
+            if size > WINDOW_POINTS:
+                self._window_ms = max(1, self._window_ms // 2)
+            elif size < WINDOW_POINTS // 4:
+                self._window_ms = min(MAX_WINDOW_MS, self._window_ms * 2)
+            points = self._unseen(points, newest_ms if until > newest_ms else None)
+            self._since_ms = since = until if until <= newest_ms else newest_ms
+            if len(points.stamps):
+                yield points
+            if until > newest_ms:
+                return
+
+    def _unseen(self, points: JobPoints, last_ms: int | None) -> JobPoints:
+        """``points`` without those of the millisecond a pass ended at that it read; with ``last_ms``
+        (this read ends a pass there), those read now of that millisecond noted for the next pass."""
+        if self._seen and len(points.stamps) and points.stamps[0] == self._seen_ms:
+            at = np.flatnonzero(points.stamps == self._seen_ms)
+            keep = np.ones(len(points.stamps), bool)
+            keep[at] = [(stream, seq, points.names[metric]) not in self._seen for stream, seq, metric in
+                        zip(points.streams[at].tolist(), points.seqs[at].tolist(), points.metrics[at].tolist(),
+                            strict=True)]
+            points = JobPoints(points.names, points.hosts, *(column[keep] for column in points[2:]))
+        if last_ms is not None:
+            at = np.flatnonzero(points.stamps == last_ms)
+            if last_ms != self._seen_ms:
+                self._seen_ms, self._seen = last_ms, set()
+            self._seen.update(zip(points.streams[at].tolist(), points.seqs[at].tolist(),
+                                  [points.names[metric] for metric in points.metrics[at].tolist()], strict=True))
+        return points
 
     @staticmethod
-    def _records(points: list[PointRow], hosts: dict[int, str]) -> Iterable[tuple[str, Record]]:
+    def _records(points: JobPoints) -> Iterator[tuple[str, Record]]:
         """Points (in time, stream and record order) as records: one log record's points together."""
-        key: tuple[int, int] | None = None
-        values: dict[str, float] = {}
-        stamp = 0
-        for point in points:
-            if (point.stream_id, point.seq) != key:
-                if key is not None:
-                    yield hosts.get(key[0], "algo-1"), Record(stamp / 1000, values)
-                key, values, stamp = (point.stream_id, point.seq), {}, point.timestamp_ms
-            values[point.name] = point.value
-        if key is not None:
-            yield hosts.get(key[0], "algo-1"), Record(stamp / 1000, values)
+        streams, seqs = points.streams, points.seqs
+        starts = np.flatnonzero(np.concatenate(([True], (streams[1:] != streams[:-1]) | (seqs[1:] != seqs[:-1]))))
+        names = [points.names[metric] for metric in points.metrics.tolist()]
+        values, stamps, stream_of = points.values.tolist(), points.stamps.tolist(), streams.tolist()
+        for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(values)], strict=True):
+            yield (points.hosts.get(stream_of[start], "algo-1"),
+                   Record(stamps[start] / 1000, dict(zip(names[start:end], values[start:end], strict=True))))
 
     def _observe(self, host: str, record: Record) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []

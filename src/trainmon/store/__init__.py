@@ -16,10 +16,22 @@ from .. import config
 from ..cloudwatch.retention import Retention
 from ..errors import StoreError
 from .base import Store
-from .rows import AlarmHistoryRow, AlarmRow, Batch, EventRow, JobRow, Maintenance, PointColumns, PointRow, StreamRow
+from .rows import (
+    AlarmHistoryRow,
+    AlarmRow,
+    Batch,
+    EventRow,
+    JobPoints,
+    JobRow,
+    Maintenance,
+    PointBlock,
+    PointColumns,
+    PointRow,
+    StreamRow,
+)
 from .sqlite import SqliteStore
 
-__all__ = ["AlarmHistoryRow", "AlarmRow", "Batch", "EventRow", "JobRow", "Maintenance", "PointColumns", "PointRow", "StreamRow", "SqliteStore", "Store", "open_store"]
+__all__ = ["AlarmHistoryRow", "AlarmRow", "Batch", "EventRow", "JobPoints", "JobRow", "Maintenance", "PointBlock", "PointColumns", "PointRow", "StreamRow", "SqliteStore", "Store", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 

@@ -25,12 +25,13 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.statistics import Columns, Sample
 from ..errors import ResourceInUse, ResourceNotFound
 from ..jobs.document import JobDocument, SupervisorIdentity
+from .codec import pack_text, unpack_text
 from .rows import (
     AlarmHistoryRow,
     AlarmRow,
     Batch,
-    ChunkTuple,
     EventRow,
+    JobPoints,
     JobRow,
     Maintenance,
     PointColumns,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 SEQ_END = 2**62  # above every record number
 ChunkRow = tuple[int, int, int, str]  # a stored log chunk: first_seq, count (of records), timestamp_ms, text
+PackedChunk = tuple[int, int, int, int, bytes, int]  # a log chunk to insert: ChunkTuple's, its text packed, packing
 
 JOB_COLUMNS = "id, name, status, creation_time, last_modified_time, doc, supervisor, stop_requested, diagnostics"
 STREAM_COLUMNS = (
@@ -138,6 +140,11 @@ class Store(Protocol):
         start_ms: int | None = None,
         end_ms: int | None = None,
     ) -> list[PointRow]: ...
+
+    def job_point_columns(self, job_id: int, *, names: list[str] | None = None, start_ms: int | None = None,
+                          end_ms: int | None = None) -> JobPoints:
+        """:meth:`points` as columns, in the same order."""
+        ...
 
     def point_columns(self, job_id: int, name: str, *, host: str | None = None, start_ms: int | None = None,
                       end_ms: int | None = None) -> PointColumns:
@@ -274,7 +281,7 @@ class SqlStore:
         with self._snapshot() as sql:
             return work(sql)
 
-    def _insert_chunks(self, sql: Sql, chunks: list[ChunkTuple]) -> None:
+    def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
         raise NotImplementedError
 
     # -- jobs
@@ -445,12 +452,11 @@ class SqlStore:
             lowest, comparison = rows[-1][0], ">"
 
     def _chunks(self, condition: str, args: Sequence[Any], rows: int) -> list[ChunkRow]:
-        """Up to ``rows`` log chunks matching a WHERE ... ORDER BY condition, their text decoded
-        (SQLite gives str, PostgreSQL bytea)."""
+        """Up to ``rows`` log chunks matching a WHERE ... ORDER BY condition, their text unpacked."""
         found = self._read(
-            f"SELECT first_seq, count, timestamp_ms, text FROM log_chunks WHERE {condition} LIMIT {rows}", args)
-        return [(first, count, stamp, text if isinstance(text, str) else bytes(text).decode("utf-8"))
-                for first, count, stamp, text in found]
+            f"SELECT first_seq, count, timestamp_ms, text, packing FROM log_chunks WHERE {condition} LIMIT {rows}",
+            args)
+        return [(first, count, stamp, unpack_text(text, packing)) for first, count, stamp, text, packing in found]
 
     # -- ingestion
 
@@ -458,11 +464,13 @@ class SqlStore:
         """Log chunks, points, stream counters and diagnostics of one step: all of it or nothing.
         Writing a batch again after an error that left its outcome unknown stores it once."""
         points = prepared_points(batch)  # before the transaction, so its lock is held less
+        chunks = [(stream_id, first, count, stamp, *pack_text(text)) for stream_id, first, count, stamp, text
+                  in batch.chunks]
         with self._transaction() as sql:
             if _stored_already(sql, batch):
                 return
-            if batch.chunks:
-                self._insert_chunks(sql, batch.chunks)
+            if chunks:
+                self._insert_chunks(sql, chunks)
             if points is not None:
                 from .series import write_points
 
@@ -496,6 +504,13 @@ class SqlStore:
 
         return self._reading(lambda sql: series.job_points(sql, job_id, names=names, host=host, start_ms=start_ms,
                                                            end_ms=end_ms))
+
+    def job_point_columns(self, job_id: int, *, names: list[str] | None = None, start_ms: int | None = None,
+                          end_ms: int | None = None) -> JobPoints:
+        from . import series
+
+        return self._reading(lambda sql: series.job_point_columns(sql, job_id, names=names, host=None,
+                                                                  start_ms=start_ms, end_ms=end_ms))
 
     def point_columns(self, job_id: int, name: str, *, host: str | None = None, start_ms: int | None = None,
                       end_ms: int | None = None) -> PointColumns:
@@ -677,11 +692,11 @@ class SqlStore:
 
 def prepared_points(batch: Batch) -> Any:
     """What ``series.prepare_points`` makes of a batch's points, before the write transaction."""
-    if not batch.points:
+    if not batch.points and not batch.point_blocks:
         return None
     from . import series
 
-    return series.prepare_points(batch.points)
+    return series.prepare_points(batch.points, batch.point_blocks)
 
 
 # -- rows and records ----------------------------------------------------------------------

@@ -49,10 +49,45 @@ def _compressor() -> zstandard.ZstdCompressor:
     return _zstd.compressor  # type: ignore[no-any-return]
 
 
+def _text_compressor() -> zstandard.ZstdCompressor:
+    """Level 1 for log text: as small as level 3 on logs (within 1%), a third faster."""
+    if not hasattr(_zstd, "text_compressor"):
+        _zstd.text_compressor = zstandard.ZstdCompressor(level=1)
+    return _zstd.text_compressor  # type: ignore[no-any-return]
+
+
 def _decompressor() -> zstandard.ZstdDecompressor:
     if not hasattr(_zstd, "decompressor"):
         _zstd.decompressor = zstandard.ZstdDecompressor()
     return _zstd.decompressor  # type: ignore[no-any-return]
+
+
+# -- log text ------------------------------------------------------------------------------
+
+TEXT_AS_IS, TEXT_ZSTD = 0, 1  # how a log chunk's text is stored (log_chunks.packing)
+PACK_TEXT_BYTES = 512  # a shorter chunk (a line or a few) is stored as it is: a zstd frame would not pay
+
+
+def pack_text(text: str | bytes | memoryview) -> tuple[bytes, int]:
+    """A log chunk's records (UTF-8, as read: invalid bytes are replaced when read back) as stored,
+    and how: zstd-compressed when that makes it smaller. Logs compress about five times, so a flood
+    costs the store a fifth of its bytes, and the compression runs without Python's lock."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    if len(data) < PACK_TEXT_BYTES:
+        return bytes(data), TEXT_AS_IS
+    packed: bytes = _text_compressor().compress(data)
+    return (packed, TEXT_ZSTD) if len(packed) < len(data) else (bytes(data), TEXT_AS_IS)
+
+
+def unpack_text(stored: str | bytes | memoryview, packing: int) -> str:
+    """A stored log chunk's text (a chunk written before packing existed may be text already)."""
+    if isinstance(stored, str):
+        return stored
+    data = _decompressor().decompress(stored) if packing == TEXT_ZSTD else bytes(stored)
+    return data.decode("utf-8", "replace")
+
+
+# -- columns -------------------------------------------------------------------------------
 
 
 def pack(columns: Sequence[np.ndarray]) -> bytes:

@@ -42,8 +42,7 @@ from psycopg import errors as pg_errors
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.retention import current as current_retention
 from ..errors import StoreError
-from .base import SqlStore
-from .rows import ChunkTuple
+from .base import PackedChunk, SqlStore
 from .sql import Problem, Sql, T, store_error
 
 _MIGRATIONS: list[str | Callable[[psycopg.Connection[Any]], None]] = [
@@ -216,6 +215,9 @@ _MIGRATIONS.append("""
     CREATE INDEX chunks_without_overview ON chunks (id) WHERE kind = 0 AND sealed = 1 AND overview IS NULL
         AND count > 128;  -- what maintenance gives an overview (store.overview.BLOCK)
     """)
+# A log chunk's text is stored as the bytes read, zstd-compressed when that pays (store.codec.pack_text);
+# older rows keep their text (packing 0).
+_MIGRATIONS.append("ALTER TABLE log_chunks ADD COLUMN packing SMALLINT NOT NULL DEFAULT 0")
 # ``metrics.dimensions`` can be longer than a btree entry may be (30 dimensions of 1 KiB values),
 # so its uniqueness is that of its SHA-256.
 
@@ -357,14 +359,14 @@ class PostgresStore(SqlStore):
                 raise
         raise AssertionError("unreachable")
 
-    def _insert_chunks(self, sql: Sql, chunks: list[ChunkTuple]) -> None:
+    def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
         assert isinstance(sql, _Sql)
         with sql.db.cursor().copy(
-            "COPY log_chunks (stream_id, first_seq, count, timestamp_ms, text) FROM STDIN (FORMAT BINARY)"
+            "COPY log_chunks (stream_id, first_seq, count, timestamp_ms, text, packing) FROM STDIN (FORMAT BINARY)"
         ) as copy:
-            copy.set_types(["int8", "int8", "int4", "int8", "bytea"])
-            for stream_id, first_seq, count, stamp, text in chunks:
-                copy.write_row((stream_id, first_seq, count, stamp, text.encode("utf-8")))
+            copy.set_types(["int8", "int8", "int4", "int8", "bytea", "int2"])
+            for row in chunks:
+                copy.write_row(row)
 
     @contextmanager
     def _transaction(self) -> Iterator[Sql]:

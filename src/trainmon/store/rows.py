@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -56,6 +57,19 @@ class PointColumns(NamedTuple):
     seqs: np.ndarray  # int64 record positions in their stream
 
 
+class JobPoints(NamedTuple):
+    """A job's points of some metrics as columns, in time order, then by log stream, position in it
+    and metric name: what a reader of many points takes without an object per point."""
+
+    names: list[str]  # the metrics, sorted; ``metrics`` indexes them
+    hosts: dict[int, str]  # each log stream's host
+    stamps: np.ndarray  # int64 ms
+    streams: np.ndarray  # int64 log stream ids
+    seqs: np.ndarray  # int64 record positions in their stream
+    metrics: np.ndarray  # int64 indexes into names
+    values: np.ndarray  # float64, NaN and infinities as printed
+
+
 @dataclass(frozen=True, slots=True)
 class PointRow:
     """A metric point and the log record it came from (``stream_id``, ``seq``)."""
@@ -68,24 +82,50 @@ class PointRow:
     seq: int
 
 
-ChunkTuple = tuple[int, int, int, int, str]  # stream_id, first_seq, count, timestamp_ms, records joined by "\n"
+ChunkTuple = tuple[int, int, int, int, str | bytes | memoryview]
+"""A log chunk to store: stream_id, first_seq, count, timestamp_ms, and its records joined by "\n" (the
+bytes as read: invalid UTF-8 is replaced when they are read back)."""
 PointTuple = tuple[str, int, "float | None", str, int, int]  # name, timestamp_ms, value (None = NaN), host, stream_id, seq
+
+
+class PointBlock(NamedTuple):
+    """The points of one block of a log stream's records, as columns (what the job writer makes of a
+    read): one host, stream and time; each point's metric by its index in ``names``."""
+
+    names: Sequence[str]
+    timestamp_ms: int
+    host: str
+    stream_id: int
+    seqs: np.ndarray  # int64 record positions in the stream
+    metrics: np.ndarray  # int64 indexes into names
+    values: np.ndarray  # float64, NaN and infinities as printed
 
 
 @dataclass
 class Batch:
-    """What one ingestion step writes in a single transaction (plain tuples: this is the hot path)."""
+    """What one ingestion step writes in a single transaction (plain tuples and columns: this is the
+    hot path). Points come as tuples, or as columns a block at a time."""
 
     job_id: int
     chunks: list[ChunkTuple] = field(default_factory=list)
     points: list[PointTuple] = field(default_factory=list)
+    point_blocks: list[PointBlock] = field(default_factory=list)
     stream_stats: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id -> (records, bytes, last_ms)
     diagnostics: list[dict[str, Any]] | None = None
     spools: dict[tuple[int, str], tuple[int, bool]] = field(default_factory=dict)  # (stream, pipe) -> consumed
     text_bytes: int = 0
+    block_points: int = 0  # points in point_blocks
 
     def __bool__(self) -> bool:
-        return bool(self.chunks or self.points or self.diagnostics is not None)
+        return bool(self.chunks or self.points or self.point_blocks or self.diagnostics is not None)
+
+    @property
+    def point_count(self) -> int:
+        return len(self.points) + self.block_points
+
+    def add_points(self, block: PointBlock) -> None:
+        self.point_blocks.append(block)
+        self.block_points += len(block.seqs)
 
 
 @dataclass

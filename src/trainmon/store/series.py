@@ -43,10 +43,11 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.sketch import Rollups, concat
 from ..cloudwatch.statistics import Columns, Sample, concat_columns
 from . import codec, overview
-from .rows import Maintenance, PointColumns, PointRow, PointTuple
+from .rows import JobPoints, Maintenance, PointBlock, PointColumns, PointRow, PointTuple
 from .sql import Sql, Transaction
 
 log = logging.getLogger(__name__)
+_NO_INTS = np.empty(0, np.int64)
 POINTS, SAMPLES = 0, 1  # chunk kinds: a job's log points; PutMetricData's datapoints
 SEAL_POINTS = 8192
 SEAL_ON_WRITE_ROWS = 128  # a write this big is stored sealed at once: the file never holds its packed form
@@ -149,13 +150,14 @@ def _sealed_pieces(kind: int, columns: list[np.ndarray], *, partial_overviews: b
     return pieces
 
 
-def prepare_points(points: list[PointTuple]) -> dict[str, _Summary]:
-    """A batch's points (name, timestamp_ms, value or None for NaN, host, stream_id, seq) as
-    packed chunks and summaries per metric: the work done before the transaction, so that
-    writers hold the store's lock only for the inserts."""
+def prepare_points(points: list[PointTuple], blocks: Sequence[PointBlock] = ()) -> dict[str, _Summary]:
+    """A batch's points (tuples: name, timestamp_ms, value or None for NaN, host, stream_id, seq;
+    and blocks of columns) as packed chunks and summaries per metric: the work done before the
+    transaction, so that writers hold the store's lock only for the inserts."""
     summaries: dict[str, _Summary] = {}
-    for (name, host, stream), stamps, values, seqs in _groups(points):
-        summaries.setdefault(name, _Summary()).add(host, stream, stamps, values, seqs)
+    for source in (_groups(points) if points else (), _block_groups(blocks) if blocks else ()):
+        for (name, host, stream), stamps, values, seqs in source:
+            summaries.setdefault(name, _Summary()).add(host, stream, stamps, values, seqs)
     return summaries
 
 
@@ -191,7 +193,10 @@ def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods:
     sql.many(_INSERT_CHUNK, chunk_rows)
 
 
-def _groups(points: list[PointTuple]) -> Iterator[tuple[tuple[str, str, int], np.ndarray, np.ndarray, np.ndarray]]:
+Group = tuple[tuple[str, str, int], np.ndarray, np.ndarray, np.ndarray]  # (name, host, stream), stamps, values, seqs
+
+
+def _groups(points: list[PointTuple]) -> Iterator[Group]:
     """A batch's points per (name, host, stream), in the batch's order, as columns. Column-wise
     (one pass per column in C, then numpy) because this runs for every point stored."""
     names, stamps, values, hosts, streams, seqs = zip(*points, strict=True)
@@ -206,14 +211,41 @@ def _groups(points: list[PointTuple]) -> Iterator[tuple[tuple[str, str, int], np
     codes = np.fromiter(map(keys.__getitem__, labels), np.int64, size)
     if labels is names:
         keys = {(name, hosts[0], streams[0]): code for name, code in keys.items()}
-    if len(keys) == 1:
-        yield next(iter(keys)), stamp_array, value_array, seq_array
+    yield from _split(list(keys), codes, stamp_array, value_array, seq_array)
+
+
+def _block_groups(blocks: Sequence[PointBlock]) -> Iterator[Group]:
+    """:func:`_groups` of blocks of columns: a block's metrics coded by a table of its own, the
+    groups in order of their first point."""
+    keys: dict[tuple[str, str, int], int] = {}
+    codes = []
+    for block in blocks:
+        table = np.array([keys.setdefault((name, block.host, block.stream_id), len(keys)) for name in block.names],
+                         np.int64)
+        codes.append(table[block.metrics])
+    code_array = np.concatenate(codes)
+    stamps = np.concatenate([np.full(len(block.seqs), block.timestamp_ms, np.int64) for block in blocks])
+    values = np.concatenate([block.values for block in blocks])
+    seqs = np.concatenate([block.seqs for block in blocks])
+    present, first = np.unique(code_array, return_index=True)
+    order = present[np.argsort(first)]  # codes in order of their first point
+    renumber = np.empty(len(keys), np.int64)
+    renumber[order] = np.arange(len(order))
+    labels = list(keys)
+    yield from _split([labels[code] for code in order.tolist()], renumber[code_array], stamps, values, seqs)
+
+
+def _split(labels: list[tuple[str, str, int]], codes: np.ndarray, stamps: np.ndarray, values: np.ndarray,
+           seqs: np.ndarray) -> Iterator[Group]:
+    """Columns split per label (``codes``: each row's label, numbered by first appearance)."""
+    if len(labels) == 1:
+        yield labels[0], stamps, values, seqs
         return
     order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
-    for key, code in keys.items():
+    bounds = np.searchsorted(codes[order], np.arange(len(labels) + 1))
+    for code, label in enumerate(labels):
         rows = order[bounds[code]:bounds[code + 1]]
-        yield key, stamp_array[rows], value_array[rows], seq_array[rows]
+        yield label, stamps[rows], values[rows], seqs[rows]
 
 
 PreparedSamples = list[tuple[MetricKey, bytes, int, list[tuple[str, list[np.ndarray], list[Encoded]]]]]
@@ -380,6 +412,17 @@ def job_points(sql: Sql, job_id: int, *, names: list[str] | None, host: str | No
                end_ms: int | None) -> list[PointRow]:
     """A job's points in time order, then by log stream, position in it and metric name (the
     metrics of one record by name, whatever order they were stored in)."""
+    found = job_point_columns(sql, job_id, names=names, host=host, start_ms=start_ms, end_ms=end_ms)
+    return [PointRow(found.names[metric], stamp, value, found.hosts[stream], stream, seq)
+            for stamp, stream, seq, metric, value in zip(found.stamps.tolist(), found.streams.tolist(),
+                                                         found.seqs.tolist(), found.metrics.tolist(),
+                                                         found.values.tolist(), strict=True)]
+
+
+def job_point_columns(sql: Sql, job_id: int, *, names: list[str] | None, host: str | None, start_ms: int | None,
+                      end_ms: int | None) -> JobPoints:
+    """:func:`job_points` as columns: what a reader of many points (the rules) takes, without an
+    object per point."""
     condition = "kind = 0 AND series_id IN (SELECT id FROM series WHERE job_id = ?"
     args: list[Any] = [job_id]
     if names:
@@ -393,23 +436,19 @@ def job_points(sql: Sql, job_id: int, *, names: list[str] | None, host: str | No
     # the names after the chunks: a series row comes before its first chunk and outlives it, so
     # every chunk read has its name, even when the two reads see different moments (PostgreSQL)
     names_of = dict(sql.rows("SELECT id, name FROM series WHERE job_id = ?", (job_id,)))
-    parts = []
-    for chunk in chunks:
-        stamps, values, seqs = chunk.columns
-        name = names_of[chunk.series_id]
-        parts.append((stamps, seqs, [(name, chunk.host, chunk.stream_id)] * len(stamps), values))
-    if not parts:
-        return []
-    stamps = np.concatenate([p[0] for p in parts])
-    seqs = np.concatenate([p[1] for p in parts])
-    values = np.concatenate([p[3] for p in parts])
-    labels = [label for p in parts for label in p[2]]
-    streams = np.fromiter((label[2] for label in labels), np.int64, len(labels))
-    rank = {name: index for index, name in enumerate(sorted({label[0] for label in labels}))}
-    by_name = np.fromiter((rank[label[0]] for label in labels), np.int64, len(labels))
-    order = np.lexsort((by_name, seqs, streams, stamps))
-    return [PointRow(labels[i][0], int(stamps[i]), float(values[i]), labels[i][1], labels[i][2], int(seqs[i]))
-            for i in order.tolist()]
+    if not chunks:
+        return JobPoints([], {}, _NO_INTS, _NO_INTS, _NO_INTS, _NO_INTS, np.empty(0))
+    ordered = sorted({names_of[chunk.series_id] for chunk in chunks})
+    rank = {name: index for index, name in enumerate(ordered)}
+    hosts = {chunk.stream_id: chunk.host for chunk in chunks}
+    stamps = np.concatenate([chunk.columns[0] for chunk in chunks])
+    values = np.concatenate([chunk.columns[1] for chunk in chunks])
+    seqs = np.concatenate([chunk.columns[2] for chunk in chunks])
+    streams = np.concatenate([np.full(len(chunk.columns[0]), chunk.stream_id, np.int64) for chunk in chunks])
+    metrics = np.concatenate([np.full(len(chunk.columns[0]), rank[names_of[chunk.series_id]], np.int64)
+                              for chunk in chunks])
+    order = np.lexsort((metrics, seqs, streams, stamps))
+    return JobPoints(ordered, hosts, stamps[order], streams[order], seqs[order], metrics[order], values[order])
 
 
 def _of_metric(job_id: int, name: str, host: str | None) -> tuple[str, list[Any]]:

@@ -6,9 +6,10 @@ readers share the file without "database is locked". ``synchronous=NORMAL`` keep
 committed batch through a crash of trainmon; each ingestion batch covers well under a second.
 
 Log records are stored in chunks: the records one read of the job's pipe completed share a
-timestamp and go in one row, joined by "\n" (no record contains one). A job that prints a line
-at a time gets a row per line; a flood gets a row per megabyte, so storing it costs about what
-writing it does, and paging stays an index lookup.
+timestamp and go in one row, joined by "\n" (no record contains one), as the bytes read,
+zstd-compressed from half a kilobyte on. A job that prints a line at a time gets a row per line;
+a flood gets a row per megabyte, about a fifth of it on disk, so storing it costs less than
+writing it did, and paging stays an index lookup.
 
 NaN cannot be stored in SQLite (it becomes NULL), so a NULL value in ``points`` means NaN.
 """
@@ -27,8 +28,7 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.retention import current as current_retention
 from ..config import private_file
 from ..errors import StoreError
-from .base import SqlStore
-from .rows import ChunkTuple
+from .base import PackedChunk, SqlStore
 from .sql import Problem, Sql, store_error
 
 _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
@@ -198,6 +198,9 @@ _MIGRATIONS.append("""
     CREATE INDEX alarm_history_by_time ON alarm_history (timestamp_ms)
     """)
 _MIGRATIONS.append(lambda db: _add_overviews(db))
+# A log chunk's text is stored as the bytes read, zstd-compressed when that pays (store.codec.pack_text);
+# older rows keep their text (packing 0).
+_MIGRATIONS.append("ALTER TABLE log_chunks ADD COLUMN packing INTEGER NOT NULL DEFAULT 0")
 
 OPEN_TIMEOUT_S = 30.0
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass
@@ -330,9 +333,9 @@ class SqliteStore(SqlStore):
                 except sqlite3.Error as exc:
                     raise _translate(exc, self.path) from exc
 
-    def _insert_chunks(self, sql: Sql, chunks: list[ChunkTuple]) -> None:
-        sql.many("INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text) VALUES (?, ?, ?, ?, ?)",
-                 chunks)
+    def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
+        sql.many("INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text, packing) "
+                 "VALUES (?, ?, ?, ?, ?, ?)", chunks)
 
     @contextmanager
     def _transaction(self) -> Iterator[Sql]:
