@@ -4,9 +4,15 @@
   for 3 s, paced by the clock. It reports its own elapsed time; run with stdout to /dev/null (the
   baseline) and under ``trainmon run --metric loss=loss=(\\S+)``. Target: elapsed ratio about 1.0.
   The store must then hold every line as a record and every line's point, with its value.
-- flood: a job writes N MB of such lines as fast as it can. Throughput as the job sees it with
-  stdout to /dev/null, to a plain pipe drained by this process, and under ``trainmon run``; and
-  trainmon's end-to-end rate (until the command returns with everything stored).
+- flood: a job writes realistic training output (the extraction benchmark's mixed log, over and
+  over: 1 GB at scale 1) as fast as it can, under the extraction benchmark's 10 definitions. The
+  job's own time into a plain pipe drained by this process (the baseline) and under ``trainmon
+  run``, each the best of two; trainmon's end-to-end rate until the command returns with
+  everything stored; the time from the job's exit to the command's return.
+- paced flood: the same output at 100 MB/s for 10 s: does trainmon keep up (the time from the
+  job's exit to the command's return), and is the job ever held back (its elapsed time and worst
+  lag, against the job alone)?
+- dense flood (informational): 100 MB of ``step N loss=...`` lines, every line a metric line.
 """
 
 from __future__ import annotations
@@ -21,13 +27,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import Report, child_env, heading, mb_per_s, rate, scratch_dir, table
+from . import extraction
+from .common import Report, child_env, heading, mb_per_s, rate, ratio_text, scratch_dir, table
 
 JOBS = Path(__file__).resolve().parent / "jobs.py"
 PACED_RATE = 100_000
 PACED_SECONDS = 3.0
-FLOOD_MB = 40.0
+FLOOD_MB = 1000.0
+DENSE_FLOOD_MB = 100.0
+PACED_MB_S, PACED_SECONDS = 100.0, 10.0
 METRIC = r"loss=loss=(\S+)"
+PIPE_TARGET, END_TO_END_TARGET, RETURN_TARGET_S = 1.5, 100.0, 3.0
 
 
 def _children_cpu() -> float:
@@ -66,22 +76,27 @@ def run_pipe(kind: str, work: Path, *args: str) -> dict[str, Any]:
     return result
 
 
-def run_trainmon(kind: str, work: Path, name: str, *args: str) -> dict[str, Any]:
-    """The job under ``trainmon run``, stdout to /dev/null; adds trainmon's wall and CPU time."""
+def run_trainmon(kind: str, work: Path, name: str, *args: str, definitions: tuple[str, ...] = ("--metric", METRIC),
+                 home: Path | None = None) -> dict[str, Any]:
+    """The job under ``trainmon run``, stdout to /dev/null; adds trainmon's wall and CPU time, and
+    how long after the job's end (when the job says) the command returned."""
     report = work / f"trainmon-{kind}.json"
-    home = work / "home"
-    command = [sys.executable, "-m", "trainmon", "run", "--name", name, "--metric", METRIC, "--",
+    home = home or work / "home"
+    command = [sys.executable, "-m", "trainmon", "run", "--name", name, *definitions, "--",
                *_job_command(kind, report, *args)]
     cpu_before = _children_cpu()
     start = time.perf_counter()
     done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           env=child_env(TRAINMON_HOME=str(home)))
+    returned_at = time.time()
     wall = time.perf_counter() - start
     cpu = _children_cpu() - cpu_before
     if done.returncode != 0:
         raise RuntimeError(f"trainmon run exited {done.returncode}: {done.stderr.decode(errors='replace')}")
     result = json.loads(report.read_text())
     result.update(wall_s=wall, children_cpu_s=cpu, home=str(home))
+    if "ended_at" in result:
+        result["return_after_s"] = returned_at - result["ended_at"]
     return result
 
 
@@ -160,10 +175,10 @@ def paced(report: Report, work: Path, scale: float) -> None:
     verify(report, Path(under["home"]), "paced", lines, None, lambda seq: seq)
 
 
-def flood(report: Report, work: Path, scale: float, megabytes: float) -> None:
-    megabytes = megabytes * scale
+def dense_flood(report: Report, work: Path, scale: float) -> None:
+    megabytes = DENSE_FLOOD_MB * scale
     args = ("--megabytes", str(megabytes))
-    heading(f"Capture throughput: a job writing {megabytes:g} MB of lines as fast as it can")
+    heading(f"Capture throughput, every line a metric line: a job writing {megabytes:g} MB of them as fast as it can")
     direct = run_direct("flood", work, *args)
     pipe = run_pipe("flood", work, *args)
     under = run_trainmon("flood", work, "flood", *args)
@@ -191,12 +206,129 @@ def flood(report: Report, work: Path, scale: float, megabytes: float) -> None:
     verify(report, Path(under["home"]), "flood", lines, size, lambda seq: seq % 1000)
 
 
+def _mixed_log() -> tuple[Path, int, int, dict[str, int]]:
+    """The extraction benchmark's log: its path, records and points (per metric) of one copy."""
+    from trainmon.parsing.definitions import validate_definitions
+    from trainmon.parsing.extract import Extractor, scan_file_blocks
+    from trainmon.parsing.framing import Mode
+
+    path = extraction.log_path(extraction.LINES)
+    extractor = Extractor(validate_definitions(extraction.DEFINITIONS), Mode.TERMINAL)
+    per_metric: dict[str, int] = {}
+    for block in scan_file_blocks(str(path), extractor):
+        for index in block.definitions.tolist():
+            name = extraction.DEFINITIONS[index]["Name"]
+            per_metric[name] = per_metric.get(name, 0) + 1
+    return path, extraction.ceiling(path), sum(per_metric.values()), per_metric
+
+
+def _verify_replay(report: Report, home: Path, name: str, copies: int, log: tuple[Path, int, int, dict[str, int]],
+                   size: int) -> None:
+    """Every record, byte and point of every copy stored."""
+    from trainmon.store import open_store
+
+    _, records, points, per_metric = log
+    store = open_store(home)
+    try:
+        job = store.get_job(name)
+        if not report.check(job is not None and job.status == "Completed", f"job {name} Completed"):
+            return
+        assert job is not None
+        streams = store.streams(job.id)
+        stored = sum(s.records for s in streams)
+        report.check(stored == records * copies, f"every record stored ({stored:,} of {records * copies:,})")
+        stored_bytes = sum(s.stored_bytes for s in streams)
+        report.check(stored_bytes == size, f"every byte accounted for ({stored_bytes:,} of {size:,})")
+        counts = {n: summary[0] for n, summary in store.metric_summaries(job.id).items()}
+        expected = {n: count * copies for n, count in per_metric.items()}
+        report.check(counts == expected, f"every point stored ({sum(counts.values()):,} of {points * copies:,}), "
+                     "per metric")
+    finally:
+        store.close()
+
+
+def realistic_flood(report: Report, work: Path, scale: float, megabytes: float) -> None:
+    log = _mixed_log()
+    path, records, points, _ = log
+    copies = max(1, round(megabytes * scale * 1e6 / path.stat().st_size))
+    size = copies * path.stat().st_size
+    heading(f"Capture of a flood of training output: {size / 1e9:.2f} GB ({copies} copies of the extraction "
+            f"benchmark's log) as fast as the job can write it, {len(extraction.DEFINITIONS)} definitions")
+    definitions_file = work / "definitions.json"
+    definitions_file.write_text(json.dumps(extraction.DEFINITIONS), encoding="utf-8")
+    args = ("--file", str(path), "--copies", str(copies))
+    pipes, runs = [], []
+    for attempt in range(2):  # in turns: the machine's noise falls on both
+        pipes.append(run_pipe("replay", work, *args))
+        runs.append(run_trainmon("replay", work, f"flood-{attempt}", *args, home=work / f"home-{attempt}",
+                                 definitions=("--metric-definitions", str(definitions_file))))
+    pipe = min(pipes, key=lambda r: r["elapsed_s"])
+    under = min(runs, key=lambda r: r["elapsed_s"])
+    fastest = min(runs, key=lambda r: r["wall_s"])
+    trainmon_cpu = fastest["children_cpu_s"] - fastest["cpu_s"]
+    table(
+        ["run", "job elapsed s", "job MB/s", "wall s", "end-to-end MB/s", "exit to return s"],
+        [["plain pipe, drained by a reader (best of 2)", f"{pipe['elapsed_s']:.3f}", mb_per_s(size, pipe["elapsed_s"]),
+          "-", "-", "-"]] +
+        [[f"under trainmon run ({i + 1})", f"{r['elapsed_s']:.3f}", mb_per_s(size, r["elapsed_s"]), f"{r['wall_s']:.2f}",
+          mb_per_s(size, r["wall_s"]), f"{r['return_after_s']:.2f}"] for i, r in enumerate(runs)],
+    )
+    print(f"  {records * copies:,} records, {points * copies:,} points; trainmon CPU {trainmon_cpu:.1f} s "
+          f"({trainmon_cpu / (size / 1e6) * 1e3:.1f} ms per MB) in the fastest run")
+    report.check(pipe["received"] == size, f"the plain pipe delivered every byte ({pipe['received']:,})")
+    ratio = under["elapsed_s"] / pipe["elapsed_s"]
+    report.ratio("flood: the job's own time under trainmon / into a plain pipe", ratio, f"<= {PIPE_TARGET:g}x",
+                 ratio <= PIPE_TARGET)
+    end_to_end = size / 1e6 / fastest["wall_s"]
+    report.absolute("flood: end-to-end MB/s (until trainmon run returns, everything stored)", f"{end_to_end:.0f}",
+                    f">= {END_TO_END_TARGET:g}", end_to_end >= END_TO_END_TARGET,
+                    f"({ratio_text(pipe['elapsed_s'] / fastest['wall_s'])} the plain pipe's rate)")
+    back = fastest["return_after_s"]
+    report.absolute("flood: from the job's exit to trainmon run's return, s", f"{back:.2f}", f"<= {RETURN_TARGET_S:g}",
+                    back <= RETURN_TARGET_S)
+    for index, result in enumerate(runs):
+        _verify_replay(report, Path(result["home"]), f"flood-{index}", copies, log, size)
+
+
+def paced_flood(report: Report, work: Path, scale: float) -> None:
+    log = _mixed_log()
+    path = log[0]
+    seconds = PACED_SECONDS * max(scale, 0.2)
+    copies = max(1, round(PACED_MB_S * seconds * 1e6 / path.stat().st_size))
+    size = copies * path.stat().st_size
+    rate = PACED_MB_S
+    heading(f"Capture of training output at {rate:g} MB/s: {size / 1e9:.2f} GB, paced by the clock "
+            f"({size / 1e6 / rate:.1f} s)")
+    definitions_file = work / "definitions.json"
+    definitions_file.write_text(json.dumps(extraction.DEFINITIONS), encoding="utf-8")
+    args = ("--file", str(path), "--copies", str(copies), "--rate-mb-s", str(rate))
+    alone = run_direct("replay", work, *args)
+    under = run_trainmon("replay", work, "paced-flood", *args,
+                         definitions=("--metric-definitions", str(definitions_file)))
+    table(["run", "job elapsed s", "worst lag ms", "wall s", "exit to return s"], [
+        ["job alone, stdout > /dev/null", f"{alone['elapsed_s']:.3f}", f"{alone['worst_lag_s'] * 1e3:.1f}", "-", "-"],
+        ["under trainmon run", f"{under['elapsed_s']:.3f}", f"{under['worst_lag_s'] * 1e3:.1f}",
+         f"{under['wall_s']:.2f}", f"{under['return_after_s']:.2f}"],
+    ])
+    ratio = under["elapsed_s"] / alone["elapsed_s"]
+    report.ratio(f"paced {rate:g} MB/s: the job's time under trainmon / alone", ratio, "about 1.0 (<= 1.05)",
+                 ratio <= 1.05)
+    back = under["return_after_s"]
+    report.absolute(f"paced {rate:g} MB/s: from the job's exit to trainmon run's return, s (kept up)", f"{back:.2f}",
+                    f"<= {RETURN_TARGET_S:g}", back <= RETURN_TARGET_S)
+    _verify_replay(report, Path(under["home"]), "paced-flood", copies, log, size)
+
+
 def run(scale: float = 1.0, flood_mb: float = FLOOD_MB) -> Report:
     report = Report("capture")
     with scratch_dir("capture-") as work:
         paced(report, work, scale)
     with scratch_dir("capture-") as work:
-        flood(report, work, scale, flood_mb)
+        realistic_flood(report, work, scale, flood_mb)
+    with scratch_dir("capture-") as work:
+        paced_flood(report, work, scale)
+    with scratch_dir("capture-") as work:
+        dense_flood(report, work, scale)
     return report
 
 

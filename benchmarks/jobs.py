@@ -7,6 +7,8 @@ is exactly the lines under test.
 - ``paced``: ``--rate`` lines per second for ``--seconds``, paced by the clock, one ``print`` per
   line: ``step N loss=0.123``.
 - ``flood``: ``--megabytes`` of ``step N loss=...`` lines, written as fast as the pipe takes them.
+- ``replay``: ``--file`` (a saved training log) written ``--copies`` times over, in 61 kB writes, as
+  fast as the pipe takes them or, with ``--rate-mb-s``, paced by the clock at that rate.
 - ``stamped``: ``--count`` lines ``t=<time.time()> value=<i>``, ``--interval-ms`` apart.
 """
 
@@ -64,7 +66,35 @@ def flood(megabytes: float) -> dict[str, float]:
             view = view[os.write(fd, view):]
     elapsed = time.perf_counter() - start
     return {"lines": blocks * lines_per_block, "bytes": blocks * len(block), "elapsed_s": elapsed,
-            "cpu_s": time.process_time() - cpu_start}
+            "cpu_s": time.process_time() - cpu_start, "ended_at": time.time()}
+
+
+def replay(path: str, copies: int, rate_mb_s: float | None) -> dict[str, float]:
+    """A saved log written ``copies`` times over (read into memory first), 61 kB a write."""
+    with open(path, "rb") as handle:
+        text = handle.read()
+    fd = sys.stdout.buffer.fileno()
+    piece = 61_000
+    start = time.perf_counter()
+    cpu_start = time.process_time()
+    written = 0
+    worst_lag = 0.0
+    for _ in range(copies):
+        view = memoryview(text)
+        while view:
+            if rate_mb_s:  # paced: a write is due when the rate says so
+                due = start + written / (rate_mb_s * 1e6)
+                now = time.perf_counter()
+                if due > now:
+                    time.sleep(due - now)
+                else:
+                    worst_lag = max(worst_lag, now - due)
+            done = os.write(fd, view[:piece])
+            view = view[done:]
+            written += done
+    elapsed = time.perf_counter() - start
+    return {"bytes": written, "elapsed_s": elapsed, "cpu_s": time.process_time() - cpu_start,
+            "ended_at": time.time(), "worst_lag_s": worst_lag}
 
 
 def stamped(count: int, interval_s: float, delay_s: float) -> dict[str, float]:
@@ -81,7 +111,7 @@ def stamped(count: int, interval_s: float, delay_s: float) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["paced", "flood", "stamped"])
+    parser.add_argument("kind", choices=["paced", "flood", "replay", "stamped"])
     parser.add_argument("--report", required=True)
     parser.add_argument("--rate", type=float, default=100_000)
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -89,11 +119,16 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--interval-ms", type=float, default=5.0)
     parser.add_argument("--delay-s", type=float, default=0.5)
+    parser.add_argument("--file")
+    parser.add_argument("--copies", type=int, default=1)
+    parser.add_argument("--rate-mb-s", type=float)
     args = parser.parse_args()
     if args.kind == "paced":
         result = paced(args.rate, args.seconds)
     elif args.kind == "flood":
         result = flood(args.megabytes)
+    elif args.kind == "replay":
+        result = replay(args.file, args.copies, args.rate_mb_s)
     else:
         result = stamped(args.count, args.interval_ms / 1000, args.delay_s)
     with open(args.report, "w", encoding="utf-8") as handle:

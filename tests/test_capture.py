@@ -18,8 +18,10 @@ from trainmon.runtime.capture import (
     Loss,
     LossCounter,
     MemoryBudget,
+    PipeOutput,
     PipeReader,
     RecordCutter,
+    Spooler,
     spool_files,
     spool_frames,
     spool_path,
@@ -101,34 +103,112 @@ def test_spool_files_are_named_by_host_and_stream(tmp_path: Path) -> None:
     assert sorted(spool_files(tmp_path)) == sorted(paths)
 
 
+def _wait_for(condition, what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}"
+        time.sleep(0.01)
+
+
+def _output(path: Path, wake: threading.Event | None = None) -> PipeOutput:
+    return PipeOutput(path, wake or threading.Event(), budget=MemoryBudget(),
+                      losses=LossCounter(validate_definitions([]), Mode.TERMINAL))
+
+
 def test_a_spool_that_could_not_be_opened_is_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(capture, "SPOOL_RETRY_MS", 0)
     directory = tmp_path / "spool"  # missing at first: the spool cannot be opened
     path = spool_path(directory, "algo-1", False)
     read_end, write_end = os.pipe()
-    wake = threading.Event()
-    definitions = validate_definitions([])
-    reader = PipeReader(read_end, path, wake, path.name, budget=MemoryBudget(),
-                        losses=LossCounter(definitions, Mode.TERMINAL))
+    output = _output(path)
+    reader = PipeReader(read_end, output)
     reader.start()
     try:
         os.write(write_end, b"held in memory\n")
-        deadline = time.monotonic() + 10
-        while not reader.chunks and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert reader.spool_error is not None
-        assert [c.data for c in reader.chunks] == [b"held in memory\n"]
+        _wait_for(lambda: output.chunks, "the first read")
+        assert output.spool_error is not None
+        assert [c.data for c in output.chunks] == [b"held in memory\n"]
         directory.mkdir()
         os.write(write_end, b"spooled\n")
-        while len(reader.chunks) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_for(lambda: len(output.chunks) >= 2, "the second read")
     finally:
         os.close(write_end)
         reader.join(10)
-    first, second = reader.chunks
-    assert second.data is None and reader.spool_error is None
+        os.close(read_end)
+    first, second = output.chunks
+    assert second.data is None and output.spool_error is None and output.eof.is_set()
     assert [(offset, length) for offset, _, length in spool_frames(path, FRAME.size)] == [(second.start, 8)]
     assert path.read_bytes()[second.start:] == b"spooled\n"
+
+
+def test_the_spooler_process_frames_every_read_and_notes_where(tmp_path: Path) -> None:
+    """Two pipes spooled by the process: every byte in order, each noted read a frame of the file
+    (the first after a preamble trainmon wrote), a pipe's end noted."""
+    pipes = [os.pipe(), os.pipe()]
+    outputs = [_output(spool_path(tmp_path, "algo-1", is_stderr)) for is_stderr in (False, True)]
+    offsets = [capture.start_spool(outputs[0], b"trainmon: about the job\n"), capture.start_spool(outputs[1], b"")]
+    spooled = Spooler([(read_end, output, offset) for (read_end, _), output, offset in
+                       zip(pipes, outputs, offsets, strict=True)])
+    spooled.start()
+    assert spooled.process is not None
+    written = [bytearray(), bytearray()]
+    for index in range(400):
+        line = f"line {index} ".encode() + b"x" * (index * 37 % 3000) + b"\n"
+        os.write(pipes[index % 2][1], line)
+        written[index % 2] += line
+    for _, write_end in pipes:
+        os.close(write_end)
+    _wait_for(lambda: all(output.eof.is_set() for output in outputs), "both pipes' ends")
+    spooled.join(5)
+    assert spooled.process.returncode == 0 and not spooled.readers
+    for output, expected, first in zip(outputs, written, (b"trainmon: about the job\n", b""), strict=True):
+        data = output.spool_path.read_bytes()
+        assert b"".join(data[c.start:c.start + c.length] for c in output.chunks) == first + expected
+        assert [(c.start, c.length) for c in output.chunks] == [(start, length) for start, _, length in
+                                                                 spool_frames(output.spool_path, FRAME.size)]
+
+
+def test_when_the_spooler_process_dies_this_one_reads_on_losing_nothing(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    output = _output(spool_path(tmp_path, "algo-1", False))
+    spooled = Spooler([(read_end, output, capture.start_spool(output, b""))])
+    spooled.start()
+    assert spooled.process is not None
+    os.write(write_end, b"before\n")
+    _wait_for(lambda: output.chunks, "the first read")
+    spooled.process.kill()
+    _wait_for(lambda: spooled.readers, "a reader of this process")
+    os.write(write_end, b"after\n")
+    os.close(write_end)
+    _wait_for(output.eof.is_set, "the pipe's end")
+    spooled.join(5)
+    data = output.spool_path.read_bytes()
+    assert b"".join(data[c.start:c.start + c.length] for c in output.chunks) == b"before\nafter\n"
+    assert [c.length for c in output.chunks] == [length for _, _, length in spool_frames(output.spool_path, 0)]
+
+
+def test_a_spool_the_spooler_cannot_write_sends_its_reads_to_be_held(tmp_path: Path) -> None:
+    """The spool's directory is missing: the process sends the reads themselves (held in memory
+    here); once it exists, reads are spooled again."""
+    directory = tmp_path / "spool"
+    read_end, write_end = os.pipe()
+    output = _output(spool_path(directory, "algo-1", False))
+    spooled = Spooler([(read_end, output, capture.start_spool(output, b""))])
+    spooled.start()
+    os.write(write_end, b"held in memory\n")
+    _wait_for(lambda: output.chunks, "the first read")
+    assert [c.data for c in output.chunks] == [b"held in memory\n"] and output.spool_error is not None
+    directory.mkdir()
+    deadline = time.monotonic() + 20
+    while len(output.chunks) < 2 or output.chunks[-1].data is not None:  # tried again within a second
+        assert time.monotonic() < deadline
+        os.write(write_end, b"later\n")
+        time.sleep(0.1)
+    os.close(write_end)
+    _wait_for(output.eof.is_set, "the pipe's end")
+    spooled.join(5)
+    last = output.chunks[-1]
+    assert output.spool_path.read_bytes()[last.start:last.start + last.length] == b"later\n" * (last.length // 6)
 
 
 def test_a_process_stat_is_read_past_its_command_name(tmp_path: Path) -> None:
@@ -143,3 +223,14 @@ def test_descendants_come_once_each_depth_first() -> None:
     children = {1: [2, 3], 3: [4], 4: [1]}  # a loop (a reused id) ends, too
     assert descendants([1], children) == [1, 3, 4, 2]
     assert descendants([5], children) == [5]
+
+
+def test_a_frame_the_spooler_began_holds_the_rest_of_the_spool(tmp_path: Path) -> None:
+    """The spooler writes a frame's header once the read's bytes are in: a spool whose last header is
+    still zeros (it died in between) holds those bytes after it, read at the file's last change."""
+    path = tmp_path / "algo-1-stdout"
+    path.write_bytes(FRAME.pack(5, 6) + b"first\n" + FRAME.pack(0, 0) + b"second\n")
+    changed_ms = int(path.stat().st_mtime * 1000)
+    assert list(spool_frames(path, 0)) == [(FRAME.size, 5, 6), (2 * FRAME.size + 6, changed_ms, 7)]
+    path.write_bytes(FRAME.pack(5, 6) + b"first\n" + FRAME.pack(0, 0))  # begun, no bytes in yet
+    assert list(spool_frames(path, 0)) == [(FRAME.size, 5, 6)]

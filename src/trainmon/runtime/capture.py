@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import os
 import select
-import struct
+import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -39,6 +39,7 @@ from ..parsing.definitions import MetricDefinition
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode, decode, last_break_end
 from ..store import Batch, PointBlock, Store
+from . import launcher, spooler
 from .retry import FULL_DISK_TRIES, Backoff
 
 READ_BYTES = 1 << 20
@@ -50,8 +51,12 @@ FLUSH_POINTS = 50_000
 MEMORY_CAP_BYTES = 64 << 20  # output held in memory when the spool cannot be written, for the whole job
 OPEN_RECORD_BYTES = 64 << 10  # of a record a drop starts in: what is matched with its dropped rest
 POLL_MS = 200
-SPOOL_RETRY_MS = 1000  # a spool that could not be written is tried again this often
-FRAME = struct.Struct("<qI")  # a spool frame's header: read time (ms), length; the bytes follow
+SPOOL_RETRY_MS = spooler.RETRY_MS  # a spool that could not be written is tried again this often
+FRAME = spooler.FRAME  # a spool frame's header: read time (ms), length; the bytes follow
+NOTE = spooler.NOTE
+NOTES_READ_BYTES = 1 << 20
+STOP_WAIT_S = 5.0  # for the spooler process to end once told to
+NICER = 5  # how much less the threads that store the output (and judge it) are scheduled than the job
 
 
 def now_ms() -> int:
@@ -205,28 +210,91 @@ def _first_break(data: bytes, mode: Mode) -> int:
     return min(ends, default=len(data))
 
 
-class PipeReader(threading.Thread):
-    """Drains one pipe into its spool file as fast as the job writes; ``preamble`` (whole lines
-    trainmon has to say about the job, in its log) comes first, as if the job had written it."""
+class PipeOutput:
+    """One pipe of the job as the ingestor takes it (a :class:`ChunkSource`): the reads spooled,
+    or, when the spool could not take them, held in memory (up to the job's ``budget``) and past
+    that dropped and counted (``losses``). Fed by the spooler process's notes (:class:`Spooler`)
+    or by a reading thread (:class:`PipeReader`)."""
 
-    def __init__(self, fd: int, spool_path: Path, wake: threading.Event, label: str, *, budget: MemoryBudget,
-                 losses: LossCounter, preamble: bytes = b"") -> None:
-        super().__init__(name=f"trainmon-read-{label}", daemon=True)
-        self.fd = fd
-        self.preamble = preamble
+    def __init__(self, spool_path: Path, wake: threading.Event, *, budget: MemoryBudget,
+                 losses: LossCounter) -> None:
         self.spool_path = spool_path
         self.wake = wake
         self.budget = budget
         self.losses = losses
         self.chunks: deque[Chunk] = deque()
-        self.spool_error: OSError | None = None
         self.eof = threading.Event()
+        self.spool_error: str | None = None  # why the spool could not be written, while it cannot
+        self._dropping = False
+        self._last: Chunk | None = None  # the last read kept
+
+    def spooled(self, start: int, length: int, stamp: int) -> None:
+        """A read the spool holds: ``length`` bytes at ``start``, read at ``stamp``."""
+        self.spool_error = None
+        self._kept(Chunk(start, length, stamp, None))
+
+    def unspooled(self, data: bytes, stamp: int, offset: int) -> None:
+        """A read the spool could not take (``offset``: where the spool is): held in memory, or
+        dropped and counted."""
+        if self.budget.take(len(data)):
+            self._kept(Chunk(offset, len(data), stamp, data))
+            return
+        if not self._dropping:
+            self._dropping = True
+            last = self._bytes(self._last, at_end=True)
+            cut = last_break_end(last, self.losses.cutter.mode)
+            self.losses.begin(last[-1:] or b"\n", last[cut:], f"the job's spool could not be written "
+                              f"({self.spool_error}) and the {self.budget.cap_bytes >> 20} MiB of output trainmon holds "
+                              "in memory meanwhile were full")
+            self.chunks.append(Chunk(offset, 0, stamp, b"", cut=True))
+        self.losses.drop(data)
+
+    def ended(self) -> None:
+        """The pipe ended (or was given up): every read is noted."""
+        self.losses.finish()
+        self.eof.set()
+        self.wake.set()
+
+    def _kept(self, chunk: Chunk) -> None:
+        if self._dropping:
+            self._dropping = False
+            after_cr = self.losses.end(self._bytes(chunk, at_end=False))
+            self.chunks.append(Chunk(chunk.start, 0, chunk.timestamp_ms, b"", cut=True, after_cr=after_cr))
+        self.chunks.append(chunk)
+        self._last = chunk
+        self.wake.set()
+
+    def _bytes(self, chunk: Chunk | None, *, at_end: bool) -> bytes:
+        """Up to OPEN_RECORD_BYTES of a kept read, from its end or its start (read back from the spool:
+        what a drop's counting needs of the output on either side of it)."""
+        if chunk is None:
+            return b""
+        if chunk.data is not None:
+            return chunk.data[-OPEN_RECORD_BYTES:] if at_end else chunk.data[:OPEN_RECORD_BYTES]
+        size = min(chunk.length, OPEN_RECORD_BYTES)
+        try:
+            with open(self.spool_path, "rb") as spool:
+                spool.seek(chunk.start + chunk.length - size if at_end else chunk.start)
+                return spool.read(size)
+        except OSError:
+            return b""
+
+
+class PipeReader(threading.Thread):
+    """Drains one pipe into its spool file from a thread of this process, from ``offset`` on (what
+    the spool holds before it stays); ``preamble`` (whole lines trainmon has to say about the job,
+    in its log) comes first, as if the job had written it. What reads the pipes when the spooler
+    process cannot (:class:`Spooler`)."""
+
+    def __init__(self, fd: int, output: PipeOutput, *, preamble: bytes = b"", offset: int = 0) -> None:
+        super().__init__(name=f"trainmon-read-{output.spool_path.name}", daemon=True)
+        self.fd = fd
+        self.output = output
+        self.preamble = preamble
+        self.offset = offset
         self._abandon = threading.Event()
         self._spool_fd = -1
         self._spool_retry_ms = 0
-        self._dropping = False
-        self._last_kept = b"\n"
-        self._open_record = b""  # the kept output's record in progress (its last OPEN_RECORD_BYTES)
 
     def abandon(self) -> None:
         """Stop reading (what is still in the pipe is not read): for a pipe whose writers will not
@@ -237,13 +305,12 @@ class PipeReader(threading.Thread):
         os.set_blocking(self.fd, False)
         poller = select.poll()
         poller.register(self.fd, select.POLLIN | select.POLLHUP)
-        offset = FRAME.size
         try:
             self._spool_fd = self._open_spool()
         except OSError as exc:
-            self.spool_error = exc  # tried again with the first read, as a spool that cannot be written
+            self.output.spool_error = str(exc)  # tried again with the first read
         if self.preamble:
-            offset = self._keep(self.preamble, offset)
+            self._keep(self.preamble)
         try:
             while True:
                 try:
@@ -257,55 +324,221 @@ class PipeReader(threading.Thread):
                     data = b""
                 if not data:
                     break
-                offset = self._keep(data, offset)
+                self._keep(data)
         finally:
             if self._spool_fd >= 0:
                 os.close(self._spool_fd)
-            os.close(self.fd)
-            self.losses.finish()
-            self.eof.set()
-            self.wake.set()
+            self.output.ended()
 
     def _open_spool(self) -> int:
-        return os.open(self.spool_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        fd = os.open(self.output.spool_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        _truncate(fd, self.offset)  # a frame cut short goes
+        return fd
 
-    def _keep(self, data: bytes, offset: int) -> int:
-        """Spool one read (or hold it in memory, or count it lost); the spool offset after it."""
+    def _keep(self, data: bytes) -> None:
+        """Spool one read (or hand it over as not spooled)."""
         stamp = now_ms()
-        if self.spool_error is None or stamp >= self._spool_retry_ms:
+        output = self.output
+        if output.spool_error is None or stamp >= self._spool_retry_ms:
             try:
                 if self._spool_fd < 0:  # it could not be opened
                     self._spool_fd = self._open_spool()
                 _write_all(self._spool_fd, FRAME.pack(stamp, len(data)), data)
-                self._kept(Chunk(offset, len(data), stamp, None), data)
-                self.spool_error = None
-                return offset + len(data) + FRAME.size
             except OSError as exc:
-                self.spool_error = exc
+                output.spool_error = str(exc)
                 self._spool_retry_ms = stamp + SPOOL_RETRY_MS
                 if self._spool_fd >= 0:  # no frame cut short: the next one follows the last whole one
-                    _truncate(self._spool_fd, offset - FRAME.size)
-        if self.budget.take(len(data)):
-            self._kept(Chunk(offset, len(data), stamp, data), data)
-            return offset
-        if not self._dropping:
-            self._dropping = True
-            self.losses.begin(self._last_kept, self._open_record, f"the job's spool could not be written ({self.spool_error}) and the "
-                              f"{self.budget.cap_bytes >> 20} MiB of output trainmon holds in memory meanwhile were full")
-            self.chunks.append(Chunk(offset, 0, stamp, b"", cut=True))
-        self.losses.drop(data)
-        return offset
+                    _truncate(self._spool_fd, self.offset)
+            else:
+                output.spooled(self.offset + FRAME.size, len(data), stamp)
+                self.offset += FRAME.size + len(data)
+                return
+        output.unspooled(data, stamp, self.offset + FRAME.size)
 
-    def _kept(self, chunk: Chunk, data: bytes) -> None:
-        if self._dropping:
-            self._dropping = False
-            self.chunks.append(Chunk(chunk.start, 0, chunk.timestamp_ms, b"", cut=True,
-                                     after_cr=self.losses.end(data)))
-        self.chunks.append(chunk)
-        self._last_kept = data[-1:]
-        cut = last_break_end(data, self.losses.cutter.mode)
-        self._open_record = data[cut:] if cut else (self._open_record + data)[-OPEN_RECORD_BYTES:]
-        self.wake.set()
+
+class Spooler:
+    """The pipes of a job's hosts read by the spooler process (:mod:`trainmon.runtime.spooler`), each
+    pipe's reads noted into its :class:`PipeOutput` by a thread of this process. The pipes' read ends
+    stay open here too, unread: if the process dies, :class:`PipeReader` threads go on from where the
+    spool files end, and the job never sees its pipes close."""
+
+    def __init__(self, pipes: list[tuple[int, PipeOutput, int]], tag: str = "") -> None:
+        self.pipes = pipes  # (read end, output, the spool offset after what is there already)
+        self.tag = tag  # the job's: the process carries it as launcher.SPOOLER_VARIABLE, for whoever reaps the job
+        self.readers: list[PipeReader] = []  # if the process died
+        self.process: subprocess.Popen[bytes] | None = None
+        self._control = -1
+        self._abandoned = False
+        self._thread = threading.Thread(target=self._take_notes, name="trainmon-spool-notes", daemon=True)
+        self._next = [offset for _, _, offset in pipes]  # per pipe: where its next frame goes
+        self._notes = -1
+
+    def start(self) -> None:
+        notes, their_notes = os.pipe()
+        their_control, control = os.pipe()
+        launcher._widen_pipe(notes)
+        arguments = [f"{fd}:{offset}:{output.spool_path}" for fd, output, offset in self.pipes]
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", spooler.__file__, str(their_notes), str(their_control), *arguments],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                pass_fds=[their_notes, their_control, *(fd for fd, _, _ in self.pipes)],
+                env={**os.environ, launcher.SPOOLER_VARIABLE: self.tag})
+        except OSError:
+            self.process = None
+            os.close(notes)
+            os.close(control)
+        else:
+            launcher.add_helper(self.process.pid)
+            self._notes, self._control = notes, control
+        finally:
+            os.close(their_notes)
+            os.close(their_control)
+        if self.process is None:
+            self._read_here(range(len(self.pipes)))  # no process: this one reads its pipes
+        else:
+            self._thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        """Wait at most ``timeout_s`` for every pipe to end; then give up on those still open."""
+        deadline = time.monotonic() + timeout_s
+        for _, output, _ in self.pipes:
+            output.eof.wait(max(0.0, deadline - time.monotonic()))
+        self._abandoned = True
+        if self._control >= 0:
+            try:
+                os.write(self._control, b"abandon\n")
+            except OSError:
+                pass
+        if self._thread.is_alive():
+            self._thread.join(STOP_WAIT_S)
+            if self._thread.is_alive() and self.process is not None:  # a spooler that does not answer
+                self.process.kill()
+                self._thread.join()
+        for reader in self.readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                reader.abandon()
+                reader.join()
+        for fd, output, _ in self.pipes:
+            _close(fd)
+            if not output.eof.is_set():  # never read (the spooler was not started)
+                output.ended()
+        _close(self._control)
+
+    def losses(self) -> Iterator[Loss]:
+        return (output.losses.loss for _, output, _ in self.pipes)
+
+    def _take_notes(self) -> None:
+        """The spooler's notes, as they come, into each pipe's output; at their end, what the
+        spooler did not finish goes on here."""
+        pending = b""
+        while True:
+            try:
+                data = os.read(self._notes, NOTES_READ_BYTES)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            pending = self._noted(pending + data)
+        os.close(self._notes)
+        assert self.process is not None
+        self.process.wait()
+        launcher.remove_helper(self.process.pid)
+        open_pipes = [index for index, (_, output, _) in enumerate(self.pipes) if not output.eof.is_set()]
+        if self._abandoned:
+            for index in open_pipes:
+                self.pipes[index][1].ended()
+        elif open_pipes:
+            print(f"trainmon: warning: the spooler process ended ({_how(self.process.returncode)}); reading the "
+                  "job's pipes here from now on", file=sys.stderr)
+            self._read_here(open_pipes)
+
+    def _noted(self, data: bytes) -> bytes:
+        """Notes into outputs; what is left of ``data`` (a note, or a note's bytes, not whole yet)."""
+        at = 0
+        while len(data) - at >= NOTE.size:
+            index, kind, length, stamp, offset = NOTE.unpack_from(data, at)
+            body = NOTE.size if kind in (spooler.SPOOLED, spooler.ENDED) else NOTE.size + length
+            if len(data) - at < body:
+                break
+            output = self.pipes[index][1]
+            if kind == spooler.SPOOLED:
+                output.spooled(offset + FRAME.size, length, stamp)
+                self._next[index] = offset + FRAME.size + length
+            elif kind == spooler.HELD:
+                output.unspooled(data[at + NOTE.size:at + body], stamp, offset + FRAME.size)
+            elif kind == spooler.TROUBLE:
+                output.spool_error = data[at + NOTE.size:at + body].decode("utf-8", "replace")
+            else:
+                output.ended()
+            at += body
+        return data[at:]
+
+    def _read_here(self, indexes: Iterable[int]) -> None:
+        """Threads of this process read these pipes from where their spool files hold whole frames."""
+        for index in indexes:
+            fd, output, _ = self.pipes[index]
+            offset = self._next[index]
+            for start, stamp, length in spool_frames(output.spool_path, offset + FRAME.size):
+                _frame(output.spool_path, start - FRAME.size, stamp, length)  # its header, if it was being written
+                output.spooled(start, length, stamp)  # framed but not noted when the process died
+                offset = start + length
+            reader = PipeReader(fd, output, offset=offset)
+            self.readers.append(reader)
+            reader.start()
+
+
+def start_spool(output: PipeOutput, preamble: bytes) -> int:
+    """A pipe's spool file made anew, holding ``preamble`` (trainmon's own lines, as the job's first
+    output) when there is one; where its next frame goes."""
+    stamp = now_ms()
+    try:
+        fd = os.open(output.spool_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            if preamble:
+                _write_all(fd, FRAME.pack(stamp, len(preamble)), preamble)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        output.spool_error = str(exc)
+        if preamble:
+            output.unspooled(preamble, stamp, FRAME.size)
+        return 0
+    if preamble:
+        output.spooled(FRAME.size, len(preamble), stamp)
+    return FRAME.size + len(preamble) if preamble else 0
+
+
+def _frame(path: Path, at: int, stamp: int, length: int) -> None:
+    """The header of the frame at ``at``, written where it is still zeros (a frame the spooler began)."""
+    with open(path, "r+b") as spool:
+        spool.seek(at)
+        if spool.read(FRAME.size) == FRAME.pack(0, 0):
+            spool.seek(at)
+            spool.write(FRAME.pack(stamp, length))
+
+
+def _how(code: int | None) -> str:
+    return f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def yield_to_the_job() -> None:
+    """The calling thread gives way to the job's processes when the machine is busy (a nicer
+    scheduling priority, Linux's per-thread nice): what it does can wait in the spool, the job's
+    writes should not."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + NICER)
+    except (AttributeError, OSError):
+        pass
 
 
 def stored_text(block: bytes, mode: Mode) -> bytes | memoryview:
@@ -339,14 +572,21 @@ def _write_all(fd: int, header: bytes, data: bytes) -> None:
 def spool_frames(path: Path, from_offset: int) -> Iterator[tuple[int, int, int]]:
     """(offset, read time in ms, length) of a spool file's chunks from ``from_offset`` on; a chunk
     that ``from_offset`` falls inside comes without its first part. A frame cut short at the end
-    (the reader died writing it) ends the file."""
-    size = path.stat().st_size
+    (the reader died writing it) ends the file; so does one whose header is still zeros (the
+    spooler writes it once the read's bytes are in: it died in between), but for those bytes,
+    read at the file's last change."""
+    status = path.stat()
+    size = status.st_size
     with open(path, "rb") as spool:
         position = 0
         while position + FRAME.size <= size:
             spool.seek(position)
             stamp, length = FRAME.unpack(spool.read(FRAME.size))
             start = position + FRAME.size
+            if length == 0:  # a frame begun: what follows it is its read
+                if size > max(start, from_offset):
+                    yield max(start, from_offset), int(status.st_mtime * 1000), size - max(start, from_offset)
+                return
             end = start + length
             if end > size:
                 return
@@ -492,8 +732,117 @@ class Echo:
             self._pending_points.clear()
 
 
+class BatchWriter(threading.Thread):
+    """Writes the ingestor's batches to the store in order, on a thread of its own, so that packing
+    and storing one batch (zstd and the database let go of Python's lock) overlaps cutting and
+    matching the next. A batch the store refuses (a server down, a lock, a full disk) is written
+    again with backoff until it is stored; once the job has ended, a disk that stays full is given
+    up on after FULL_DISK_TRIES, and what it refused is counted as lost."""
+
+    def __init__(self, store: Store, on_error: Callable[[str], None]) -> None:
+        super().__init__(name="trainmon-store-writer", daemon=True)
+        self.store = store
+        self.on_error = on_error
+        self.store_error: StoreError | None = None  # set while the store refuses writes
+        self.loss = Loss()  # the batches given up
+        self.gave_up = False
+        self.failure: BaseException | None = None  # what ended the thread, if anything but finish() did
+        self._queue: deque[Batch] = deque()
+        self._changed = threading.Condition()
+        self._finishing = False
+        self._stopping = False
+        self._backoff = Backoff()
+
+    def put(self, batch: Batch) -> None:
+        with self._changed:
+            if self.gave_up:
+                self.loss.add(_batch_loss(batch, self._reason()))
+                return
+            self._queue.append(batch)
+            self._changed.notify_all()
+
+    def waiting(self) -> int:
+        """Batches not stored yet (the one being written among them)."""
+        with self._changed:
+            return len(self._queue)
+
+    def wait_until_at_most(self, batches: int, timeout_s: float) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: len(self._queue) <= batches or self.gave_up or self.failure is not None,
+                                   timeout_s)
+
+    def finishing(self) -> None:
+        """The job has ended: a disk that stays full is given up on from now on."""
+        with self._changed:
+            self._finishing = True
+            self._changed.notify_all()
+
+    def finish(self) -> None:
+        """Every batch put is stored (or given up); the thread ends."""
+        with self._changed:
+            self._finishing = self._stopping = True
+            self._changed.notify_all()
+        if self.is_alive():
+            self.join()
+
+    def run(self) -> None:
+        yield_to_the_job()
+        try:
+            self._write()
+        except BaseException as exc:  # the ingestor raises it (and the supervisor reports it)
+            self.failure = exc
+            with self._changed:
+                self._changed.notify_all()
+
+    def _write(self) -> None:
+        full_tries = 0
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._queue or self._stopping)
+                if not self._queue:
+                    return
+                batch = self._queue[0]
+            try:
+                self.store.write_batch(batch)
+            except StoreError as exc:
+                if self.store_error is None:
+                    self.on_error(f"{exc.message}. Keeping the job's output in its spool and retrying.")
+                self.store_error = exc
+                if self._finishing and isinstance(exc, StoreFull):
+                    full_tries += 1  # the job has ended and the disk stays full
+                    if full_tries >= FULL_DISK_TRIES:
+                        self._give_up()
+                        continue
+                with self._changed:
+                    self._changed.wait(self._backoff.next_delay())
+                continue
+            if self.store_error is not None:
+                self.on_error("the store accepts writes again; nothing was lost.")
+            self.store_error = None
+            self._backoff.reset()
+            with self._changed:
+                self._queue.popleft()
+                self._changed.notify_all()
+
+    def _give_up(self) -> None:
+        with self._changed:
+            self.gave_up = True
+            for batch in self._queue:
+                self.loss.add(_batch_loss(batch, self._reason()))
+            self._queue.clear()
+            self._changed.notify_all()
+
+    def _reason(self) -> str:
+        return self.store_error.message if self.store_error else "the store refused the writes"
+
+
+def _batch_loss(batch: Batch, reason: str) -> Loss:
+    return Loss(sum(chunk[2] for chunk in batch.chunks), batch.point_count, batch.text_bytes, reason)
+
+
 class Ingestor(threading.Thread):
-    """Turns the readers' chunks into stored records and points, in batches; outlasts any store outage."""
+    """Turns the readers' chunks into stored records and points, in batches (written by a
+    :class:`BatchWriter`, one batch behind); outlasts any store outage."""
 
     def __init__(
         self,
@@ -518,11 +867,15 @@ class Ingestor(threading.Thread):
         self.on_error = on_error or (lambda message: print(f"trainmon: {message}", file=sys.stderr))
         self._finishing = threading.Event()
         self._pending = Batch(job_id)
-        self.store_error: StoreError | None = None  # set while the store refuses writes
+        self.writer = BatchWriter(store, self.on_error)
         self.failure: BaseException | None = None
-        self.loss = Loss()  # what the ingestor itself gave up (a disk that stayed full after the job)
+        self.loss = Loss()  # what was given up (a disk that stayed full after the job)
         self._names = [d.name for d in extractor.definitions]
-        self._backoff = Backoff()
+
+    @property
+    def store_error(self) -> StoreError | None:
+        """Why the store refuses writes, while it does."""
+        return self.writer.store_error
 
     def finish(self) -> None:
         """Drain what is left (once every reader ended) and wait for it: as long as the store takes to
@@ -538,35 +891,46 @@ class Ingestor(threading.Thread):
         self.run()
 
     def run(self) -> None:
+        yield_to_the_job()
+        self.writer.start()
         try:
             self._loop()
         except BaseException as exc:  # reported by the supervisor; the readers keep draining
             self.failure = exc
             self.on_error(f"log ingestion stopped: {exc}")
+        finally:
+            self.writer.finish()
+            self.loss.add(self.writer.loss)
 
     def _loop(self) -> None:
-        final_tries = 0
         while True:
             self.wake.wait(0.25)
             self.wake.clear()
-            if self._pending and not self._flush():
-                if self._finishing.is_set() and isinstance(self.store_error, StoreFull):
-                    final_tries += 1  # the job has ended and the disk stays full
-                    if final_tries >= FULL_DISK_TRIES:
-                        self._give_up()
-                        return
-                time.sleep(self._backoff.next_delay())
-                continue  # the backlog waits in the spool until this batch is stored
-            done = self._finishing.is_set() and all(p.reader.eof.is_set() for s in self.streams for p in s.pipes)
+            if self._finishing.is_set():
+                self.writer.finishing()
+            if self.writer.gave_up:
+                self._give_up()
+                return
+            if self.writer.waiting() > 1:  # the writer is a batch behind already (a slow or failing store):
+                self.writer.wait_until_at_most(1, 0.25)  # the backlog waits in the spool
+                continue
+            if self.writer.failure is not None:
+                raise self.writer.failure
+            pipes = [pipe for stream in self.streams for pipe in stream.pipes]
+            done = self._finishing.is_set() and all(pipe.reader.eof.is_set() for pipe in pipes)
             self._step(final=done)
-            if done and not self._pending:
+            if done and not any(pipe.reader.chunks for pipe in pipes):  # (a step the writer held up left some)
+                self.writer.finish()
+                if self.writer.failure is not None:
+                    raise self.writer.failure
+                if self.writer.gave_up:
+                    self._give_up()
                 return
 
     def _give_up(self) -> None:
         """The job has ended and the store stays full: count what is left as lost, and stop."""
-        batch = self._pending
-        reason = self.store_error.message if self.store_error else "the store refused the writes"
-        self.loss.add(Loss(sum(c[2] for c in batch.chunks), batch.point_count, batch.text_bytes, reason))
+        reason = self.writer.loss.reason or "the store refused the writes"
+        self.loss.add(_batch_loss(self._pending, reason))
         self._pending = Batch(self.job_id)
         for _, _, _, pipe, chunk in self._take_work():
             self.loss.add(count_block(self.extractor, self._records(pipe, chunk)[0]))
@@ -697,22 +1061,11 @@ class Ingestor(threading.Thread):
         return counted
 
     def _flush(self) -> bool:
-        """Write the pending batch; False (the batch kept) while the store refuses it."""
-        if not self._pending:
-            return True
-        try:
-            self.store.write_batch(self._pending)
-        except StoreError as exc:
-            if self.store_error is None:
-                self.on_error(f"{exc.message}. Keeping the job's output in its spool and retrying.")
-            self.store_error = exc
-            return False
-        if self.store_error is not None:
-            self.on_error("the store accepts writes again; nothing was lost.")
-        self.store_error = None
-        self._backoff.reset()
-        self._pending = Batch(self.job_id)
-        return True
+        """Hand the pending batch to the writer; False when it is behind (the caller takes no more work)."""
+        if self._pending:
+            self.writer.put(self._pending)
+            self._pending = Batch(self.job_id)
+        return self.writer.waiting() <= 1
 
     def close(self) -> None:
         """Close the spool files; the supervisor removes them once the job's end is stored."""

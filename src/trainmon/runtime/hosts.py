@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -38,10 +37,12 @@ from .capture import (
     LossCounter,
     MemoryBudget,
     Pipe,
-    PipeReader,
+    PipeOutput,
     RecordCutter,
+    Spooler,
     now_ms,
     spool_path,
+    start_spool,
 )
 from .monitor import SystemMonitor
 from .profilewatch import ProfileTap
@@ -145,8 +146,8 @@ class LocalHosts:
         self.job_dir = config.job_dir(store.home, job.name)
         self.spool_dir = recovery.spool_dir(store, job.name)
         self.hosts: list[_Host] = []
-        self.readers: list[PipeReader] = []
-        self._spools: list[tuple[str, PipeReader]] = []
+        self.spooler: Spooler | None = None
+        self._outputs: list[tuple[str, PipeOutput]] = []
         self.ingestor: Ingestor | None = None
         self.monitor: SystemMonitor | None = None
         self._wake = threading.Event()
@@ -176,14 +177,22 @@ class LocalHosts:
         started = [h.stream for h in self.hosts if h.stream is not None]
         self.ingestor = Ingestor(self.store, self.job_id, started, self.extractor, self._wake, self.echo,
                                  budget=self._budget)
-        for reader in self.readers:
-            reader.start()
+        if self.spooler is not None:
+            self.spooler.start()
         self.ingestor.start()
         if failure is None:
             self.monitor = self._start_monitor(profile_tap)
         return failure
 
     def _start_hosts(self) -> str | None:
+        """Each host's processes, and the spooler that reads their pipes (started with the ingestor)."""
+        spooled: list[tuple[int, PipeOutput, int]] = []
+        try:
+            return self._launch(spooled)
+        finally:
+            self.spooler = Spooler(spooled, self.tag) if spooled else None
+
+    def _launch(self, spooled: list[tuple[int, PipeOutput, int]]) -> str | None:
         settings = self.doc["TrainmonConfig"]
         script = settings.get("Script")
         for host in self.hosts:
@@ -198,13 +207,12 @@ class LocalHosts:
             notes = toolkit.notes(layout.code_dir, settings.get("Interpreter", "")) if script else b""
             pipes = []
             for is_stderr, fd in zip((False, True), host.process.streams(), strict=True):
-                path = spool_path(self.spool_dir, host.name, is_stderr)
-                reader = PipeReader(fd, path, self._wake, path.name, budget=self._budget,
-                                    losses=LossCounter(self.extractor.definitions, self.mode),
-                                    preamble=b"" if is_stderr else notes)
-                self.readers.append(reader)
-                self._spools.append((host.name, reader))
-                pipes.append(Pipe(reader, RecordCutter(self.mode), is_stderr))
+                output = PipeOutput(spool_path(self.spool_dir, host.name, is_stderr), self._wake, budget=self._budget,
+                                    losses=LossCounter(self.extractor.definitions, self.mode))
+                offset = start_spool(output, b"" if is_stderr else notes)
+                spooled.append((fd, output, offset))
+                self._outputs.append((host.name, output))
+                pipes.append(Pipe(output, RecordCutter(self.mode), is_stderr))
             host.stream = HostStream(host.name, row.id, pipes)
         return None
 
@@ -242,9 +250,9 @@ class LocalHosts:
 
     def last_read(self) -> dict[str, float]:
         found: dict[str, float] = {}
-        for host, reader in self._spools:
+        for host, output in self._outputs:
             try:
-                found[host] = max(found.get(host, 0.0), os.stat(reader.spool_path).st_mtime)
+                found[host] = max(found.get(host, 0.0), os.stat(output.spool_path).st_mtime)
             except OSError:
                 pass
         return found
@@ -257,20 +265,16 @@ class LocalHosts:
             end.warnings = [str(problem) for problem in failed if problem]
         # What the pipes still hold, for at most PIPE_DRAIN_S: a pipe kept open by a process beyond
         # trainmon's reach is abandoned, not waited for.
-        deadline = time.monotonic() + PIPE_DRAIN_S
-        for reader in self.readers:
-            reader.join(max(0.0, deadline - time.monotonic()))
-            if reader.is_alive():
-                reader.abandon()
-                reader.join()
+        if self.spooler is not None:
+            self.spooler.join(PIPE_DRAIN_S)
         if self.ingestor is not None:
             self.ingestor.finish()
             self.ingestor.close()
             if self.ingestor.failure is not None:
                 end.ingest_failure = str(self.ingestor.failure)
             end.loss.add(self.ingestor.loss)
-        for reader in self.readers:
-            end.loss.add(reader.losses.loss)
+        for _, output in self._outputs:
+            end.loss.add(output.losses.loss)
         shutil.rmtree(self.spool_dir, ignore_errors=True)  # all stored, or counted as lost: nothing to recover
         return end
 

@@ -28,6 +28,7 @@ import os
 import secrets
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +36,7 @@ from . import notify
 from .procfs import PROC, children_of, descendants, process_table, read_process_stat
 
 TAG_VARIABLE = "TRAINMON_PROCESS_TAG"
+SPOOLER_VARIABLE = "TRAINMON_SPOOLER_OF"  # the spooler process of the job with this tag carries it (not the tag)
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -222,7 +224,7 @@ class LocalLauncher:
         table = process_table()
         mains = {host.process.pid for host in self.hosts}
         children = children_of(table)
-        own = notify.commands_running()  # this process's notifications: not the job's
+        own = notify.commands_running() | frozenset(_helpers)  # this process's own children: not the job's
         adopted = [pid for pid in children.get(self.me, []) if pid not in mains and pid not in own]
         found: list[tuple[int, int]] = []
         for pid in descendants([*mains, *adopted], children):
@@ -235,6 +237,18 @@ class LocalLauncher:
                 continue
             found.append((pid, stat.start_ticks))
         return found
+
+
+_helpers: set[int] = set()  # processes trainmon started for itself (the spooler): never the job's
+
+
+def add_helper(pid: int) -> None:
+    """A child process of trainmon's own, which the launcher must not take for the job's."""
+    _helpers.add(pid)
+
+
+def remove_helper(pid: int) -> None:
+    _helpers.discard(pid)
 
 
 def _widen_pipe(fd: int) -> None:
@@ -261,10 +275,10 @@ def new_tag() -> str:
 # -- what is left of a job whose supervisor died ---------------------------------------------
 
 
-def tagged_processes(tag: str) -> list[tuple[int, int]]:
+def tagged_processes(tag: str, variable: str = TAG_VARIABLE) -> list[tuple[int, int]]:
     """(pid, start time) of every process of this user whose environment carries the job's tag (but
     this one: a command the job ran may be the one reaping it)."""
-    marker = f"{TAG_VARIABLE}={tag}".encode()
+    marker = f"{variable}={tag}".encode()
     found = []
     me = os.getpid()
     for pid, stat in process_table().items():
@@ -279,6 +293,17 @@ def _carries(pid: int, marker: bytes) -> bool:
     except OSError:
         return False  # another user's process, or gone
     return marker in environment.split(b"\0")
+
+
+def wait_for_spooler(tag: str, timeout_s: float = 5.0) -> bool:
+    """Wait (at most ``timeout_s``) for the spooler process of the job with ``tag`` to end, as it
+    does once every pipe it reads has ended: what it spools is all there afterwards. Whether it did."""
+    deadline = time.monotonic() + timeout_s
+    while tagged_processes(tag, SPOOLER_VARIABLE):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def kill_tagged(tag: str) -> int:

@@ -80,6 +80,8 @@ def _reap(store: Store, job: JobRow, dead: SupervisorIdentity) -> bool:
         return False  # another command is reaping it
     tag = dead.get("tag", "")
     still_running = bool(tag) and launcher.kill_tagged(tag) > 0
+    if tag:
+        launcher.wait_for_spooler(tag)  # it spools what the pipes still held, then ends
     loss = recovery.recover(store, job)
     last_ms = recovery.last_activity_ms(store, job)
     ended_at = time.time() if still_running or last_ms is None else last_ms / 1000

@@ -1,0 +1,181 @@
+"""The job's pipes into their spool files, in a process of its own.
+
+A job writes as fast as its pipes are read. Read by a thread of the supervisor, a pipe waits for
+Python's lock whenever the ingestor, the rules or the monitor hold it (a switch every 5 ms): a job
+flooding its output ran at a fifteenth of a plain pipe's speed. So one small process per job (per
+host agent on a Ray node) does nothing but move each pipe's bytes into its spool file, with
+``splice`` (the kernel moves them; Python never holds them), framed with their read time
+(:data:`FRAME`), and tells the supervisor where each chunk went, in a note of :data:`NOTE` on a
+pipe of its own. Its own lock is never wanted by anything else.
+
+The process imports nothing but the standard library and is run by path with ``python -I -S``,
+so it starts in milliseconds, before the job's first megabyte fills a pipe. It is started in a
+session of its own, so a Ctrl-C or a closed terminal reaches the supervisor, not it; it carries
+no job tag, so nothing that ends the job's processes ends it: it ends when every pipe has ended
+(the job's last writer closed it), or when the supervisor tells it to give up on the pipes still
+open (``abandon`` on its standard input). If the supervisor dies, it goes on spooling until the
+pipes end, and whoever reaps the job stores the spool (:mod:`trainmon.runtime.recovery`).
+
+When a spool file cannot be written (a full disk), the read's bytes go to the supervisor in the
+note itself (:data:`HELD`), to be held in memory or counted as lost there; the file is tried
+again every second. If this process dies, the supervisor reads the pipes itself from where the
+spool files end (:class:`trainmon.runtime.capture.PipeReader`).
+
+Run as ``python -I -S spooler.py NOTES_FD CONTROL_FD PIPE_FD:OFFSET:PATH ...``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import struct
+import sys
+import time
+
+FRAME = struct.Struct("<qI")  # a spool frame's header: read time (ms), length; the bytes follow
+NOTE = struct.Struct("<BBxxIqq")  # pipe index, kind, length, read time (ms), spool offset of the frame
+SPOOLED, HELD, ENDED, TROUBLE = 0, 1, 2, 3  # note kinds: a frame written; bytes that follow; the pipe ended; why not
+READ_BYTES = 1 << 20
+RETRY_MS = 1000  # a spool file that could not be written is tried again this often
+_UNFINISHED = FRAME.pack(0, 0)  # a frame being written: a header of zeros until its length is known
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Spool:
+    """One pipe and its spool file."""
+
+    def __init__(self, index: int, fd: int, offset: int, path: str) -> None:
+        self.index, self.fd, self.offset, self.path = index, fd, offset, path
+        self.file = -1
+        self.retry_ms = 0  # while the file fails: when to try it again
+
+    def open(self) -> None:
+        self.file = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.ftruncate(self.file, self.offset)  # a frame cut short by an earlier failure goes
+
+    def move(self, notes: Notes) -> bool:
+        """One read of the pipe into the file (or, the file failing, to the supervisor); False at
+        the pipe's end."""
+        stamp = now_ms()
+        if self.file < 0 and stamp >= self.retry_ms:
+            try:
+                self.open()
+            except OSError as exc:
+                self._failed(notes, exc, stamp)
+        if self.file >= 0:
+            try:
+                os.pwrite(self.file, _UNFINISHED, self.offset)  # the frame's room: a full disk fails here
+                moved = self._to_file()
+            except OSError as exc:  # nothing was taken from the pipe: it is read below
+                self._failed(notes, exc, stamp)
+            else:
+                return self._framed(notes, moved)
+        try:
+            data = os.read(self.fd, READ_BYTES)
+        except OSError:
+            data = b""
+        if data:
+            notes.send(NOTE.pack(self.index, HELD, len(data), now_ms(), self.offset) + data)
+        return bool(data)
+
+    def _to_file(self) -> int:
+        """A read's bytes after the frame's header; how many (0: the pipe ended)."""
+        if hasattr(os, "splice"):  # Linux: the kernel moves the pages, Python never holds them
+            return os.splice(self.fd, self.file, READ_BYTES, offset_dst=self.offset + FRAME.size)
+        data = os.read(self.fd, READ_BYTES)
+        if data:
+            os.pwrite(self.file, data, self.offset + FRAME.size)
+        return len(data)
+
+    def _framed(self, notes: Notes, moved: int) -> bool:
+        """The frame's header written (its read time, its length) and noted; False at the pipe's end."""
+        stamp = now_ms()
+        if not moved:
+            os.ftruncate(self.file, self.offset)
+            return False
+        try:
+            os.pwrite(self.file, FRAME.pack(stamp, moved), self.offset)
+        except OSError as exc:  # the bytes are in the file, not framed: they go to the supervisor
+            try:
+                data = os.pread(self.file, moved, self.offset + FRAME.size)
+            except OSError:
+                data = b""
+            self._failed(notes, exc, stamp)
+            if data:
+                notes.send(NOTE.pack(self.index, HELD, len(data), stamp, self.offset) + data)
+            return True
+        notes.send(NOTE.pack(self.index, SPOOLED, moved, stamp, self.offset))
+        self.offset += FRAME.size + moved
+        return True
+
+    def _failed(self, notes: Notes, exc: OSError, stamp: int) -> None:
+        if self.file >= 0:
+            try:
+                os.ftruncate(self.file, self.offset)  # no frame cut short: the next follows the last whole one
+            except OSError:
+                pass
+            os.close(self.file)
+            self.file = -1
+        self.retry_ms = stamp + RETRY_MS
+        why = str(exc).encode("utf-8", "replace")
+        notes.send(NOTE.pack(self.index, TROUBLE, len(why), stamp, self.offset) + why)
+
+
+class Notes:
+    """The pipe to the supervisor; when nobody reads it any more (the supervisor died), notes are
+    not sent, and the spooling goes on."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def send(self, note: bytes) -> None:
+        if self.fd < 0:
+            return
+        view = memoryview(note)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def run(notes: Notes, control: int, spools: list[Spool]) -> None:
+    poller = select.poll()
+    by_fd = {spool.fd: spool for spool in spools}
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+    poller.register(control, select.POLLIN | select.POLLHUP)
+    while by_fd:
+        for fd, _events in poller.poll(RETRY_MS):
+            if fd == control:
+                if b"abandon" in os.read(control, 64):
+                    return  # the job is over; what is still in the pipes is not read
+                poller.unregister(control)  # the supervisor is gone: spool until the pipes end
+                continue
+            spool = by_fd[fd]
+            if not spool.move(notes):
+                poller.unregister(fd)
+                del by_fd[fd]
+                notes.send(NOTE.pack(spool.index, ENDED, 0, now_ms(), spool.offset))
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor stops the job; this drains its pipes
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    notes, control = Notes(int(argv[0])), int(argv[1])
+    spools = []
+    for index, given in enumerate(argv[2:]):
+        fd, offset, path = given.split(":", 2)
+        spools.append(Spool(index, int(fd), int(offset), path))
+    run(notes, control, spools)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
