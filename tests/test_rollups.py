@@ -370,6 +370,32 @@ def test_a_large_write_is_stored_sealed_at_once(store_target: StoreTarget) -> No
         store.close()
 
 
+def test_what_maintenance_replaces_leaves_the_store(store_target: StoreTarget) -> None:
+    """Half-hours of small writes, each sealed by a maintenance pass: the packed chunks it replaces
+    leave the store at once, not for a later vacuum (SQLite: their pages go back to the file system;
+    PostgreSQL: their rows are vacuumed, so the next hour's writes reuse the room), and the chunks
+    take about their sealed size."""
+    store = store_target.open()
+    size = ("SELECT pg_total_relation_size('chunks')" if store.database_url else
+            "SELECT page_count * page_size FROM pragma_page_count, pragma_page_size")
+    try:
+        now = int(time.time())
+        sizes = []
+        for piece in range(4, 0, -1):  # half-hours, within the 3 hours 1-second data is kept
+            stamps, values = _series(now - 1800 * (piece + 1), now - 1800 * piece, seed=piece)
+            _put(store, stamps, values, batch=60)  # 30 writes: packed chunks, merged and sealed by maintenance
+            assert store.maintain(now * 1000).sealed_points >= len(stamps)  # (with the last hour's, not full yet)
+            sizes.append(_scalar(store, size))
+        assert _scalar(store, "SELECT sum(count) FROM chunks") == 4 * 1800
+        assert _scalar(store, "SELECT count(*) FROM chunks") == 1  # 120 writes, sealed in one chunk (of up to 8,192)
+        assert _scalar(store, "SELECT sum(length(data)) FROM chunks") / (4 * 1800) < 4
+        if not store.database_url:
+            assert _scalar(store, "PRAGMA freelist_count") == 0
+        assert sizes[-1] < 2 * sizes[0], sizes  # about the sealed data; the room the packed writes took is reused
+    finally:
+        store.close()
+
+
 def test_late_job_points_fold_into_the_rollups_and_nan_ones_are_kept_aside(store_target: StoreTarget) -> None:
     store = store_target.open()
     try:

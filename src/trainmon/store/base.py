@@ -593,11 +593,11 @@ class SqlStore:
         done = series.maintain(self._transaction, self.retention,
                                now_ms if now_ms is not None else int(time.time() * 1000))
         if done.ran:
-            self._release_space()
+            self._release_space(done)
         return done
 
-    def _release_space(self) -> None:
-        """Give the space a maintenance pass freed back to the system (a backend that can)."""
+    def _release_space(self, done: Maintenance) -> None:
+        """Give the space a maintenance pass freed back to the system, or make it reusable at once."""
 
     # -- alarms
 

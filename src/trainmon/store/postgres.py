@@ -43,6 +43,7 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.retention import current as current_retention
 from ..errors import StoreError
 from .base import PackedChunk, SqlStore
+from .rows import Maintenance
 from .sql import Problem, Sql, T, store_error
 
 _MIGRATIONS: list[str | Callable[[psycopg.Connection[Any]], None]] = [
@@ -358,6 +359,18 @@ class PostgresStore(SqlStore):
                     continue
                 raise
         raise AssertionError("unreachable")
+
+    def _release_space(self, done: Maintenance) -> None:
+        """The rows a maintenance pass replaced or expired (merged, sealed and expired chunks, expired
+        roll-ups) made reusable at once by VACUUM, not whenever autovacuum comes by: the tables stay
+        about the size of what they hold. VACUUM waits for no reader or writer."""
+        if not (done.sealed_chunks or done.expired_chunks or done.expired_rollups):
+            return
+        with self._lock:
+            try:
+                self._connection().execute("VACUUM chunks, rollups")
+            except psycopg.Error as exc:
+                raise _translate(exc, self.location) from exc
 
     def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
         assert isinstance(sql, _Sql)

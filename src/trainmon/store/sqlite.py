@@ -29,6 +29,7 @@ from ..cloudwatch.retention import current as current_retention
 from ..config import private_file
 from ..errors import StoreError
 from .base import PackedChunk, SqlStore
+from .rows import Maintenance
 from .sql import Problem, Sql, store_error
 
 _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
@@ -319,7 +320,7 @@ class SqliteStore(SqlStore):
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
 
-    def _release_space(self) -> None:
+    def _release_space(self, done: Maintenance) -> None:
         """Free pages back to the file system, a slice per transaction so that writers wait
         milliseconds at most (files made before incremental vacuum keep reusing their free pages)."""
         for _ in range(RELEASE_SLICES):
