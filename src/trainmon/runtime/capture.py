@@ -426,9 +426,6 @@ class Spooler:
                 output.ended()
         _close(self._control)
 
-    def losses(self) -> Iterator[Loss]:
-        return (output.losses.loss for _, output, _ in self.pipes)
-
     def _take_notes(self) -> None:
         """The spooler's notes, as they come, into each pipe's output; at their end, what the
         spooler did not finish goes on here."""
@@ -480,10 +477,13 @@ class Spooler:
         for index in indexes:
             fd, output, _ = self.pipes[index]
             offset = self._next[index]
-            for start, stamp, length in spool_frames(output.spool_path, offset + FRAME.size):
-                _frame(output.spool_path, start - FRAME.size, stamp, length)  # its header, if it was being written
-                output.spooled(start, length, stamp)  # framed but not noted when the process died
-                offset = start + length
+            try:
+                for start, stamp, length in spool_frames(output.spool_path, offset + FRAME.size):
+                    _frame(output.spool_path, start - FRAME.size, stamp, length)  # its header, if it was begun
+                    output.spooled(start, length, stamp)  # framed but not noted when the process died
+                    offset = start + length
+            except OSError:
+                pass  # no spool file (it could not be made): the reader tries it again
             reader = PipeReader(fd, output, offset=offset)
             self.readers.append(reader)
             reader.start()
