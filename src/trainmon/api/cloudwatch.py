@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
+from ..cloudwatch.datapoints import parse_datapoints
 from ..cloudwatch.expressions import (
     Evaluator,
     Expression,
@@ -37,7 +38,6 @@ from ..cloudwatch.model import (
     check_namespace,
     check_unit,
     epoch_seconds,
-    parse_put,
 )
 from ..cloudwatch.statistics import (
     STATISTICS,
@@ -67,9 +67,10 @@ _T = TypeVar("_T")
 
 def put_metric_data(store: Store, *, Namespace: str | None = None, MetricData: list[dict[str, Any]] | None = None,
                     **unsupported: Any) -> dict[str, Any]:
+    """Validated whole (a refused call writes nothing), then queued: the store writes calls together
+    within a fraction of a second, and this process's reads see them at once (store.buffer)."""
     refuse_unknown(unsupported, InvalidParameterValue, allowed=("EntityMetricData", "StrictEntityValidation"))
-    items = parse_put(Namespace, MetricData, time.time())
-    store.put_samples(items)
+    store.queue_samples(parse_datapoints(Namespace, MetricData, time.time()))
     return {}
 
 
