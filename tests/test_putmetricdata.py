@@ -1,7 +1,7 @@
 """PutMetricData written behind the calls: a call validated whole as columns, queued, and written
-with the calls around it (store.buffer), in every backend. What another process sees is read with
-the database's own driver, beside trainmon's connections, which write what their process queued
-before they read."""
+with the calls around it (store.buffer), in every backend; and the maintainer a writing process
+starts. What another process sees is read with the database's own driver, beside trainmon's
+connections, which write what their process queued before they read."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ from trainmon.cloudwatch.datapoints import _plain, parse_datapoints
 from trainmon.cloudwatch.model import MetricKey, parse_put
 from trainmon.cloudwatch.retention import Retention, parse
 from trainmon.errors import InvalidParameterValue, MissingParameter, StoreError, Throttling, TrainmonError
+from trainmon.runtime import maintenance
+from trainmon.runtime.maintenance import FIRST_AFTER_S, Maintainer
 from trainmon.sdk.clients import CloudWatchClient
 from trainmon.store import Store, WriteBehind, open_store
 from trainmon.store.buffer import of_database
@@ -180,13 +182,17 @@ def _sample_count(client: Any, start_s: float, name: str = "loss") -> float:
 @contextmanager
 def _manual(target: StoreTarget, retention: Retention | None = None,
             **settings: Any) -> Iterator[tuple[Store, ManualClock]]:
-    """A store whose background work (the buffer's writes) moves only when the test moves its clock."""
+    """A store whose background work (the buffer's writes, the maintainer it starts) moves only when
+    the test moves its clock; its maintainer is stopped afterwards."""
     clock = ManualClock(wall_s=time.time())
     store = open_store(target.home, database_url=target.database_url, retention=retention, clock=clock,
                        write_behind=WriteBehind(**settings))
     try:
         yield store, clock
     finally:
+        running = maintenance.running_for(store)
+        if running is not None:
+            running.stop()
         store.close()
 
 
@@ -389,3 +395,36 @@ def test_datapoints_that_cannot_be_stored_are_reported_not_lost_in_silence(sqlit
         clock.advance(0.2)
         with pytest.raises(StoreError, match="1 datapoints accepted by PutMetricData could not be stored"):
             store.flush_samples()
+
+
+# -- the maintainer of a writing process --------------------------------------------------------------
+
+
+def test_a_writing_process_starts_one_maintainer_for_its_store(store_target: StoreTarget) -> None:
+    with _manual(store_target) as (store, clock):
+        assert maintenance.running_for(store) is None
+        client = CloudWatchClient(store)
+        _put(client, 2000, time.time() - 900)  # old enough to be sealed at once
+        started = maintenance.running_for(store)
+        assert isinstance(started, Maintainer) and not started._alarms  # alarms stay the servers'
+        _put(client, 10, time.time() - 900)
+        other = store_target.open()
+        try:
+            _put(CloudWatchClient(other), 10, time.time() - 900)  # another client of the same database
+            assert maintenance.running_for(other) is started
+        finally:
+            other.close()
+        clock.advance(FIRST_AFTER_S)  # its first pass: what was queued is written, then sealed
+        assert started.error is None and [done.sealed_points for done in started.passes] == [2020]
+
+
+def test_no_maintainer_is_started_where_the_process_runs_one(store_target: StoreTarget) -> None:
+    with _manual(store_target) as (store, clock):
+        server = Maintainer(store, alarms=True, clock=clock)  # as trainmon server runs it
+        clock.start(server)
+        try:
+            _put(CloudWatchClient(store), 10, time.time() - 60)
+            assert maintenance.running_for(store) is server
+        finally:
+            server.stop()
+        assert maintenance.running_for(store) is None

@@ -50,6 +50,7 @@ from ..cloudwatch.statistics import (
     percentile_of,
 )
 from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
+from ..runtime.maintenance import keep_maintained
 from ..store import Store
 from .shapes import offset_page, refuse_unknown
 from .times import as_datetime
@@ -68,9 +69,11 @@ _T = TypeVar("_T")
 def put_metric_data(store: Store, *, Namespace: str | None = None, MetricData: list[dict[str, Any]] | None = None,
                     **unsupported: Any) -> dict[str, Any]:
     """Validated whole (a refused call writes nothing), then queued: the store writes calls together
-    within a fraction of a second, and this process's reads see them at once (store.buffer)."""
+    within a fraction of a second, and this process's reads see them at once (store.buffer). The
+    first call makes sure the process maintains the store (runtime.maintenance.keep_maintained)."""
     refuse_unknown(unsupported, InvalidParameterValue, allowed=("EntityMetricData", "StrictEntityValidation"))
     store.queue_samples(parse_datapoints(Namespace, MetricData, time.time()))
+    keep_maintained(store)
     return {}
 
 
