@@ -15,9 +15,12 @@ norms), stored with SageMaker's retention off (``forever``), so that nothing exp
 2. PutMetricData. The first ``PUT_SAMPLES`` of the samples through ``trainmon.client
    ("cloudwatch").put_metric_data``, 1,000 items a call (each a Value, with its series' name,
    dimension, unit and timestamp: every series' next 10 points), against the store's write path
-   beneath it: the same samples, the same 1,000 a call, through ``Store.put_samples``. Targets: at
-   least half the store's rate (validation and conversion cost a small part of the write), and at
-   least 500,000 samples/s. The store's rate in calls of 50,000 is printed beside them.
+   beneath it: the same samples, the same 1,000 a call, through ``Store.put_samples``. The
+   client's time runs until every datapoint is stored and readable (its queue written:
+   ``store.flush_samples()``), so what it queued counts once stored. Each part's input is made
+   just before it and dropped after, so that none pays the garbage collector for another's.
+   Targets: at least half the store's rate, and at least 500,000 samples/s. The store's rate in
+   calls of 50,000 is printed beside them.
 """
 
 from __future__ import annotations
@@ -171,7 +174,6 @@ def on_disk(report: Report, scale: float) -> None:
 
 def put_metric_data(report: Report, scale: float) -> None:
     import trainmon
-    from trainmon.store import open_store
 
     samples = max(100_000, int(PUT_SAMPLES * scale)) // ITEMS_PER_PUT * ITEMS_PER_PUT
     points = samples // SERIES
@@ -179,19 +181,20 @@ def put_metric_data(report: Report, scale: float) -> None:
     start_ms = (int(time.time()) - points * TICK_MS // 1000 - 3600) * 1000
     series = _series(points)
     with scratch_dir("put-") as work:
-        store = open_store(work / "store", database_url="")
-        calls = _calls(series, start_ms, points, ITEMS_PER_PUT)
-        store_s, _ = timed(lambda: [store.put_samples(call) for call in calls])
-        store.close()
-        large = open_store(work / "large", database_url="")
-        calls = _calls(series, start_ms, points)
-        large_s, _ = timed(lambda: [large.put_samples(call) for call in calls])
-        large.close()
+        # Each part's input lives only during its part: none pays the garbage collector for another's.
+        store_s = _put_samples_s(work / "store", _calls(series, start_ms, points, ITEMS_PER_PUT))
+        large_s = _put_samples_s(work / "large", _calls(series, start_ms, points))
         requests = _requests(series, start_ms, points)
         client = trainmon.client("cloudwatch", home=work / "client")
-        client_s, _ = timed(lambda: [client.put_metric_data(Namespace="Bench/Series", MetricData=data)
-                                     for data in requests])
+
+        def put_all() -> None:
+            for data in requests:
+                client.put_metric_data(Namespace="Bench/Series", MetricData=data)
+            client.store.flush_samples()  # the clock stops once every datapoint is stored, as readable
+
+        client_s, _ = timed(put_all)
         stored = client.store._read("SELECT sum(count) FROM chunks")[0][0]
+        client.store.close()
         report.check(stored == samples, f"every datapoint stored through the client ({stored:,})")
     table(["path", "seconds", "samples/s"], [
         [f"Store.put_samples, {ITEMS_PER_PUT:,} a call (baseline)", f"{store_s:.2f}", rate(samples, store_s)],
@@ -203,6 +206,16 @@ def put_metric_data(report: Report, scale: float) -> None:
                  share >= PUT_SHARE_TARGET)
     report.absolute("PutMetricData through the client, samples/s", rate(samples, client_s),
                     f">= {rate(PUT_RATE_TARGET, 1)}", samples / client_s >= PUT_RATE_TARGET)
+
+
+def _put_samples_s(home: Path, calls: list[list[Any]]) -> float:
+    """Seconds ``Store.put_samples`` takes to write ``calls`` into a fresh SQLite store in ``home``."""
+    from trainmon.store import open_store
+
+    store = open_store(home, database_url="")
+    elapsed, _ = timed(lambda: [store.put_samples(call) for call in calls])
+    store.close()
+    return elapsed
 
 
 def _requests(series: list[tuple[str, str, str, np.ndarray]], start_ms: int, points: int) -> list[list[dict[str, Any]]]:

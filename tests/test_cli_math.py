@@ -42,6 +42,7 @@ def put(cw, name: str, dimension: tuple[str, str], start: int, minutes: Minutes,
              for minute, values in minutes.items() for k, value in enumerate(values)]
     for offset in range(0, len(items), 1000):
         cw.put_metric_data(Namespace=JOB_NAMESPACE, MetricData=items[offset:offset + 1000])
+    cw.store.flush_samples()  # stored now, for the CLI's own process (else within a fraction of a second)
 
 
 def math_json(*args: str) -> list[dict[str, Any]]:

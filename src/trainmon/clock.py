@@ -37,6 +37,9 @@ class Clock(Protocol):
     def stop_signal(self) -> StopSignal:
         """A new signal, not set, to wait on between deadlines of this clock."""
 
+    def start(self, thread: threading.Thread) -> None:
+        """Starts a thread that waits on this clock's signals (a ManualClock returns once it waits)."""
+
 
 class RealClock:
     """The system's clocks (:func:`time.monotonic`, :func:`time.time`)."""
@@ -49,6 +52,9 @@ class RealClock:
 
     def stop_signal(self) -> StopSignal:
         return _LockSignal()
+
+    def start(self, thread: threading.Thread) -> None:
+        thread.start()
 
 
 REAL_CLOCK = RealClock()

@@ -14,6 +14,7 @@
     │   ├── MissingParameter            MissingParameter
     │   ├── InvalidParameterCombination InvalidParameterCombination
     │   ├── InvalidFormat               InvalidFormat
+    │   ├── Throttling                  Throttling
     │   └── AlarmNotFound               ResourceNotFound         404
     ├── LogsError                       (CloudWatch Logs codes)  400
     │   ├── LogResourceNotFound         ResourceNotFoundException
@@ -136,6 +137,13 @@ class InvalidFormat(CloudWatchError):
     """CloudWatch's answer to text that must be JSON and is not (SetAlarmState's StateReasonData)."""
 
     code = "InvalidFormat"
+
+
+class Throttling(CloudWatchError):
+    """CloudWatch's answer to more PutMetricData than it takes (``Throttling``, HTTP 400): here, the
+    datapoints waiting to be stored reached their bound. boto3 tries such a call again, later."""
+
+    code = "Throttling"
 
 
 class AlarmNotFound(CloudWatchError):

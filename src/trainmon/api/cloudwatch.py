@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
+from ..cloudwatch.datapoints import parse_datapoints
 from ..cloudwatch.expressions import (
     Evaluator,
     Expression,
@@ -37,7 +38,6 @@ from ..cloudwatch.model import (
     check_namespace,
     check_unit,
     epoch_seconds,
-    parse_put,
 )
 from ..cloudwatch.statistics import (
     STATISTICS,
@@ -50,6 +50,7 @@ from ..cloudwatch.statistics import (
     percentile_of,
 )
 from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
+from ..runtime.maintenance import keep_maintained
 from ..store import Store
 from .shapes import offset_page, refuse_unknown
 from .times import as_datetime
@@ -67,9 +68,12 @@ _T = TypeVar("_T")
 
 def put_metric_data(store: Store, *, Namespace: str | None = None, MetricData: list[dict[str, Any]] | None = None,
                     **unsupported: Any) -> dict[str, Any]:
+    """Validated whole (a refused call writes nothing), then queued: the store writes calls together
+    within a fraction of a second, and this process's reads see them at once (store.buffer). The
+    first call makes sure the process maintains the store (runtime.maintenance.keep_maintained)."""
     refuse_unknown(unsupported, InvalidParameterValue, allowed=("EntityMetricData", "StrictEntityValidation"))
-    items = parse_put(Namespace, MetricData, time.time())
-    store.put_samples(items)
+    store.queue_samples(parse_datapoints(Namespace, MetricData, time.time()))
+    keep_maintained(store)
     return {}
 
 

@@ -120,7 +120,7 @@ def _clean(text: str) -> bool:
 def check_unit(unit: Any, field: str) -> str:
     if unit is None:
         return "None"
-    if unit not in UNITS:
+    if not isinstance(unit, str) or unit not in UNITS:
         raise InvalidParameterValue(f"The value {unit} for parameter {field} is not a valid unit.")
     return str(unit)
 
@@ -128,7 +128,11 @@ def check_unit(unit: Any, field: str) -> str:
 def _value(value: Any, field: str) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise InvalidParameterValue(f"The parameter {field} must be a number.")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any double (so beyond 2^360)
+        raise InvalidParameterValue(f"The value for parameter {field} is out of range: values must be within "
+                                    "-2^360 to 2^360.") from None
     if math.isnan(number) or math.isinf(number):
         raise InvalidParameterValue(f"The value {number} for parameter {field} is invalid: NaN and infinities are not accepted.")
     if abs(number) > VALUE_LIMIT:
@@ -157,20 +161,23 @@ def parse_put(namespace: Any, metric_data: Any, now_s: float) -> list[tuple[Metr
         if not isinstance(item, dict):
             raise InvalidParameterValue(f"The parameter MetricData.member.{position} must be a structure.")
         name = item.get("MetricName")
-        if name not in names:
+        if type(name) is not str or name not in names:
             name = check_metric_name(name, f"MetricData.member.{position}.MetricName")
             names.add(name)
         dimensions = _dimensions(item.get("Dimensions"), position, checked)
         unit = item.get("Unit", "None")
-        if unit not in UNITS:
+        if type(unit) is not str or unit not in UNITS:
             unit = check_unit(unit, f"MetricData.member.{position}.Unit")
         resolution = item.get("StorageResolution", 60)
         if resolution not in (1, 60) or isinstance(resolution, bool):
             raise InvalidParameterValue(f"The parameter MetricData.member.{position}.StorageResolution must be a "
                                         "value in the set [ 1, 60 ].")
         given = item.get("Timestamp")
-        stamp = now_s if given is None else (float(given) if type(given) in (int, float) else epoch_seconds(
-            given, f"MetricData.member.{position}.Timestamp"))
+        try:
+            stamp = now_s if given is None else (float(given) if type(given) in (int, float) else epoch_seconds(
+                given, f"MetricData.member.{position}.Timestamp"))
+        except OverflowError:  # an integer beyond any double: out of range below
+            stamp = math.inf if isinstance(given, int) and given > 0 else -math.inf
         if not oldest <= stamp <= newest:
             raise InvalidParameterValue(
                 f"The parameter MetricData.member.{position}.Timestamp must specify a time no more than two weeks "
@@ -197,12 +204,15 @@ def _dimensions(given: Any, position: int, checked: dict[tuple[Any, ...], tuple[
     """An item's dimensions, checked, as sorted pairs; a list seen before in the call comes from ``checked``."""
     if given is None:
         return ()
+    seen: tuple[Any, ...] | None
+    hit: tuple[tuple[str, str], ...] | None
     try:
         seen = tuple((d["Name"], d["Value"]) for d in given)
-    except (TypeError, KeyError):
-        seen = None
-    if seen is not None and seen in checked:
-        return checked[seen]
+        hit = checked.get(seen)
+    except (TypeError, KeyError):  # not a list of structures, or a value that is not text: checked below
+        seen = hit = None
+    if hit is not None:
+        return hit
     pairs = check_dimensions(given, f"MetricData.member.{position}.Dimensions")
     if seen is not None:
         checked[seen] = pairs  # type: ignore[assignment]

@@ -13,9 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import config
+from ..clock import REAL_CLOCK, Clock
 from ..cloudwatch.retention import Retention
 from ..errors import StoreError
 from .base import Store
+from .buffer import WriteBehind
 from .rows import (
     AlarmHistoryRow,
     AlarmRow,
@@ -31,22 +33,25 @@ from .rows import (
 )
 from .sqlite import SqliteStore
 
-__all__ = ["AlarmHistoryRow", "AlarmRow", "Batch", "EventRow", "JobPoints", "JobRow", "Maintenance", "PointBlock", "PointColumns", "PointRow", "StreamRow", "SqliteStore", "Store", "open_store"]
+__all__ = ["AlarmHistoryRow", "AlarmRow", "Batch", "EventRow", "JobPoints", "JobRow", "Maintenance", "PointBlock", "PointColumns", "PointRow", "StreamRow", "SqliteStore", "Store", "WriteBehind", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
-def open_store(home: Path | None = None, *, database_url: str | None = None,
-               retention: Retention | None = None) -> Store:
+def open_store(home: Path | None = None, *, database_url: str | None = None, retention: Retention | None = None,
+               clock: Clock = REAL_CLOCK, write_behind: WriteBehind | None = None) -> Store:
     """The store for the data directory ``home`` (default: TRAINMON_HOME): PostgreSQL when
     ``database_url`` (default: TRAINMON_DATABASE_URL) is a postgresql:// URL, else SQLite in
     ``home``. An empty ``database_url`` means SQLite whatever the environment says. Metric data
-    is kept as ``retention`` says (default: TRAINMON_RETENTION, else CloudWatch's tiers)."""
+    is kept as ``retention`` says (default: TRAINMON_RETENTION, else CloudWatch's tiers).
+    PutMetricData's datapoints are written behind the calls as ``write_behind`` says
+    (:mod:`trainmon.store.buffer`), on ``clock``'s time."""
     directory = home or config.home()
     config.make_private_dir(directory)
     url = (database_url if database_url is not None else config.database_url() or "").strip()
     if not url:
-        return SqliteStore(config.database_path(directory), home=directory, retention=retention)
+        return SqliteStore(config.database_path(directory), home=directory, retention=retention, clock=clock,
+                           write_behind=write_behind)
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     if scheme not in POSTGRES_SCHEMES:
         shown = f"a {scheme}:// URL" if scheme else "not a URL"
@@ -61,4 +66,4 @@ def open_store(home: Path | None = None, *, database_url: str | None = None,
             f"a PostgreSQL store needs the psycopg driver, which is not installed ({exc}): "
             "pip install 'trainmon[postgres]'"
         ) from exc
-    return PostgresStore(url, directory, retention)
+    return PostgresStore(url, directory, retention, clock=clock, write_behind=write_behind)

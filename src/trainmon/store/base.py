@@ -14,17 +14,21 @@ by "\\n", times are epoch seconds (jobs) or milliseconds.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..clock import REAL_CLOCK, Clock
 from ..cloudwatch.model import MetricKey
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.statistics import Columns, Sample
 from ..errors import ResourceInUse, ResourceNotFound
 from ..jobs.document import JobDocument, SupervisorIdentity
+from . import buffer
+from .buffer import SampleBuffer, WriteBehind, Writer
 from .codec import pack_text, unpack_text
 from .rows import (
     AlarmHistoryRow,
@@ -41,7 +45,9 @@ from .rows import (
 from .sql import Sql, T
 
 if TYPE_CHECKING:
+    from ..cloudwatch.datapoints import Datapoints
     from ..cloudwatch.sketch import Rollups
+    from .series import PreparedSamples
 
 SEQ_END = 2**62  # above every record number
 ChunkRow = tuple[int, int, int, str]  # a stored log chunk: first_seq, count (of records), timestamp_ms, text
@@ -60,8 +66,17 @@ class Store(Protocol):
     location: str  # where the data is, for messages: a file path, or a database URL without its password
     database_url: str | None  # the URL open_store() takes to open this store again (None: the SQLite file in home)
     retention: Retention  # how long metric data is kept (trainmon.cloudwatch.retention)
+    clock: Clock  # what the store's background work (PutMetricData's writer, a maintainer) waits on
 
-    def close(self) -> None: ...
+    @property
+    def database_key(self) -> str:
+        """The database, for this process: the SQLite file's real path, or the URL."""
+        ...
+
+    def close(self) -> None:
+        """Write what PutMetricData queued through this object (waiting a bounded time for a store
+        that refuses writes), then close the connection."""
+        ...
 
     # -- jobs
     def create_job(
@@ -173,7 +188,18 @@ class Store(Protocol):
 
     # -- CloudWatch metrics
     def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
-        """Store a whole PutMetricData call in one transaction: all of it or nothing."""
+        """Store datapoints now, in one transaction: all of them or nothing (the system monitor's)."""
+        ...
+
+    def queue_samples(self, datapoints: Datapoints) -> None:
+        """Queue a validated PutMetricData call for the write-behind buffer (store.buffer), which
+        stores it within a fraction of a second; every metric read of this process writes it first.
+        Throttling when the buffer stays full; a StoreError reports datapoints it had to drop."""
+        ...
+
+    def flush_samples(self) -> None:
+        """Store what PutMetricData queued for this database in this process (StoreError while the
+        store refuses it)."""
         ...
 
     def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
@@ -262,7 +288,14 @@ class SqlStore:
     :mod:`trainmon.store.series`, imported on first use, because it needs numpy, which commands
     that only look at jobs and logs should not pay for at start."""
 
+    home: Path
+    location: str
+    database_url: str | None
     retention: Retention
+    clock: Clock = REAL_CLOCK
+    write_behind: WriteBehind = WriteBehind()  # how PutMetricData's datapoints are written (store.buffer)
+    _buffer: SampleBuffer | None = None  # the buffer this object queued into, drained by close()
+    _database_key: str | None = None
     _find: str  # SQLite's instr(haystack, needle), PostgreSQL's strpos
     _lock_job = ""  # what locks the job row update_job reads (PostgreSQL: FOR NO KEY UPDATE); alarms' too
     _skip_locked = ""  # what lets claimers of due alarms pass rows another one holds (PostgreSQL)
@@ -283,6 +316,26 @@ class SqlStore:
 
     def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
         raise NotImplementedError
+
+    def _writer_factory(self) -> Callable[[], Writer]:
+        """What opens another connection to this database, for the write-behind buffer's writes."""
+        raise NotImplementedError
+
+    def _close_connection(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        try:
+            if self._buffer is not None:
+                self._buffer.drain()
+        finally:
+            self._close_connection()
+
+    @property
+    def database_key(self) -> str:
+        if self._database_key is None:
+            self._database_key = self.database_url or os.path.realpath(self.location)
+        return self._database_key
 
     # -- jobs
 
@@ -562,15 +615,42 @@ class SqlStore:
         with self._transaction() as sql:
             series.put_samples(sql, prepared, self.retention.periods)
 
+    def queue_samples(self, datapoints: Datapoints) -> None:
+        if self._buffer is None:
+            identity = (self.retention, self.write_behind, self.clock)
+            self._buffer = buffer.shared(self.database_key, identity, lambda: SampleBuffer(
+                self._writer_factory(), self.write_behind, self.clock))
+        self._buffer.add(datapoints)
+
+    def flush_samples(self) -> None:
+        for queued in buffer.of_database(self.database_key):
+            queued.flush()
+
+    def _flush_for_read(self) -> None:
+        """Before a metric read: what this process queued for the database is stored first."""
+        for queued in buffer.of_database(self.database_key):
+            queued.flush_for_read()
+
+    def put_prepared_samples(self, prepared: PreparedSamples, *, check_stored: bool) -> None:
+        """The write-behind buffer's write (this object is its writer): ``prepared`` in one
+        transaction; with ``check_stored``, not when an earlier try was committed after all."""
+        from . import series
+
+        with self._transaction() as sql:
+            if not (check_stored and series.datapoints_stored(sql, prepared)):
+                series.put_samples(sql, prepared, self.retention.periods)
+
     def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
         """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
         from . import series
 
+        self._flush_for_read()
         return self._reading(lambda sql: series.metric_samples(sql, key, start_ms, end_ms))
 
     def metric_columns(self, key: MetricKey, start_ms: int, end_ms: int) -> dict[str, Columns]:
         from . import series
 
+        self._flush_for_read()
         return self._reading(lambda sql: series.metric_columns(sql, key, start_ms, end_ms))
 
     def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
@@ -578,10 +658,12 @@ class SqlStore:
         from . import series
 
         periods = self.retention.periods
+        self._flush_for_read()
         return self._reading(lambda sql: series.metric_rollups(sql, key, start_ms, end_ms, period_s, periods, sketches))
 
     def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
+        self._flush_for_read()
         where = Where().add("namespace = ?", namespace).add("name = ?", name)
         rows = self._read(f"SELECT namespace, name, dimensions, last_ms FROM series WHERE {where.sql}", where.args)
         keys = [(MetricKey.from_row(ns, metric, dimensions), last) for ns, metric, dimensions, last in rows]
@@ -590,6 +672,7 @@ class SqlStore:
     def maintain(self, now_ms: int | None = None) -> Maintenance:
         from . import series
 
+        self._flush_for_read()
         done = series.maintain(self._transaction, self.retention,
                                now_ms if now_ms is not None else int(time.time() * 1000))
         if done.ran:

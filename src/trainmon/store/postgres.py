@@ -32,6 +32,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -39,10 +40,12 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pg_errors
 
+from ..clock import REAL_CLOCK, Clock
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.retention import current as current_retention
 from ..errors import StoreError
 from .base import PackedChunk, SqlStore
+from .buffer import WriteBehind
 from .rows import Maintenance
 from .sql import Problem, Sql, T, store_error
 
@@ -233,9 +236,12 @@ class PostgresStore(SqlStore):
     _lock_job = " FOR NO KEY UPDATE"  # does not wait for writers adding points and records to the job
     _skip_locked = " FOR NO KEY UPDATE SKIP LOCKED"
 
-    def __init__(self, url: str, home: Path, retention: Retention | None = None) -> None:
+    def __init__(self, url: str, home: Path, retention: Retention | None = None, *, clock: Clock = REAL_CLOCK,
+                 write_behind: WriteBehind | None = None) -> None:
         self.database_url: str | None = url
         self.retention = retention if retention is not None else current_retention()
+        self.clock = clock
+        self.write_behind = write_behind or WriteBehind()
         self.home = home
         self.location = redact(url)
         self._lock = threading.RLock()
@@ -246,9 +252,13 @@ class PostgresStore(SqlStore):
             self._db.close()
             raise
 
-    def close(self) -> None:
+    def _close_connection(self) -> None:
         with self._lock:
             self._db.close()
+
+    def _writer_factory(self) -> Callable[[], PostgresStore]:
+        assert self.database_url is not None
+        return partial(PostgresStore, self.database_url, self.home, self.retention)
 
     # -- plumbing --------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cloudwatch.datapoints import Datapoints, Metric
 from ..cloudwatch.model import MetricKey, job_metric_key
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.sketch import Rollups, concat
@@ -270,6 +271,57 @@ def prepare_samples(items: list[tuple[MetricKey, int, list[Sample]]]) -> Prepare
             units.append((unit, columns, encode(SAMPLES, columns)))
         metrics.append((key, key_digest, resolution, units))
     return metrics
+
+
+def prepare_datapoints(blocks: Sequence[Datapoints]) -> PreparedSamples:
+    """What ``put_samples`` writes of PutMetricData calls queued together (store.buffer): one
+    chunk per metric and unit however many calls gave it datapoints, each in the calls' order."""
+    # Metrics by identity: calls share their metrics' objects (cloudwatch.datapoints keeps one per
+    # metric), and hashing a metric's key costs more than the rest; an equal one that is not the
+    # same object only makes a second chunk.
+    table: dict[int, int] = {}
+    metrics: list[Metric] = []
+    codes = []
+    for block in blocks:
+        renumber = []
+        for metric in block.metrics:
+            code = table.get(id(metric))
+            if code is None:
+                code = table[id(metric)] = len(metrics)
+                metrics.append(metric)
+            renumber.append(code)
+        codes.append(np.array(renumber, np.int64)[block.codes])
+    code_array = np.concatenate(codes)
+    stamps = np.concatenate([block.timestamp_ms for block in blocks])
+    values = np.concatenate([block.value for block in blocks])
+    stats = None  # the common case: single values, no count, sum, minimum and maximum to copy
+    if any(block.stats is not None for block in blocks):
+        stats = [np.concatenate(parts) for parts in zip(*(block.columns()[2:] for block in blocks), strict=True)]
+    order = np.argsort(code_array, kind="stable")
+    bounds = np.searchsorted(code_array[order], np.arange(len(metrics) + 1)).tolist()
+    by_metric: dict[tuple[MetricKey, int], list[tuple[str, list[np.ndarray], list[Encoded]]]] = {}
+    for code, (key, resolution, unit) in enumerate(metrics):
+        rows = order[bounds[code]:bounds[code + 1]]
+        value = values[rows]
+        columns = [stamps[rows], value, *([np.ones(len(rows)), value, value, value] if stats is None
+                                          else [column[rows] for column in stats])]
+        by_metric.setdefault((key, resolution), []).append((unit, columns, encode(SAMPLES, columns)))
+    prepared = [(key, digest(key), resolution, units) for (key, resolution), units in by_metric.items()]
+    return sorted(prepared, key=lambda entry: (entry[1], entry[2]))  # one lock order
+
+
+def datapoints_stored(sql: Sql, prepared: PreparedSamples) -> bool:
+    """Whether a write of ``prepared`` was committed already (its reply lost): its first chunk is
+    in the store, as written."""
+    if not prepared:
+        return False
+    key, key_digest, resolution, units = prepared[0]
+    unit, _, encoded = units[0]
+    first, last, rows, _, blob, _ = encoded[0]
+    return bool(sql.rows(
+        "SELECT 1 FROM chunks WHERE series_id = (SELECT id FROM series WHERE digest = ?) AND kind = ? AND unit = ? "
+        "AND resolution = ? AND first_ms = ? AND last_ms = ? AND count = ? AND data = ?",
+        (key_digest, SAMPLES, unit, resolution, first, last, rows, blob)))
 
 
 def put_samples(sql: Sql, prepared: PreparedSamples, periods: Sequence[int]) -> None:

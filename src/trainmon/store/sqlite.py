@@ -21,14 +21,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ..clock import REAL_CLOCK, Clock
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.retention import current as current_retention
 from ..config import private_file
 from ..errors import StoreError
 from .base import PackedChunk, SqlStore
+from .buffer import WriteBehind
 from .rows import Maintenance
 from .sql import Problem, Sql, store_error
 
@@ -213,9 +216,12 @@ class SqliteStore(SqlStore):
 
     _find = "instr"
 
-    def __init__(self, path: Path | str, home: Path | None = None, retention: Retention | None = None) -> None:
+    def __init__(self, path: Path | str, home: Path | None = None, retention: Retention | None = None, *,
+                 clock: Clock = REAL_CLOCK, write_behind: WriteBehind | None = None) -> None:
         self.path = Path(path)
         self.retention = retention if retention is not None else current_retention()
+        self.clock = clock
+        self.write_behind = write_behind or WriteBehind()
         self.home = home if home is not None else self.path.parent
         self.location = str(self.path)
         self.database_url: str | None = None
@@ -278,9 +284,12 @@ class SqliteStore(SqlStore):
             self._db.close()
         return bool(current)
 
-    def close(self) -> None:
+    def _close_connection(self) -> None:
         with self._lock:
             self._db.close()
+
+    def _writer_factory(self) -> Callable[[], SqliteStore]:
+        return partial(_existing, self.path, self.home, self.retention)
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -355,6 +364,14 @@ class SqliteStore(SqlStore):
                     self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
+
+
+def _existing(path: Path, home: Path, retention: Retention) -> SqliteStore:
+    """The store at ``path``, which must exist: a writer that finds it gone (its directory deleted)
+    must not make an empty one there."""
+    if not path.exists():
+        raise FileNotFoundError(f"the store at {path} is gone")
+    return SqliteStore(path, home, retention)
 
 
 class _Sql:
