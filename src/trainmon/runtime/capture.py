@@ -903,8 +903,10 @@ class Ingestor(threading.Thread):
             self.loss.add(self.writer.loss)
 
     def _loop(self) -> None:
+        pipes = [pipe for stream in self.streams for pipe in stream.pipes]
         while True:
-            self.wake.wait(0.25)
+            if not any(pipe.reader.chunks for pipe in pipes):  # (work put back while the writer was behind: at once)
+                self.wake.wait(0.25)
             self.wake.clear()
             if self._finishing.is_set():
                 self.writer.finishing()
@@ -916,7 +918,6 @@ class Ingestor(threading.Thread):
                 continue
             if self.writer.failure is not None:
                 raise self.writer.failure
-            pipes = [pipe for stream in self.streams for pipe in stream.pipes]
             done = self._finishing.is_set() and all(pipe.reader.eof.is_set() for pipe in pipes)
             self._step(final=done)
             if done and not any(pipe.reader.chunks for pipe in pipes):  # (a step the writer held up left some)
