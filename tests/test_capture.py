@@ -234,3 +234,57 @@ def test_a_frame_the_spooler_began_holds_the_rest_of_the_spool(tmp_path: Path) -
     assert list(spool_frames(path, 0)) == [(FRAME.size, 5, 6), (2 * FRAME.size + 6, changed_ms, 7)]
     path.write_bytes(FRAME.pack(5, 6) + b"first\n" + FRAME.pack(0, 0))  # begun, no bytes in yet
     assert list(spool_frames(path, 0)) == [(FRAME.size, 5, 6)]
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_path: Path, mode: Mode) -> None:
+    """Many reads of one pipe, small and large (matched together by the ingestor), with "\\r", "\\r\\n"
+    and a "\\r\\n" split between two reads: every record stored as the mode cuts the whole output,
+    each with the time of the read that completed it, each point on its record."""
+    import bisect
+    import random
+    import re
+
+    from trainmon.parsing.extract import Extractor
+    from trainmon.parsing.framing import decode, split_text
+    from trainmon.runtime.capture import HostStream, Ingestor, Pipe, RecordCutter
+    from trainmon.runtime.recovery import SpoolSource
+    from trainmon.store import SqliteStore
+
+    rng = random.Random(5)
+    output = bytearray()
+    for index in range(30_000):
+        output += rng.choice([b"step %d loss=%d.5" % (index, index % 7), b"epoch %d 50%%|###" % index, b"noise"])
+        output += rng.choice([b"\n", b"\n", b"\r", b"\r\n"])
+    output += b"\n"
+    cuts = sorted(rng.sample(range(1, len(output)), 40)) + [output.index(b"\r\n") + 1]  # one "\r\n" in two reads
+    reads = [bytes(output[start:end]) for start, end in zip([0, *sorted(cuts)], [*sorted(cuts), len(output)],
+                                                             strict=True)]
+    spool = tmp_path / "algo-1-stdout"
+    with spool.open("wb") as handle:
+        for stamp, data in enumerate(reads, start=1000):
+            handle.write(FRAME.pack(stamp, len(data)) + data)
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        job = store.create_job("reads", {"TrainingJobStatus": "InProgress"}, 1000.0)
+        stream = store.add_stream(job.id, "algo-1", "reads/algo-1-1", 0)
+        definitions = validate_definitions([{"Name": "loss", "Regex": r"loss=(\S+)"}])
+        pipe = Pipe(SpoolSource(spool, FRAME.size), RecordCutter(mode), False)
+        ingestor = Ingestor(store, job.id, [HostStream("algo-1", stream.id, [pipe])], Extractor(definitions, mode),
+                            threading.Event(), on_error=lambda message: None)
+        ingestor.finish_in_this_thread()
+        ingestor.close()
+        events = store.events(stream.id, limit=10**6)
+        assert [e.message for e in events] == split_text(decode(bytes(output)), mode)
+        ends, position = [], 0  # where each read ended in the output
+        for data in reads:
+            position += len(data)
+            ends.append(position)
+        pattern = rb"\r\n|\r|\n" if mode.splits_on_cr else rb"\n"
+        completed = [bisect.bisect_left(ends, match.start() + 1) for match in re.finditer(pattern, bytes(output))]
+        assert [e.timestamp_ms for e in events] == [1000 + read for read in completed]  # (the last has a break)
+        whole = Extractor(definitions, mode).scan_columns(bytes(output))  # the whole output at once
+        assert [(p.seq, p.value) for p in store.points(job.id)] == list(zip(whole.records.tolist(),
+                                                                           whole.values.tolist(), strict=True))
+    finally:
+        store.close()

@@ -226,6 +226,7 @@ class Extractor:
         self._literal_numbers = [literal_of.get(index) for index in range(len(self.definitions))]  # None: no literal
         self._scratch = np.empty(0, bool), np.empty(0, bool)
         self._counted: tuple[bytes, int] | None = None  # the last block scan() bounded, and its records
+        self._crlf: tuple[bytes, bool] | None = None  # the last block bounded with "\r" in it, and if "\r\n" too
 
     # -- records ---------------------------------------------------------------------------
 
@@ -241,6 +242,12 @@ class Extractor:
         last = block[-1:]
         ends_with_break = last == b"\n" or (last == b"\r" and self._split_cr)
         return breaks if ends_with_break else breaks + 1
+
+    def holds_crlf(self, block: bytes) -> bool | None:
+        """Whether a block the last scan bounded holds a "\r\n" break (None: not known; the scan of
+        a block without "\r" leaves it unknown, and so does a small one's)."""
+        known = self._crlf
+        return known[1] if known is not None and known[0] is block else None
 
     def _masks(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         """Two boolean buffers of ``size``, kept between blocks: a fresh array of a block's size costs
@@ -266,6 +273,7 @@ class Extractor:
             following = breaks + 1
             following[:-1] += second[1:]
             ends, following = breaks[~second], following[~second]
+            self._crlf = (block, bool(second.any()))
         else:
             ends = np.flatnonzero(newline)
             following = ends + 1

@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+import numpy as np
+
 from ..errors import StoreError, StoreFull
 from ..jobs.document import UnstoredOutput
 from ..parsing.definitions import MetricDefinition
-from ..parsing.extract import Extractor
+from ..parsing.extract import Extractor, Hits
 from ..parsing.framing import Mode, decode, last_break_end
 from ..store import Batch, PointBlock, Store
 from . import launcher, spooler
@@ -56,6 +58,7 @@ FRAME = spooler.FRAME  # a spool frame's header: read time (ms), length; the byt
 NOTE = spooler.NOTE
 NOTES_READ_BYTES = 1 << 20
 STOP_WAIT_S = 5.0  # for the spooler process to end once told to
+SCAN_BYTES = 8 << 20  # consecutive reads of a pipe are matched together, up to this much
 NICER = 5  # how much less the threads that store the output (and judge it) are scheduled than the job
 
 
@@ -531,6 +534,30 @@ def _close(fd: int) -> None:
             pass
 
 
+def _run_end(work: list[tuple[int, int, HostStream, Pipe, Chunk]], start: int) -> int:
+    """Where the run of work items from ``start`` ends: reads of one pipe, one after another in the
+    work's order (another pipe's read between them ends it, as does a drop), up to SCAN_BYTES."""
+    pipe = work[start][3]
+    end, size = start + 1, work[start][4].length
+    if work[start][4].cut:
+        return end
+    while end < len(work) and work[end][3] is pipe and not work[end][4].cut and size < SCAN_BYTES:
+        size += work[end][4].length
+        end += 1
+    return end
+
+
+def _split_hits(hits: Hits, counts: list[int]) -> list[tuple[Hits, int]]:
+    """The points of blocks matched together, block by block (``counts``: each block's records),
+    their records counted from each block's first."""
+    if len(counts) == 1:
+        return [(hits, counts[0])]
+    firsts = np.cumsum([0, *counts])
+    cuts = np.searchsorted(hits.records, firsts)
+    return [(Hits(*(column[cuts[k]:cuts[k + 1]] for column in hits))._replace(
+        records=hits.records[cuts[k]:cuts[k + 1]] - firsts[k]), counts[k]) for k in range(len(counts))]
+
+
 def yield_to_the_job() -> None:
     """The calling thread gives way to the job's processes when the machine is busy (a nicer
     scheduling priority, Linux's per-thread nice): what it does can wait in the spool, the job's
@@ -541,11 +568,14 @@ def yield_to_the_job() -> None:
         pass
 
 
-def stored_text(block: bytes, mode: Mode) -> bytes | memoryview:
+def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | memoryview:
     """A block of whole records as a log chunk holds them: joined by "\\n" (a "\\r" or "\\r\\n" break is
-    one too in the modes that split there), without the last record's break (a view: no copy)."""
+    one too in the modes that split there), without the last record's break (a view: no copy).
+    ``crlf=False``: the block is known to hold no "\\r\\n" (a search for it costs what the rest does)."""
     if mode.splits_on_cr and b"\r" in block:
-        block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if crlf is not False:
+            block = block.replace(b"\r\n", b"\n")
+        block = block.replace(b"\r", b"\n")
     return memoryview(block)[:-1] if block.endswith(b"\n") else block
 
 
@@ -975,13 +1005,13 @@ class Ingestor(threading.Thread):
 
     def _step(self, *, final: bool) -> None:
         work = self._take_work()
-        for index, (stamp, _, stream, pipe, chunk) in enumerate(work):
-            block, data = self._records(pipe, chunk)
-            ingested = self._ingest(stream, pipe, block, stamp, data)
-            if chunk.cut:  # the output after the drop starts a record (once the one in progress is stored)
-                pipe.cutter.restart(after_cr=chunk.after_cr)
+        index = 0
+        while index < len(work):
+            end = _run_end(work, index)
+            ingested = self._ingest_run(work[index:end])
+            index = end
             if not ingested:
-                self._put_back(work[index + 1:])  # the store refuses: the rest waits where it was
+                self._put_back(work[index:])  # the writer is behind: the rest waits where it was
                 return
         if final:
             stamp = now_ms()
@@ -989,12 +1019,23 @@ class Ingestor(threading.Thread):
                 for pipe in stream.pipes:
                     block = pipe.cutter.finish()
                     if block:
-                        self._ingest(stream, pipe, block, stamp, b"")
+                        self._ingest(stream, pipe, [(block, stamp, b"")])
         if work or final:
             self._pending.diagnostics = [s.to_json() for s in self.extractor.stats]
             self._note_progress()
         if self._pending:
             self._flush()
+
+    def _ingest_run(self, run: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> bool:
+        """Consecutive reads of one pipe, each through its cutter, then matched together."""
+        stream, pipe = run[0][2], run[0][3]
+        pieces = []
+        for stamp, _, _, _, chunk in run:
+            block, data = self._records(pipe, chunk)
+            pieces.append((block, stamp, data))
+            if chunk.cut:  # the output after the drop starts a record (once the one in progress is stored)
+                pipe.cutter.restart(after_cr=chunk.after_cr)
+        return self._ingest(stream, pipe, pieces)
 
     @staticmethod
     def _put_back(work: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> None:
@@ -1012,17 +1053,47 @@ class Ingestor(threading.Thread):
         pipe.spool.seek(chunk.start)
         return pipe.spool.read(chunk.length)
 
-    def _ingest(self, stream: HostStream, pipe: Pipe, block: bytes, stamp: int, raw: bytes) -> bool:
-        """Add a block of records to the pending batch (writing it when full); False when that write
-        failed."""
+    def _ingest(self, stream: HostStream, pipe: Pipe, pieces: list[tuple[bytes, int, bytes]]) -> bool:
+        """Add blocks of records (each with the time of the read that completed it, and the bytes that
+        read brought, for the echo) to the pending batch; False when the writer is behind. Blocks
+        that follow one another are matched at once: many small reads cost what one large does."""
+        batch = self._pending
+        for (block, stamp, raw), (hits, count, crlf) in zip(pieces, self._matched([block for block, _, _ in pieces]),
+                                                            strict=True):
+            self._add(stream, pipe, block, stamp, raw, hits, count, crlf)
+        if batch.text_bytes >= FLUSH_BYTES or batch.point_count >= FLUSH_POINTS:
+            self._note_progress()
+            return self._flush()
+        return True
+
+    def _matched(self, blocks: list[bytes]) -> list[tuple[Hits, int, bool | None]]:
+        """Each block's points and records, the blocks matched together (those between which a
+        record may not run on: each ends with a break, but a record cut at MAX_RECORD_BYTES)."""
+        extractor = self.extractor
+        found: list[tuple[Hits, int, bool | None]] = []
+        start = 0
+        while start < len(blocks):
+            end = start + 1
+            while end < len(blocks) and (not blocks[end - 1] or _ends_record(blocks[end - 1][-1:], extractor.mode)):
+                end += 1
+            group = blocks[start:end]
+            joined = group[0] if len(group) == 1 else b"".join(group)
+            hits = extractor.scan_columns(joined)
+            crlf = extractor.holds_crlf(joined)  # (no break of a group's spans two of its blocks)
+            counts = [extractor.count_records(block) for block in group] if len(group) > 1 else [
+                extractor.count_records(joined)]
+            found.extend((split, count, crlf) for split, count in _split_hits(hits, counts))
+            start = end
+        return found
+
+    def _add(self, stream: HostStream, pipe: Pipe, block: bytes, stamp: int, raw: bytes, hits: Hits,
+             count: int, crlf: bool | None) -> None:
+        """One block of records (``count`` of them, holding ``hits``) into the pending batch."""
         if not block:
             if self.echo and raw and not self.echo.prefix_hosts:
                 self.echo.passthrough(pipe.is_stderr, raw)
-            return True
-        extractor = self.extractor
-        hits = extractor.scan_columns(block)
-        count = extractor.count_records(block)  # after the scan, which has counted them already
-        text = stored_text(block, extractor.mode)
+            return
+        text = stored_text(block, self.extractor.mode, crlf)
         first = stream.next_seq
         batch = self._pending
         batch.chunks.append((stream.stream_id, first, count, stamp, text))
@@ -1049,10 +1120,6 @@ class Ingestor(threading.Thread):
         if pipe.is_stderr:
             tail = bytes(text[-STDERR_TAIL_BYTES:]).rsplit(b"\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:]
             stream.stderr_tail.extend(decode(line) for line in tail)
-        if batch.text_bytes >= FLUSH_BYTES or batch.point_count >= FLUSH_POINTS:
-            self._note_progress()
-            return self._flush()
-        return True
 
     @staticmethod
     def _unstored_bytes(pipe: Pipe) -> int:
