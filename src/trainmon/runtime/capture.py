@@ -59,7 +59,7 @@ NOTE = spooler.NOTE
 NOTES_READ_BYTES = 1 << 20
 STOP_WAIT_S = 5.0  # for the spooler process to end once told to
 SCAN_BYTES = 8 << 20  # consecutive reads of a pipe are matched together, up to this much
-NICER = 5  # how much less the threads that store the output (and judge it) are scheduled than the job
+NICER = 10  # how much less the threads that store the output (and judge it) are scheduled than the job
 
 
 def now_ms() -> int:
