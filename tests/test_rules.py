@@ -485,6 +485,20 @@ def test_the_runner_reads_many_points_a_window_at_a_time_each_once(store: Store,
     assert len(sizes) > 10 and max(sizes) < 1100 / 3  # windows that adapt to what they find (never all at once)
 
 
+def test_the_runner_reads_a_first_batch_of_records_read_at_different_times_from_its_earliest(store: Store) -> None:
+    """The job's writer stores the reads it took together in one batch, each record with the time of
+    its read: the first pass starts at the earliest of them, not at the batch's newest."""
+    row, stream = _stored_job(store, [_config("ExplodingTensor")], [{"Name": "loss", "Regex": "loss=(.*)"}])
+    watcher = RuleWatcher(store, row, clock=ManualClock(wall_s=time.time()))
+    losses = [1.0, float("inf"), 0.5, 0.25, float("nan"), 0.2]
+    store.write_batch(Batch(row.id, chunks=[(stream.id, seq, 1, 1000 + seq, f"loss={loss}") for seq, loss in enumerate(losses)],
+                            points=[("loss", 1000 + seq, loss, "algo-1", stream.id, seq) for seq, loss in enumerate(losses)],
+                            stream_stats={stream.id: (len(losses), 60, 1000 + len(losses) - 1)}))
+    assert store.stream("watched/algo-1-1").first_event_ms == 1000  # type: ignore[union-attr]
+    found = watcher.evaluate(store)
+    assert [(f["Step"], f["Values"]["value"]) for f in found] == [(2, "Infinity"), (5, "NaN")]
+
+
 def test_the_runner_reads_each_point_once_and_a_records_points_together(store: Store) -> None:
     definitions = [{"Name": "train_loss", "Regex": "t=(.*)"}, {"Name": "eval_loss", "Regex": "e=(.*)"}]
     row, stream = _stored_job(store, [_config("LossNotDecreasing", num_steps="1"), _config("Overfit")], definitions)

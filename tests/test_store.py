@@ -163,8 +163,9 @@ def test_write_batch_stores_chunks_points_counters_and_diagnostics(any_store: St
         (0, 2000, "epoch 1"), (1, 2000, "loss=0.5"), (2, 2100, "loss=0.25"), (3, 2500, "done")]
     after = any_store.stream("job/algo-1-1")
     assert after is not None
-    # a batch's counters carry its newest time only, so the first event's time is that of the first batch
-    assert (after.first_event_ms, after.last_event_ms, after.last_ingestion_ms) == (2100, 2500, 2500)
+    # the first event's time is the first batch's earliest record's (what a reader of the stream from
+    # its start, the rules, begins at), the last the newest batch's newest
+    assert (after.first_event_ms, after.last_event_ms, after.last_ingestion_ms) == (2000, 2500, 2500)
     assert (after.records, after.stored_bytes) == (4, 32)
     assert any_store.get_job("job").diagnostics == [{"Name": "loss", "Matched": 2}]  # type: ignore[union-attr]
     assert [(p.name, p.timestamp_ms, p.value, p.seq) for p in any_store.points(job.id)] == [

@@ -519,6 +519,9 @@ class SqlStore:
         points = prepared_points(batch)  # before the transaction, so its lock is held less
         chunks = [(stream_id, first, count, stamp, *pack_text(text)) for stream_id, first, count, stamp, text
                   in batch.chunks]
+        earliest: dict[int, int] = {}  # a stream's first event is its batch's earliest record, not its last
+        for stream_id, _, _, stamp, _ in batch.chunks:
+            earliest[stream_id] = min(stamp, earliest.get(stream_id, stamp))
         with self._transaction() as sql:
             if _stored_already(sql, batch):
                 return
@@ -532,7 +535,7 @@ class SqlStore:
                 "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
                 "first_event_ms = coalesce(first_event_ms, ?), last_event_ms = ?, last_ingestion_ms = ? "
                 "WHERE id = ?",
-                [(records, stored_bytes, last_ms, last_ms, last_ms, stream_id)
+                [(records, stored_bytes, earliest.get(stream_id, last_ms), last_ms, last_ms, stream_id)
                  for stream_id, (records, stored_bytes, last_ms) in sorted(batch.stream_stats.items())],
             )
             if batch.diagnostics is not None:
