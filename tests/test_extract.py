@@ -242,6 +242,32 @@ def test_fast_extractor_equals_the_naive_loop(seed: int, mode: Mode, small_block
     assert same(found, naive(log, defs, mode))
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("mode", list(Mode))
+@pytest.mark.parametrize("small_blocks", [32 << 10, 0], ids=["small-blocks-by-loop", "every-block-vectorised"])
+def test_parts_matched_together_are_each_given_their_own_records(seed: int, mode: Mode, small_blocks: int,
+                                                                   monkeypatch) -> None:
+    """The job writer matches consecutive reads joined into one block, then counts each read's
+    records from the bounds that scan found: the counts are each part's own."""
+    import trainmon.parsing.extract as extract
+
+    monkeypatch.setattr(extract, "SMALL_BLOCK_BYTES", small_blocks)
+    rng = random.Random(seed)
+    log = _random_log(rng, 300)
+    breaks = rb"\n" if mode is Mode.SAGEMAKER else rb"\r\n|\r(?!\n)|\n"
+    cuts = sorted(rng.sample([m.end() for m in re.finditer(breaks, log)], 12))
+    parts = [log[a:b] for a, b in zip([0, *cuts], [*cuts, len(log)], strict=True)]
+    parts.insert(rng.randrange(len(parts)), b"")  # a read that completed no record
+    definitions = validate_definitions([{"Name": "loss", "Regex": r"loss=(\S+)"}, {"Name": "pct", "Regex": r"^(\d+)%"}])
+    extractor, counter = Extractor(definitions, mode), Extractor(definitions, mode)
+    joined = b"".join(parts)
+    extractor.scan_columns(joined)
+    expected = [counter.count_records(part) for part in parts]
+    assert extractor.record_counts(joined, parts) == expected
+    assert sum(expected) == counter.count_records(joined)
+    assert extractor.record_counts(joined, parts) == expected  # counted again, part by part, once the bounds are used
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_both_block_paths_keep_the_same_diagnostics(seed: int, monkeypatch) -> None:
     """Near misses, rejections with their reasons and examples, matches and non-finite counts are

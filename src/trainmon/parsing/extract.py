@@ -225,7 +225,7 @@ class Extractor:
         literal_of = {index: number for number, indexes in enumerate(self._by_literal.values()) for index in indexes}
         self._literal_numbers = [literal_of.get(index) for index in range(len(self.definitions))]  # None: no literal
         self._scratch = np.empty(0, bool), np.empty(0, bool)
-        self._counted: tuple[bytes, int] | None = None  # the last block scan() bounded, and its records
+        self._counted: tuple[bytes, np.ndarray] | None = None  # the last block scan() bounded, its records' ends
         self._crlf: tuple[bytes, bool] | None = None  # the last block bounded with "\r" in it, and if "\r\n" too
 
     # -- records ---------------------------------------------------------------------------
@@ -235,13 +235,24 @@ class Extractor:
             return 0
         counted, self._counted = self._counted, None
         if counted is not None and counted[0] is block:  # the block scan() just bounded
-            return counted[1]
+            return len(counted[1])
         breaks = block.count(b"\n")
         if self._split_cr and b"\r" in block:
             breaks += block.count(b"\r") - block.count(b"\r\n")
         last = block[-1:]
         ends_with_break = last == b"\n" or (last == b"\r" and self._split_cr)
         return breaks if ends_with_break else breaks + 1
+
+    def record_counts(self, block: bytes, parts: Sequence[bytes]) -> list[int]:
+        """The records of each of ``parts``, joined into ``block``, each but the last ending with a
+        break (no break spans two): from the bounds a scan of ``block`` just found where it did (no
+        pass over the bytes again), else counted part by part."""
+        counted, self._counted = self._counted, None
+        if counted is None or counted[0] is not block:
+            return [self.count_records(part) for part in parts]
+        edges = np.cumsum([len(part) for part in parts])  # a part's records end (at their breaks) before the next's
+        edges[-1] += 1  # the last record, without a break, ends at the block's end
+        return np.diff(np.searchsorted(counted[1], edges), prepend=0).tolist()  # type: ignore[no-any-return]
 
     def holds_crlf(self, block: bytes) -> bool | None:
         """Whether a block the last scan bounded holds a "\r\n" break (None: not known; the scan of
@@ -335,7 +346,7 @@ class Extractor:
             return self._scan_small(block)
         data = np.frombuffer(block, np.uint8)
         starts, ends = self._bounds(block, data)
-        self._counted = (block, len(ends))  # count_records(block) next, as every caller asks
+        self._counted = (block, ends)  # count_records(block) next, as every caller asks
         holding = self._holding(data, ends) if self._literals else []
         candidates = len(ends) if self._always else sum(len(records) for records in holding)
         if candidates * 2 >= len(ends):  # most records are candidates: take the text of all of them
@@ -365,7 +376,7 @@ class Extractor:
         if not self._always and not any(present):
             return _NO_HITS  # nothing to match (count_records counts the records itself)
         starts, ends = self._bounds(block, np.frombuffer(block, np.uint8))
-        self._counted = (block, len(ends))
+        self._counted = (block, ends)
         raw = split_text(decode(block), self.mode)  # the records' text, not escaped yet (as the literals are)
         escapes = self._escapes
 

@@ -1080,8 +1080,7 @@ class Ingestor(threading.Thread):
             joined = group[0] if len(group) == 1 else b"".join(group)
             hits = extractor.scan_columns(joined)
             crlf = extractor.holds_crlf(joined)  # (no break of a group's spans two of its blocks)
-            counts = [extractor.count_records(block) for block in group] if len(group) > 1 else [
-                extractor.count_records(joined)]
+            counts = extractor.record_counts(joined, group)
             found.extend((split, count, crlf) for split, count in _split_hits(hits, counts))
             start = end
         return found
