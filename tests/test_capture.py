@@ -240,7 +240,8 @@ def test_a_frame_the_spooler_began_holds_the_rest_of_the_spool(tmp_path: Path) -
 def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_path: Path, mode: Mode) -> None:
     """Many reads of one pipe, small and large (matched together by the ingestor), with "\\r", "\\r\\n"
     and a "\\r\\n" split between two reads: every record stored as the mode cuts the whole output,
-    each with the time of the read that completed it, each point on its record."""
+    each with the time of the read that completed it, each point on its record. Reads of the same
+    millisecond are stored as one log chunk."""
     import bisect
     import random
     import re
@@ -257,12 +258,13 @@ def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_
         output += rng.choice([b"step %d loss=%d.5" % (index, index % 7), b"epoch %d 50%%|###" % index, b"noise"])
         output += rng.choice([b"\n", b"\n", b"\r", b"\r\n"])
     output += b"\n"
-    cuts = sorted(rng.sample(range(1, len(output)), 40)) + [output.index(b"\r\n") + 1]  # one "\r\n" in two reads
+    cuts = sorted(rng.sample(range(1, len(output)), 60)) + [output.index(b"\r\n") + 1]  # one "\r\n" in two reads
     reads = [bytes(output[start:end]) for start, end in zip([0, *sorted(cuts)], [*sorted(cuts), len(output)],
                                                              strict=True)]
     spool = tmp_path / "algo-1-stdout"
+    stamps = [1000 + index // 3 for index in range(len(reads))]  # three reads a millisecond
     with spool.open("wb") as handle:
-        for stamp, data in enumerate(reads, start=1000):
+        for stamp, data in zip(stamps, reads, strict=True):
             handle.write(FRAME.pack(stamp, len(data)) + data)
     store = SqliteStore(tmp_path / "trainmon.db")
     try:
@@ -282,7 +284,9 @@ def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_
             ends.append(position)
         pattern = rb"\r\n|\r|\n" if mode.splits_on_cr else rb"\n"
         completed = [bisect.bisect_left(ends, match.start() + 1) for match in re.finditer(pattern, bytes(output))]
-        assert [e.timestamp_ms for e in events] == [1000 + read for read in completed]  # (the last has a break)
+        assert [e.timestamp_ms for e in events] == [stamps[read] for read in completed]  # (the last has a break)
+        [(chunks,)] = store._read("SELECT count(*) FROM log_chunks")
+        assert chunks <= len(set(stamps))
         whole = Extractor(definitions, mode).scan_columns(bytes(output))  # the whole output at once
         assert [(p.seq, p.value) for p in store.points(job.id)] == list(zip(whole.records.tolist(),
                                                                            whole.values.tolist(), strict=True))

@@ -986,12 +986,17 @@ class Ingestor(threading.Thread):
         work.sort(key=lambda item: (item[0], item[1]))
         return work
 
-    def _records(self, pipe: Pipe, chunk: Chunk) -> tuple[bytes, bytes]:
+    def _records(self, pipe: Pipe, chunk: Chunk, spooled: tuple[int, bytes] | None = None) -> tuple[bytes, bytes]:
         """A chunk through its pipe's cutter: the whole records it completes, and the bytes it brought
-        (none for a cut: output was dropped there, so the record in progress ends)."""
+        (none for a cut: output was dropped there, so the record in progress ends). ``spooled``: the
+        spool's bytes from an offset, read once for the reads of a run."""
         if chunk.cut:
             return pipe.cutter.finish(), b""
-        data = self._chunk_bytes(pipe, chunk)
+        if spooled is not None and chunk.data is None:
+            pipe.spooled_to = chunk.start + chunk.length
+            data = spooled[1][chunk.start - spooled[0]:chunk.start - spooled[0] + chunk.length]
+        else:
+            data = self._chunk_bytes(pipe, chunk)
         pipe.bytes_read += len(data)
         return pipe.cutter.feed(data), data
 
@@ -1027,15 +1032,33 @@ class Ingestor(threading.Thread):
             self._flush()
 
     def _ingest_run(self, run: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> bool:
-        """Consecutive reads of one pipe, each through its cutter, then matched together."""
+        """Consecutive reads of one pipe, each through its cutter, then matched together. Reads of
+        the same millisecond after a record's end are one block: their records have one time, and
+        a job printing a line at a time costs a block per millisecond, not one per line."""
         stream, pipe = run[0][2], run[0][3]
-        pieces = []
+        pieces: list[tuple[bytes, int, bytes]] = []
+        same: list[tuple[bytes, bytes]] = []  # the reads that make up the last piece, when several
+        spooled = self._spooled(pipe, [chunk for _, _, _, _, chunk in run])
         for stamp, _, _, _, chunk in run:
-            block, data = self._records(pipe, chunk)
-            pieces.append((block, stamp, data))
+            block, data = self._records(pipe, chunk, spooled)
+            if pieces and pieces[-1][1] == stamp and (not pieces[-1][0] or _ends_record(pieces[-1][0][-1:], pipe.cutter.mode)):
+                if not same:
+                    same.append(pieces[-1][::2])
+                same.append((block, data))
+            else:
+                self._joined(pieces, same)
+                pieces.append((block, stamp, data))
             if chunk.cut:  # the output after the drop starts a record (once the one in progress is stored)
                 pipe.cutter.restart(after_cr=chunk.after_cr)
+        self._joined(pieces, same)
         return self._ingest(stream, pipe, pieces)
+
+    @staticmethod
+    def _joined(pieces: list[tuple[bytes, int, bytes]], same: list[tuple[bytes, bytes]]) -> None:
+        """The last piece made of the reads in ``same`` (emptied), when there are several."""
+        if same:
+            pieces[-1] = (b"".join(block for block, _ in same), pieces[-1][1], b"".join(data for _, data in same))
+            same.clear()
 
     @staticmethod
     def _put_back(work: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> None:
@@ -1048,10 +1071,22 @@ class Ingestor(threading.Thread):
                 self._pending.spools[(stream.stream_id, pipe.name)] = pipe.consumed()
 
     def _read_spool(self, pipe: Pipe, chunk: Chunk) -> bytes:
+        return self._read_span(pipe, chunk.start, chunk.length)
+
+    def _spooled(self, pipe: Pipe, chunks: list[Chunk]) -> tuple[int, bytes] | None:
+        """The spool's bytes under several spooled reads, read at once (a read per line costs a job
+        that prints a line at a time more than matching them does), and the offset they start at."""
+        spooled = [chunk for chunk in chunks if chunk.data is None and not chunk.cut]
+        if len(spooled) < 2:
+            return None
+        start = spooled[0].start
+        return start, self._read_span(pipe, start, spooled[-1].start + spooled[-1].length - start)
+
+    def _read_span(self, pipe: Pipe, start: int, length: int) -> bytes:
         if pipe.spool is None:
             pipe.spool = open(pipe.reader.spool_path, "rb")  # noqa: SIM115 - closed in close()
-        pipe.spool.seek(chunk.start)
-        return pipe.spool.read(chunk.length)
+        pipe.spool.seek(start)
+        return pipe.spool.read(length)
 
     def _ingest(self, stream: HostStream, pipe: Pipe, pieces: list[tuple[bytes, int, bytes]]) -> bool:
         """Add blocks of records (each with the time of the read that completed it, and the bytes that
