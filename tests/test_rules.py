@@ -499,6 +499,33 @@ def test_the_runner_reads_a_first_batch_of_records_read_at_different_times_from_
     assert [(f["Step"], f["Values"]["value"]) for f in found] == [(2, "Infinity"), (5, "NaN")]
 
 
+def test_the_runner_reads_a_host_whose_output_is_stored_behind_the_others(store: Store) -> None:
+    """Each host's output is stored by its own writer, in its own time order; one that lags (a
+    flood in its spool) stores points older than another host's already read: the rules read them,
+    each once, and a host with nothing new is not read at all."""
+    row, first = _stored_job(store, [_config("ExplodingTensor")], [{"Name": "loss", "Regex": "loss=(.*)"}])
+    second = store.add_stream(row.id, "algo-2", "watched/algo-2-1", 0)
+    watcher = RuleWatcher(store, row, clock=ManualClock(wall_s=time.time()))
+
+    def write(stream: Any, host: str, seq: int, stamp: int, loss: float) -> None:
+        store.write_batch(Batch(row.id, chunks=[(stream.id, seq, 1, stamp, "record")],
+                                points=[("loss", stamp, loss, host, stream.id, seq)], stream_stats={stream.id: (1, 6, stamp)}))
+
+    for seq in range(5):
+        write(first, "algo-1", seq, 10_000 + seq * 1000, 1.0)
+    write(second, "algo-2", 0, 9_000, 1.0)
+    assert watcher.evaluate(store) == []
+    write(second, "algo-2", 1, 10_500, float("nan"))  # long after algo-1's newest was read, stored late
+    write(second, "algo-2", 2, 11_000, float("inf"))
+    reads = []
+    read = store.job_point_columns
+    store.job_point_columns = lambda *args, **kwargs: reads.append(kwargs["host"]) or read(*args, **kwargs)  # type: ignore[method-assign]
+    found = watcher.evaluate(store)
+    assert [(f["Host"], f["Values"]["value"]) for f in found] == [("algo-2", "NaN")]  # (firing until finite again)
+    assert set(reads) == {"algo-2"}  # algo-1 stored nothing new
+    assert watcher.evaluate(store) == []  # each point once
+
+
 def test_the_runner_reads_each_point_once_and_a_records_points_together(store: Store) -> None:
     definitions = [{"Name": "train_loss", "Regex": "t=(.*)"}, {"Name": "eval_loss", "Regex": "e=(.*)"}]
     row, stream = _stored_job(store, [_config("LossNotDecreasing", num_steps="1"), _config("Overfit")], definitions)

@@ -1,7 +1,9 @@
 """Evaluating a running job's rules: a thread of its supervisor that reads the job's new points.
 
 Every :data:`EVERY_S` the :class:`RuleWatcher` reads, on a store connection of its own, the
-points stored since its last pass (only the metrics its rules read), groups them into records
+points each host stored since its last pass (only the metrics its rules read; a host at a time,
+from where its own points were read through, so a host whose output is stored behind the others'
+loses nothing), groups them into records
 (one log record's points together, per host) and feeds them to each rule's state machine
 (:mod:`trainmon.rules.metric`, one per rule and host), and the new lines of the hosts' tensor
 files to the tensor rules (:mod:`trainmon.runtime.tensors`), the steps the tensor hook ended to the
@@ -36,7 +38,7 @@ from ..jobs import rulestatus
 from ..plainjson import finite
 from ..rules import catalog
 from ..rules.metric import Finding, MetricRule, Record, StalledTraining
-from ..store import JobPoints, JobRow, Store, open_store
+from ..store import JobPoints, JobRow, Store, StreamRow, open_store
 from . import notify, tensors
 from .profilewatch import ProfilerRules, ProfileTap
 
@@ -50,6 +52,59 @@ FIRST_WINDOW_MS = 100
 MAX_WINDOW_MS = 86_400_000
 
 Deliver = Callable[[str, dict[str, Any]], None]
+
+
+class _Cursor:
+    """How far a host's points are read. A host's output is stored in the order of its times, so
+    what is new is what lies after the millisecond the last pass ended at, and the points of that
+    millisecond it did not read (more of them may come in a batch of their own)."""
+
+    def __init__(self) -> None:
+        self.since_ms: int | None = None  # the points before this time are read
+        self.seen_ms: int | None = None  # and those of this time in seen (the millisecond a pass ended at)
+        self.seen: set[tuple[int, int, str]] = set()
+        self.window_ms = FIRST_WINDOW_MS  # of the job's time, a read of its points at a time
+        self.records = -1  # the host's records when it was last read through
+
+    def windows(self, store: Store, job_id: int, metrics: list[str], host: str, oldest_ms: int,
+                newest_ms: int) -> Iterator[JobPoints]:
+        """The host's points from where the last pass ended (the first: its oldest record), a window
+        of time at a time (about ``WINDOW_POINTS`` each, whatever the job prints: the window narrows
+        after a full one and widens after a thin one), through its newest record's time. A read
+        that fails ends the pass; the next one starts where it did."""
+        since = self.since_ms if self.since_ms is not None else oldest_ms
+        while since <= newest_ms:
+            until = min(newest_ms + 1, since + self.window_ms)
+            points = store.job_point_columns(job_id, names=metrics, host=host, start_ms=since, end_ms=until)
+            size = len(points.stamps)
+            if size > WINDOW_POINTS:
+                self.window_ms = max(1, self.window_ms // 2)
+            elif size < WINDOW_POINTS // 4:
+                self.window_ms = min(MAX_WINDOW_MS, self.window_ms * 2)
+            points = self._unseen(points, newest_ms if until > newest_ms else None)
+            self.since_ms = since = until if until <= newest_ms else newest_ms
+            if len(points.stamps):
+                yield points
+            if until > newest_ms:
+                return
+
+    def _unseen(self, points: JobPoints, last_ms: int | None) -> JobPoints:
+        """``points`` without those of the millisecond a pass ended at that it read; with ``last_ms``
+        (this read ends a pass there), those read now of that millisecond noted for the next pass."""
+        if self.seen and len(points.stamps) and points.stamps[0] == self.seen_ms:
+            at = np.flatnonzero(points.stamps == self.seen_ms)
+            keep = np.ones(len(points.stamps), bool)
+            keep[at] = [(stream, seq, points.names[metric]) not in self.seen for stream, seq, metric in
+                        zip(points.streams[at].tolist(), points.seqs[at].tolist(), points.metrics[at].tolist(),
+                            strict=True)]
+            points = JobPoints(points.names, points.hosts, *(column[keep] for column in points[2:]))
+        if last_ms is not None:
+            at = np.flatnonzero(points.stamps == last_ms)
+            if last_ms != self.seen_ms:
+                self.seen_ms, self.seen = last_ms, set()
+            self.seen.update(zip(points.streams[at].tolist(), points.seqs[at].tolist(),
+                                 [points.names[metric] for metric in points.metrics[at].tolist()], strict=True))
+        return points
 
 
 @dataclass
@@ -104,10 +159,7 @@ class RuleWatcher(threading.Thread):
         self.error: Exception | None = None  # the last pass's failure, if it failed
         self.findings: list[dict[str, Any]] = []  # every finding of this run, as recorded
         self.passes = 0
-        self._since_ms: int | None = None  # the points before this time are read
-        self._seen_ms: int | None = None  # and those of this time in _seen (the millisecond a pass ended at)
-        self._seen: set[tuple[int, int, str]] = set()
-        self._window_ms = FIRST_WINDOW_MS  # of the job's time, a read of its points at a time (_windows)
+        self._cursors: dict[str, _Cursor] = {}  # per host: how far its points are read
         self._pending: list[dict[str, Any]] = []  # findings the store has not taken yet
         self._stopped = False
         self._final = False
@@ -188,9 +240,7 @@ class RuleWatcher(threading.Thread):
         streams = store.streams(self.job_id)
         found = [] if found is None else found
         if self.metrics:
-            times = [stream.last_event_ms for stream in streams if stream.last_event_ms is not None]
-            starts = [stream.first_event_ms for stream in streams if stream.first_event_ms is not None]
-            for points in self._windows(store, min(starts, default=0), max(times, default=None)):
+            for points in self._new_points(store, streams):
                 if self._record_rules:
                     for host, record in self._records(points):
                         found.extend(self._observe(host, record))
@@ -219,48 +269,22 @@ class RuleWatcher(threading.Thread):
                             found.append(self._recorded(rule, host, finding))
         return found
 
-    def _windows(self, store: Store, oldest_ms: int, newest_ms: int | None) -> Iterator[JobPoints]:
-        """The points stored since the last pass (the first: since the oldest record), a window of
-        time at a time (about ``WINDOW_POINTS`` each, whatever the job prints: the window narrows
-        after a full one and widens after a thin one), through the newest record's time. The points
-        of that millisecond are read again by the next pass (more of them may come in a batch of
-        their own), which skips those read here. A read that fails ends the pass; the next one
-        starts where it did."""
-        if newest_ms is None:
-            return
-        since = self._since_ms if self._since_ms is not None else oldest_ms
-        while since <= newest_ms:
-            until = min(newest_ms + 1, since + self._window_ms)
-            points = store.job_point_columns(self.job_id, names=self.metrics, start_ms=since, end_ms=until)
-            size = len(points.stamps)
-            if size > WINDOW_POINTS:
-                self._window_ms = max(1, self._window_ms // 2)
-            elif size < WINDOW_POINTS // 4:
-                self._window_ms = min(MAX_WINDOW_MS, self._window_ms * 2)
-            points = self._unseen(points, newest_ms if until > newest_ms else None)
-            self._since_ms = since = until if until <= newest_ms else newest_ms
-            if len(points.stamps):
-                yield points
-            if until > newest_ms:
-                return
-
-    def _unseen(self, points: JobPoints, last_ms: int | None) -> JobPoints:
-        """``points`` without those of the millisecond a pass ended at that it read; with ``last_ms``
-        (this read ends a pass there), those read now of that millisecond noted for the next pass."""
-        if self._seen and len(points.stamps) and points.stamps[0] == self._seen_ms:
-            at = np.flatnonzero(points.stamps == self._seen_ms)
-            keep = np.ones(len(points.stamps), bool)
-            keep[at] = [(stream, seq, points.names[metric]) not in self._seen for stream, seq, metric in
-                        zip(points.streams[at].tolist(), points.seqs[at].tolist(), points.metrics[at].tolist(),
-                            strict=True)]
-            points = JobPoints(points.names, points.hosts, *(column[keep] for column in points[2:]))
-        if last_ms is not None:
-            at = np.flatnonzero(points.stamps == last_ms)
-            if last_ms != self._seen_ms:
-                self._seen_ms, self._seen = last_ms, set()
-            self._seen.update(zip(points.streams[at].tolist(), points.seqs[at].tolist(),
-                                  [points.names[metric] for metric in points.metrics[at].tolist()], strict=True))
-        return points
+    def _new_points(self, store: Store, streams: list[StreamRow]) -> Iterator[JobPoints]:
+        """The points each host stored since the last pass, a host at a time (the rules keep a
+        host's state apart): a host whose output is stored late, behind the others', has its
+        points read however far the others' times are ahead. A host with nothing new costs nothing."""
+        spans: dict[str, tuple[int, int, int]] = {}  # host -> its streams' first and last times, and records
+        for stream in streams:
+            if stream.first_event_ms is None or stream.last_event_ms is None:
+                continue
+            first, last, records = spans.get(stream.host, (stream.first_event_ms, stream.last_event_ms, 0))
+            spans[stream.host] = (min(first, stream.first_event_ms), max(last, stream.last_event_ms),
+                                  records + stream.records)
+        for host, (first, last, records) in sorted(spans.items()):
+            cursor = self._cursors.setdefault(host, _Cursor())
+            if records != cursor.records:
+                yield from cursor.windows(store, self.job_id, self.metrics, host, first, last)
+                cursor.records = records  # (after the reads: a read that fails is made again)
 
     @staticmethod
     def _records(points: JobPoints) -> Iterator[tuple[str, Record]]:

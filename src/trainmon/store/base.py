@@ -156,8 +156,8 @@ class Store(Protocol):
         end_ms: int | None = None,
     ) -> list[PointRow]: ...
 
-    def job_point_columns(self, job_id: int, *, names: list[str] | None = None, start_ms: int | None = None,
-                          end_ms: int | None = None) -> JobPoints:
+    def job_point_columns(self, job_id: int, *, names: list[str] | None = None, host: str | None = None,
+                          start_ms: int | None = None, end_ms: int | None = None) -> JobPoints:
         """:meth:`points` as columns, in the same order."""
         ...
 
@@ -561,11 +561,11 @@ class SqlStore:
         return self._reading(lambda sql: series.job_points(sql, job_id, names=names, host=host, start_ms=start_ms,
                                                            end_ms=end_ms))
 
-    def job_point_columns(self, job_id: int, *, names: list[str] | None = None, start_ms: int | None = None,
-                          end_ms: int | None = None) -> JobPoints:
+    def job_point_columns(self, job_id: int, *, names: list[str] | None = None, host: str | None = None,
+                          start_ms: int | None = None, end_ms: int | None = None) -> JobPoints:
         from . import series
 
-        return self._reading(lambda sql: series.job_point_columns(sql, job_id, names=names, host=None,
+        return self._reading(lambda sql: series.job_point_columns(sql, job_id, names=names, host=host,
                                                                   start_ms=start_ms, end_ms=end_ms))
 
     def point_columns(self, job_id: int, name: str, *, host: str | None = None, start_ms: int | None = None,
