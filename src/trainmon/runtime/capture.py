@@ -57,9 +57,12 @@ SPOOL_RETRY_MS = spooler.RETRY_MS  # a spool that could not be written is tried 
 FRAME = spooler.FRAME  # a spool frame's header: read time (ms), length; the bytes follow
 NOTE = spooler.NOTE
 NOTES_READ_BYTES = 1 << 20
+NOTES_NAP_S = 0.01  # after a read of a few notes, the next ones gather this long (a wake-up for many, not each)
+NOTES_FEW_BYTES = 64 * NOTE.size
 STOP_WAIT_S = 5.0  # for the spooler process to end once told to
 SCAN_BYTES = 8 << 20  # consecutive reads of a pipe are matched together, up to this much
 NICER = 10  # how much less the threads that store the output (and judge it) are scheduled than the job
+BATCH_WAIT_S = 0.05  # a batch of a few reads waits this long for more before it is stored (one transaction)
 
 
 def now_ms() -> int:
@@ -441,6 +444,8 @@ class Spooler:
             if not data:
                 break
             pending = self._noted(pending + data)
+            if len(data) < NOTES_FEW_BYTES:  # a job printing a line at a time: a note a line
+                time.sleep(NOTES_NAP_S)
         os.close(self._notes)
         assert self.process is not None
         self.process.wait()
@@ -897,6 +902,7 @@ class Ingestor(threading.Thread):
         self.on_error = on_error or (lambda message: print(f"trainmon: {message}", file=sys.stderr))
         self._finishing = threading.Event()
         self._pending = Batch(job_id)
+        self._pending_since: float | None = None  # when the pending batch took its first block (monotonic)
         self.writer = BatchWriter(store, self.on_error)
         self.failure: BaseException | None = None
         self.loss = Loss()  # what was given up (a disk that stayed full after the job)
@@ -935,7 +941,10 @@ class Ingestor(threading.Thread):
     def _loop(self) -> None:
         pipes = [pipe for stream in self.streams for pipe in stream.pipes]
         while True:
-            if not any(pipe.reader.chunks for pipe in pipes):  # (work put back while the writer was behind: at once)
+            wait_s = self._batch_wait_s()
+            if wait_s > 0 and not self._finishing.is_set():  # the reads of the next few ms go with the batch's
+                self._finishing.wait(wait_s)
+            elif not any(pipe.reader.chunks for pipe in pipes):  # (work put back while the writer was behind: at once)
                 self.wake.wait(0.25)
             self.wake.clear()
             if self._finishing.is_set():
@@ -962,7 +971,7 @@ class Ingestor(threading.Thread):
         """The job has ended and the store stays full: count what is left as lost, and stop."""
         reason = self.writer.loss.reason or "the store refused the writes"
         self.loss.add(_batch_loss(self._pending, reason))
-        self._pending = Batch(self.job_id)
+        self._pending, self._pending_since = Batch(self.job_id), None
         for _, _, _, pipe, chunk in self._take_work():
             self.loss.add(count_block(self.extractor, self._records(pipe, chunk)[0]))
             self.loss.bytes += chunk.length
@@ -1028,8 +1037,18 @@ class Ingestor(threading.Thread):
         if work or final:
             self._pending.diagnostics = [s.to_json() for s in self.extractor.stats]
             self._note_progress()
-        if self._pending:
+        if self._pending and self._pending_since is None:
+            self._pending_since = time.monotonic()
+        if self._pending and (final or self._batch_wait_s() <= 0):
             self._flush()
+
+    def _batch_wait_s(self) -> float:
+        """How long the pending batch may still wait for more reads: a job printing a line at a time
+        costs a transaction every BATCH_WAIT_S, not one a line, and its points are still stored
+        within a fraction of a second."""
+        if self._pending_since is None:
+            return 0.0
+        return self._pending_since + BATCH_WAIT_S - time.monotonic()
 
     def _ingest_run(self, run: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> bool:
         """Consecutive reads of one pipe, each through its cutter, then matched together. Reads of
@@ -1167,6 +1186,7 @@ class Ingestor(threading.Thread):
         if self._pending:
             self.writer.put(self._pending)
             self._pending = Batch(self.job_id)
+        self._pending_since = None
         return self.writer.waiting() <= 1
 
     def close(self) -> None:
