@@ -292,3 +292,21 @@ def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_
                                                                            whole.values.tolist(), strict=True))
     finally:
         store.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="this kernel schedules no session groups")
+def test_a_detached_supervisor_gives_way_to_the_job_as_a_session_and_leaves_a_terminals_alone() -> None:
+    """Linux schedules each session as a group: a supervisor leading its own session lowers its
+    group's priority (its threads' nice counts only among themselves); one in the caller's session
+    leaves that session's group as it was."""
+    import subprocess
+    import sys
+
+    code = ("from trainmon.runtime.capture import yield_session_to_the_job as give_way; "
+            "print(give_way(), open('/proc/self/autogroup').read().split()[-1])")
+    before = Path("/proc/self/autogroup").read_text()
+    led = subprocess.run([sys.executable, "-c", code], start_new_session=True, capture_output=True, text=True, check=True)
+    assert led.stdout.split() == ["True", str(capture.NICER)]
+    within = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert within.stdout.split() == ["False", before.split()[-1]]
+    assert Path("/proc/self/autogroup").read_text() == before
