@@ -957,11 +957,9 @@ class Ingestor(threading.Thread):
     def _loop(self) -> None:
         pipes = [pipe for stream in self.streams for pipe in stream.pipes]
         while True:
-            wait_s = self._batch_wait_s()
-            if wait_s > 0 and not self._finishing.is_set():  # the reads of the next few ms go with the batch's
-                self._finishing.wait(wait_s)
-            elif not any(pipe.reader.chunks for pipe in pipes):  # (work put back while the writer was behind: at once)
-                self.wake.wait(0.25)
+            if not any(pipe.reader.chunks for pipe in pipes):  # (work put back while the writer was behind: at once)
+                wait_s = self._batch_wait_s()  # a pending batch goes when it is due, reads or not
+                self.wake.wait(0.25 if wait_s <= 0 else min(0.25, wait_s))
             self.wake.clear()
             if self._finishing.is_set():
                 self.writer.finishing()
