@@ -204,7 +204,6 @@ def test_create_job_and_follow_its_chart(server: ServerProcess, page: Any, train
     wait_points(page, "loss", 20)
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url) if "/metrics/loss/points" in r.url else None)
-    before = float(chart.get_attribute("data-x-max")) - float(chart.get_attribute("data-x-min"))
     chart.locator(".u-over").scroll_into_view_if_needed()  # mouse events land only inside the viewport
     box = chart.locator(".u-over").bounding_box()
     assert box is not None
@@ -213,6 +212,8 @@ def test_create_job_and_follow_its_chart(server: ServerProcess, page: Any, train
     page.mouse.down()
     page.mouse.move(box["x"] + box["width"] * 0.4, y, steps=5)
     page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=5)
+    # the range the drag selects in: the live chart widens as the job prints, during a slow drag too
+    before = float(chart.get_attribute("data-x-max")) - float(chart.get_attribute("data-x-min"))
     page.mouse.up()
     expect(chart).to_have_attribute("data-zoomed", "1")
     page.wait_for_function("() => window.trainmonCharts.loss.requests > 1 && "
