@@ -236,6 +236,36 @@ def test_a_frame_the_spooler_began_holds_the_rest_of_the_spool(tmp_path: Path) -
     assert list(spool_frames(path, 0)) == [(FRAME.size, 5, 6)]
 
 
+def test_a_record_cut_at_the_size_limit_stays_whole_among_reads_of_its_millisecond(tmp_path: Path, monkeypatch) -> None:
+    """Reads of one millisecond are stored as one block, but a record cut at MAX_RECORD_BYTES ends
+    without a break: the read after it starts a record of its own, however the reads are joined."""
+    from trainmon.parsing.extract import Extractor
+    from trainmon.runtime.capture import HostStream, Ingestor, Pipe, RecordCutter
+    from trainmon.runtime.recovery import SpoolSource
+    from trainmon.store import SqliteStore
+
+    monkeypatch.setattr(capture, "MAX_RECORD_BYTES", 100)
+    reads = [b"loss=1\n", b"x" * 150, b"loss=2\n", b"loss=3\n"]
+    spool = tmp_path / "algo-1-stdout"
+    with spool.open("wb") as handle:
+        for data in reads:
+            handle.write(FRAME.pack(5000, len(data)) + data)  # all in one millisecond
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        job = store.create_job("cut", {"TrainingJobStatus": "InProgress"}, 1000.0)
+        stream = store.add_stream(job.id, "algo-1", "cut/algo-1-1", 0)
+        definitions = validate_definitions([{"Name": "loss", "Regex": r"loss=(\S+)"}])
+        pipe = Pipe(SpoolSource(spool, FRAME.size), RecordCutter(Mode.TERMINAL), False)
+        ingestor = Ingestor(store, job.id, [HostStream("algo-1", stream.id, [pipe])], Extractor(definitions, Mode.TERMINAL),
+                            threading.Event(), on_error=lambda message: None)
+        ingestor.finish_in_this_thread()
+        ingestor.close()
+        assert [e.message for e in store.events(stream.id)] == ["loss=1", "x" * 150, "loss=2", "loss=3"]
+        assert [(p.seq, p.value) for p in store.points(job.id)] == [(0, 1.0), (2, 2.0), (3, 3.0)]
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("mode", list(Mode))
 def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_path: Path, mode: Mode) -> None:
     """Many reads of one pipe, small and large (matched together by the ingestor), with "\\r", "\\r\\n"

@@ -61,6 +61,7 @@ NOTES_NAP_S = 0.01  # after a read of a few notes, the next ones gather this lon
 NOTES_FEW_BYTES = 64 * NOTE.size
 STOP_WAIT_S = 5.0  # for the spooler process to end once told to
 SCAN_BYTES = 8 << 20  # consecutive reads of a pipe are matched together, up to this much
+SMALL_READS_BYTES = 64 << 10  # reads this small on average are read from the spool together
 NICER = 10  # how much less the threads that store the output (and judge it) are scheduled than the job
 BATCH_WAIT_S = 0.05  # a batch of a few reads waits this long for more before it is stored (one transaction)
 
@@ -600,6 +601,10 @@ def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | m
     return memoryview(block)[:-1] if block.endswith(b"\n") else block
 
 
+def _joined(parts: list[bytes]) -> bytes:
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def _ends_record(last: bytes, mode: Mode) -> bool:
     return last == b"\n" or (last == b"\r" and mode.splits_on_cr)
 
@@ -1012,24 +1017,23 @@ class Ingestor(threading.Thread):
     def _records(self, pipe: Pipe, chunk: Chunk, spooled: tuple[int, bytes] | None = None) -> tuple[bytes, bytes]:
         """A chunk through its pipe's cutter: the whole records it completes, and the bytes it brought
         (none for a cut: output was dropped there, so the record in progress ends). ``spooled``: the
-        spool's bytes from an offset, read once for the reads of a run."""
+        spool's bytes from an offset, read once for the reads of a run (:meth:`_spooled`)."""
         if chunk.cut:
             return pipe.cutter.finish(), b""
-        if spooled is not None and chunk.data is None:
-            pipe.spooled_to = chunk.start + chunk.length
-            data = spooled[1][chunk.start - spooled[0]:chunk.start - spooled[0] + chunk.length]
-        else:
-            data = self._chunk_bytes(pipe, chunk)
+        data = self._chunk_bytes(pipe, chunk, spooled)
         pipe.bytes_read += len(data)
         return pipe.cutter.feed(data), data
 
-    def _chunk_bytes(self, pipe: Pipe, chunk: Chunk) -> bytes:
+    def _chunk_bytes(self, pipe: Pipe, chunk: Chunk, spooled: tuple[int, bytes] | None) -> bytes:
         if chunk.data is not None:
             if self.budget is not None:
                 self.budget.give_back(chunk.length)
             return chunk.data
         pipe.spooled_to = chunk.start + chunk.length
-        return self._read_spool(pipe, chunk)
+        if spooled is not None:
+            at = chunk.start - spooled[0]
+            return spooled[1][at:at + chunk.length]
+        return self._read_span(pipe, chunk.start, chunk.length)
 
     def _step(self, *, final: bool) -> None:
         work = self._take_work()
@@ -1066,32 +1070,22 @@ class Ingestor(threading.Thread):
 
     def _ingest_run(self, run: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> bool:
         """Consecutive reads of one pipe, each through its cutter, then matched together. Reads of
-        the same millisecond after a record's end are one block: their records have one time, and
-        a job printing a line at a time costs a block per millisecond, not one per line."""
+        the same millisecond are one block while each ends a record: their records have one time,
+        and a job printing a line at a time costs a block per millisecond, not one per line."""
         stream, pipe = run[0][2], run[0][3]
-        pieces: list[tuple[bytes, int, bytes]] = []
-        same: list[tuple[bytes, bytes]] = []  # the reads that make up the last piece, when several
+        groups: list[tuple[int, list[bytes], list[bytes]]] = []  # (time, its reads' blocks, their bytes)
         spooled = self._spooled(pipe, [chunk for _, _, _, _, chunk in run])
         for stamp, _, _, _, chunk in run:
             block, data = self._records(pipe, chunk, spooled)
-            if pieces and pieces[-1][1] == stamp and (not pieces[-1][0] or _ends_record(pieces[-1][0][-1:], pipe.cutter.mode)):
-                if not same:
-                    same.append(pieces[-1][::2])
-                same.append((block, data))
+            last = groups[-1][1][-1] if groups and groups[-1][0] == stamp else None
+            if last is not None and (not last or _ends_record(last[-1:], self.extractor.mode)):
+                groups[-1][1].append(block)
+                groups[-1][2].append(data)
             else:
-                self._joined(pieces, same)
-                pieces.append((block, stamp, data))
+                groups.append((stamp, [block], [data]))
             if chunk.cut:  # the output after the drop starts a record (once the one in progress is stored)
                 pipe.cutter.restart(after_cr=chunk.after_cr)
-        self._joined(pieces, same)
-        return self._ingest(stream, pipe, pieces)
-
-    @staticmethod
-    def _joined(pieces: list[tuple[bytes, int, bytes]], same: list[tuple[bytes, bytes]]) -> None:
-        """The last piece made of the reads in ``same`` (emptied), when there are several."""
-        if same:
-            pieces[-1] = (b"".join(block for block, _ in same), pieces[-1][1], b"".join(data for _, data in same))
-            same.clear()
+        return self._ingest(stream, pipe, [(_joined(blocks), stamp, _joined(data)) for stamp, blocks, data in groups])
 
     @staticmethod
     def _put_back(work: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> None:
@@ -1103,17 +1097,18 @@ class Ingestor(threading.Thread):
             for pipe in stream.pipes:
                 self._pending.spools[(stream.stream_id, pipe.name)] = pipe.consumed()
 
-    def _read_spool(self, pipe: Pipe, chunk: Chunk) -> bytes:
-        return self._read_span(pipe, chunk.start, chunk.length)
-
     def _spooled(self, pipe: Pipe, chunks: list[Chunk]) -> tuple[int, bytes] | None:
-        """The spool's bytes under several spooled reads, read at once (a read per line costs a job
-        that prints a line at a time more than matching them does), and the offset they start at."""
+        """The spool's bytes under a run of small spooled reads, read at once (a read per line costs
+        a job that prints a line at a time more than matching them does), and the offset they start
+        at; None for large reads, each read on its own (no second copy of a flood)."""
         spooled = [chunk for chunk in chunks if chunk.data is None and not chunk.cut]
         if len(spooled) < 2:
             return None
         start = spooled[0].start
-        return start, self._read_span(pipe, start, spooled[-1].start + spooled[-1].length - start)
+        span = spooled[-1].start + spooled[-1].length - start
+        if span > SMALL_READS_BYTES * len(spooled):
+            return None
+        return start, self._read_span(pipe, start, span)
 
     def _read_span(self, pipe: Pipe, start: int, length: int) -> bytes:
         if pipe.spool is None:
@@ -1145,7 +1140,7 @@ class Ingestor(threading.Thread):
             while end < len(blocks) and (not blocks[end - 1] or _ends_record(blocks[end - 1][-1:], extractor.mode)):
                 end += 1
             group = blocks[start:end]
-            joined = group[0] if len(group) == 1 else b"".join(group)
+            joined = _joined(group)
             hits = extractor.scan_columns(joined)
             crlf = extractor.holds_crlf(joined)  # (no break of a group's spans two of its blocks)
             counts = extractor.record_counts(joined, group)
