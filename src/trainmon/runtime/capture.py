@@ -579,10 +579,14 @@ def yield_session_to_the_job() -> bool:
     whole: Linux schedules each session as a group (autogroup), so its threads' nice counts only
     among themselves, and the group would take an equal share of a busy machine with the job's. The
     group's own nice is lowered instead; a process in someone else's session (a terminal's) leaves
-    that session's alone. True when it did."""
+    that session's alone, and so does a process that a cgroup schedules (a container's: its autogroup
+is not used). True when it did."""
     if os.getsid(0) != os.getpid():
         return False
     try:
+        with open("/proc/self/autogroup", encoding="ascii") as group:
+            if not group.read().startswith("/autogroup-"):  # scheduled by a cgroup (a container's) instead
+                return False
         with open("/proc/self/autogroup", "w", encoding="ascii") as group:
             group.write(str(NICER))
     except OSError:  # no autogroup (a kernel without it, or it is off): the threads' nice is enough
