@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -136,6 +137,8 @@ def test_stopped_job_warns_and_ctrl_c_offers_to_stop(home: Path, tmp_path: Path)
     script.write_text("import time\nprint('working', flush=True)\ntime.sleep(600)\n")
     driver = tmp_path / "driver.py"
     driver.write_text(
+        "import faulthandler\n"
+        "faulthandler.dump_traceback_later(45)  # should it hang, where (the test waits 60 s)\n"
         "from trainmon import Estimator\n"
         f"e = Estimator(image_uri='{PY} {script}', role='local', instance_type='local', base_job_name='interrupt')\n"
         "try:\n"
@@ -143,7 +146,10 @@ def test_stopped_job_warns_and_ctrl_c_offers_to_stop(home: Path, tmp_path: Path)
         "except KeyboardInterrupt:\n"
         "    print('interrupted; status', e.latest_training_job.describe()['TrainingJobStatus'])\n"
     )
-    child = pexpect.spawn(PY, [str(driver)], encoding="utf-8", timeout=60, env={**__import__("os").environ})
+    # Ctrl-C as a terminal's user has it, whatever this process inherited (a shell's background
+    # job runs with SIGINT ignored, and Python keeps an ignored SIGINT ignored)
+    child = pexpect.spawn(PY, [str(driver)], encoding="utf-8", timeout=60, env={**__import__("os").environ},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     child.expect("working")
     child.sendintr()
     child.expect(r"Stop training job interrupt-[0-9-]+\? \[y/N\]")
