@@ -324,21 +324,44 @@ def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_
         store.close()
 
 
-@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="this kernel schedules no session groups")
-def test_a_detached_supervisor_gives_way_to_the_job_as_a_session_and_leaves_a_terminals_alone() -> None:
-    """Linux schedules each session as a group: a supervisor leading its own session lowers its
-    group's priority (its threads' nice counts only among themselves); one in the caller's session
-    leaves that session's group as it was. Where a cgroup schedules the processes (a container's:
-    the file names no group), nothing is lowered."""
+def test_the_job_joins_a_detached_supervisors_session_and_no_other(tmp_path: Path) -> None:
+    """Linux schedules a session as one group (autogroup): in the supervisor's session the lower
+    priority of its storing threads counts against the job's, as it would not across two sessions.
+    A supervisor that leads a session with no terminal (a detached one) takes the job in; one in
+    someone else's session, or with a terminal, gives the job a session of its own. The job always
+    leads a process group of its own."""
     import subprocess
     import sys
 
-    code = ("from trainmon.runtime.capture import yield_session_to_the_job as give_way; "
-            "print(give_way(), (open('/proc/self/autogroup').read().split() or ['none'])[-1])")
-    before = Path("/proc/self/autogroup").read_text()
-    grouped = before.startswith("/autogroup-")
-    led = subprocess.run([sys.executable, "-c", code], start_new_session=True, capture_output=True, text=True, check=True)
-    assert led.stdout.split() == (["True", str(capture.NICER)] if grouped else ["False", "none"])
-    within = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert within.stdout.split() == ["False", before.split()[-1] if grouped else "none"]
-    assert Path("/proc/self/autogroup").read_text() == before
+    import pexpect
+
+    job = ("import os; print('ids', os.getpid(), os.getpgid(0), os.getsid(0), os.getppid(), "
+           "os.getsid(os.getppid()), os.getpgid(os.getppid()))")
+    command = [sys.executable, "-m", "trainmon", "run", "--name", "groups", "--", sys.executable, "-c", job]
+
+    def ids(output: str) -> list[int]:
+        [line] = [line for line in output.splitlines() if line.startswith("ids ")]
+        return list(map(int, line.split()[1:]))
+
+    def env(home: str) -> dict[str, str]:
+        return {**os.environ, "TRAINMON_HOME": str(tmp_path / home)}
+
+    # leading a session with no terminal, as a detached supervisor does: the job joins it
+    done = subprocess.run(command, capture_output=True, text=True, env=env("led"), timeout=120, check=True,
+                          start_new_session=True)
+    pid, group, session, _, parents_session, parents_group = ids(done.stdout)
+    assert group == pid != parents_group
+    assert session == parents_session
+
+    # in the caller's session: a session of the job's own
+    done = subprocess.run(command, capture_output=True, text=True, env=env("within"), timeout=120, check=True)
+    pid, group, session, _, parents_session, _ = ids(done.stdout)
+    assert group == pid == session != parents_session == os.getsid(0)
+
+    # leading a session with a terminal: a session of the job's own, without the terminal
+    child = pexpect.spawn(command[0], command[1:], env=env("tty"), encoding="utf-8", timeout=120)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    pid, group, session, _, parents_session, _ = ids(child.before)
+    assert group == pid == session != parents_session

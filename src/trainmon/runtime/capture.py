@@ -574,26 +574,6 @@ def yield_to_the_job() -> None:
         pass
 
 
-def yield_session_to_the_job() -> bool:
-    """A process that leads a session of its own (a detached supervisor) gives way to the job as a
-    whole: Linux schedules each session as a group (autogroup), so its threads' nice counts only
-    among themselves, and the group would take an equal share of a busy machine with the job's. The
-    group's own nice is lowered instead; a process in someone else's session (a terminal's) leaves
-    that session's alone, and so does a process that a cgroup schedules (a container's: its autogroup
-is not used). True when it did."""
-    if os.getsid(0) != os.getpid():
-        return False
-    try:
-        with open("/proc/self/autogroup", encoding="ascii") as group:
-            if not group.read().startswith("/autogroup-"):  # scheduled by a cgroup (a container's) instead
-                return False
-        with open("/proc/self/autogroup", "w", encoding="ascii") as group:
-            group.write(str(NICER))
-    except OSError:  # no autogroup (a kernel without it, or it is off): the threads' nice is enough
-        return False
-    return True
-
-
 def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | memoryview:
     """A block of whole records as a log chunk holds them: joined by "\\n" (a "\\r" or "\\r\\n" break is
     one too in the modes that split there), without the last record's break (a view: no copy).

@@ -136,12 +136,12 @@ class _Opened:
 
 
 class LocalHost:
-    """A host's main process on this machine, in a session of its own."""
+    """A host's main process on this machine, in a process group of its own (:func:`own_session`)."""
 
     def __init__(self, name: str, process: subprocess.Popen[bytes]) -> None:
         self.name = name
         self.process = process
-        self.process_group = process.pid  # the session's group, for the system monitor
+        self.process_group = process.pid  # its group, for the system monitor
         self._streams: tuple[int, int] | None = None
         stat = read_process_stat(process.pid)  # the child is not reaped until it is waited for: this is it
         self._held = _Opened(process.pid, stat.start_ticks if stat is not None else -1)
@@ -171,6 +171,22 @@ class LocalHost:
         self._held.close()
 
 
+def own_session() -> bool:
+    """Whether a host's processes get a session of their own. A detached supervisor (CreateTrainingJob,
+    the SDK, the server) leads a session with no terminal: the job joins it, in a process group of
+    its own, since Linux schedules a session as one group (autogroup) and only within it does the
+    lower priority of the threads that store the job's output count against the job's. Any other
+    session is not the supervisor's to share (a shell's, a Ray worker's), and one with a terminal
+    must not give it to the job (a read of it would stop the job)."""
+    if os.getsid(0) != os.getpid():
+        return True
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:  # no controlling terminal
+        return False
+    return True
+
+
 class LocalLauncher:
     """Hosts as process trees on this machine, every process of them provably the job's."""
 
@@ -178,6 +194,7 @@ class LocalLauncher:
         self.tag = tag or new_tag()
         self.hosts: list[LocalHost] = []
         self.me = os.getpid()
+        self.own_session = own_session()
         become_subreaper()
 
     def start(self, spec: HostSpec) -> LocalHost:
@@ -189,7 +206,8 @@ class LocalLauncher:
                 stderr=subprocess.PIPE,
                 env={**spec.env, TAG_VARIABLE: self.tag},
                 cwd=spec.cwd,
-                start_new_session=True,
+                start_new_session=self.own_session,
+                process_group=None if self.own_session else 0,
             )
         except (OSError, ValueError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc

@@ -31,7 +31,7 @@ from ..jobs.status import ACTIVE, profiler_settings
 from ..rules.catalog import PROFILER_RULES
 from ..store import JobRow, Store, open_store
 from . import contract, notify, orphans
-from .capture import Loss, yield_session_to_the_job
+from .capture import Loss
 from .hosts import FAILURE_REASON_CHARS, JobHosts, LocalHosts
 from .jobstate import JobState
 from .maintenance import Maintainer
@@ -302,7 +302,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name")
     parser.add_argument("--home", type=Path)
     args = parser.parse_args(argv)
-    yield_session_to_the_job()  # started in a session of its own
     store = open_store(args.home)
     Supervisor(store, args.name, echo=False).run()
     return 0
