@@ -661,8 +661,10 @@ class RecordCutter:
             if self.pending_bytes < MAX_RECORD_BYTES:
                 return b""
             return self.finish()
-        block = b"".join([*self._pending, data[:cut]])
-        rest = data[cut:]
+        if not self._pending and cut == len(data):
+            block, rest = data, b""
+        else:  # one copy: the records' bytes are joined from a view of the read
+            block, rest = b"".join([*self._pending, memoryview(data)[:cut]]), data[cut:]
         self._pending = [rest] if rest else []
         self.pending_bytes = len(rest)
         if self.mode.splits_on_cr and not rest and block[-1:] == b"\r":
