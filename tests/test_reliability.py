@@ -208,6 +208,65 @@ def test_sqlite_locked_for_a_minute_loses_nothing_and_ends_nothing(started, tmp_
     _assert_nothing_lost(outcome)
 
 
+@pytest.mark.timeout(600)
+def test_output_left_waiting_when_the_job_ends_is_announced_then_stored(started, tmp_path: Path) -> None:
+    """The store is held locked while the job prints 64 MB and exits: the output waits in the spool,
+    ``trainmon run`` says how much of it it is still storing, and once the store takes writes again
+    every record is stored."""
+    import queue
+    import threading
+
+    home = tmp_path / "home"
+    open_store(home).close()
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import sys\n"
+        "print('ready', flush=True)\n"
+        f"open({str(go)!r}).read()  # until the test has locked the store\n"
+        "block = (b'x' * 99 + b'\\n') * 10_000  # 1 MB\n"
+        "for _ in range(64):\n"
+        "    sys.stdout.buffer.write(block)\n"
+    )
+    process = start_run(started, "backlog", job, env={"TRAINMON_HOME": str(home)})
+    ready, lines = threading.Event(), queue.Queue[str]()
+
+    def echoed() -> None:  # the echo of 64 MB, read as it comes
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line == "ready\n":
+                ready.set()
+
+    def said() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.put(line)
+
+    for target in (echoed, said):
+        threading.Thread(target=target, daemon=True).start()
+    assert ready.wait(120), "the job's first line was not echoed"
+    db = sqlite3.connect(home / "trainmon.db", isolation_level=None, timeout=60)
+    db.execute("BEGIN IMMEDIATE")  # every writer waits for this one
+    with open(go, "w"):
+        pass  # the job goes on
+    while "still waiting in the spool" not in (line := lines.get(timeout=120)):
+        pass
+    waiting_mb = int(line.split("storing the ")[1].split(" MB")[0])
+    assert 32 <= waiting_mb <= 64
+    db.execute("ROLLBACK")
+    db.close()
+    assert process.wait(timeout=300) == 0
+    reader = open_store(home)
+    try:
+        row = reader.get_job("backlog")
+        assert row is not None and row.status == "Completed"
+        (stream,) = reader.streams(row.id)
+        assert stream.records == 1 + 64 * 10_000
+    finally:
+        reader.close()
+
+
 # -- 3. a host's main process ends its capture; stop always reaches Stopped ----------------------
 
 

@@ -927,6 +927,17 @@ class Ingestor(threading.Thread):
         self.wake.set()
         self.join()
 
+    def waiting_bytes(self) -> int:
+        """The output in the spools that is not taken yet (about: read from another thread)."""
+        waiting = 0
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                try:
+                    waiting += max(0, os.stat(pipe.reader.spool_path).st_size - pipe.spooled_to)
+                except OSError:  # no spool (yet, or the disk refused it: the output is in memory)
+                    pass
+        return waiting
+
     def finish_in_this_thread(self) -> None:
         """:meth:`finish`, without a thread of its own: every source has ended already."""
         self._finishing.set()

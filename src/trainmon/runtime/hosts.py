@@ -15,6 +15,7 @@ import functools
 import os
 import shutil
 import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -50,6 +51,7 @@ from .retry import retrying
 from .sampler import default_gpu_source
 
 PIPE_DRAIN_S = 5.0
+BACKLOG_NOTICE_BYTES = 32 << 20  # what takes the ingestor about half a second or more: worth a word
 FAILURE_REASON_CHARS = 1024
 
 
@@ -268,6 +270,10 @@ class LocalHosts:
         if self.spooler is not None:
             self.spooler.join(PIPE_DRAIN_S)
         if self.ingestor is not None:
+            waiting = self.ingestor.waiting_bytes()
+            if waiting >= BACKLOG_NOTICE_BYTES:
+                print(f"trainmon: the job has ended; storing the {waiting / 1e6:,.0f} MB of its output still waiting "
+                      "in the spool", file=sys.stderr, flush=True)
             self.ingestor.finish()
             self.ingestor.close()
             if self.ingestor.failure is not None:
