@@ -57,49 +57,50 @@ def run_direct(kind: str, work: Path, *args: str) -> dict[str, Any]:
     return json.loads(report.read_text())
 
 
-def run_pipe(kind: str, work: Path, *args: str) -> dict[str, Any]:
-    """The job writing into a plain pipe that this process drains as fast as it can."""
-    report = work / f"pipe-{kind}.json"
+def _job_into(kind: str, work: Path, label: str, drain: Callable[[int], int], *args: str) -> dict[str, Any]:
+    """The job writing into a pipe that ``drain`` empties (given its descriptor; it answers the bytes
+    it took), and the job's report."""
+    report = work / f"{label}-{kind}.json"
     process = subprocess.Popen(_job_command(kind, report, *args), stdout=subprocess.PIPE, env=child_env())
     assert process.stdout is not None
-    fd = process.stdout.fileno()
-    received = 0
-    while True:
-        data = os.read(fd, 1 << 20)
-        if not data:
-            break
-        received += len(data)
+    received = drain(process.stdout.fileno())
     process.stdout.close()
     if process.wait() != 0:
         raise RuntimeError(f"job {kind} exited {process.returncode}")
     result = json.loads(report.read_text())
     result["received"] = received
     return result
+
+
+def run_pipe(kind: str, work: Path, *args: str) -> dict[str, Any]:
+    """The job writing into a plain pipe that this process drains as fast as it can."""
+    def drain(fd: int) -> int:
+        received = 0
+        while data := os.read(fd, 1 << 20):
+            received += len(data)
+        return received
+
+    return _job_into(kind, work, "pipe", drain, *args)
 
 
 def run_pipe_to_file(kind: str, work: Path, *args: str) -> dict[str, Any]:
     """The job writing into a pipe that this process moves into a new file with ``splice`` (as
     trainmon's spooler does, without the frames and notes): what keeping every byte costs the job."""
-    report = work / f"file-{kind}.json"
-    process = subprocess.Popen(_job_command(kind, report, *args), stdout=subprocess.PIPE, env=child_env())
-    assert process.stdout is not None
-    fd = process.stdout.fileno()
-    fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)  # as trainmon widens the job's pipes
     target = work / f"file-{kind}.out"
-    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    received = 0
-    try:
-        while moved := os.splice(fd, out, 1 << 20, offset_dst=received):
-            received += moved
-    finally:
-        os.close(out)
-        target.unlink()
-    process.stdout.close()
-    if process.wait() != 0:
-        raise RuntimeError(f"job {kind} exited {process.returncode}")
-    result = json.loads(report.read_text())
-    result["received"] = received
-    return result
+
+    def drain(fd: int) -> int:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)  # as trainmon widens the job's pipes
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        received = 0
+        try:
+            while moved := os.splice(fd, out, 1 << 20, offset_dst=received):
+                received += moved
+        finally:
+            os.close(out)
+            target.unlink()
+        return received
+
+    return _job_into(kind, work, "file", drain, *args)
 
 
 def run_trainmon(kind: str, work: Path, name: str, *args: str, definitions: tuple[str, ...] = ("--metric", METRIC),
