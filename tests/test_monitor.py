@@ -564,6 +564,31 @@ def test_unwritable_or_unreachable_profile_locations_fail_at_start(home: Path, t
     assert "Traceback" not in result.stderr + remote.stderr
 
 
+def test_without_pyarrow_a_job_runs_unprofiled_and_one_that_asks_is_told_what_to_install(home: Path) -> None:
+    """The profiler's packages are looked up, not imported, when a job starts: with pyarrow hidden,
+    a job that did not ask for profiling runs without it, and one that asked is refused with what
+    to install."""
+    code = "import sys; sys.modules['pyarrow'] = None; from trainmon.cli import main; sys.exit(main(sys.argv[1:]))"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+
+    plain = run("run", "--name", "unprofiled", "--", "true")
+    assert plain.returncode == 0, plain.stderr
+    job = json.loads(run_cli("describe", "unprofiled", "--json", check=True).stdout)
+    assert job["TrainingJobStatus"] == "Completed" and "ProfilerRuleConfigurations" not in job
+    asked = run("run", "--name", "asked", "--profiling-interval-ms", "500", "--", "true")
+    assert asked.returncode == 2 and "profiling needs pyarrow: pip install 'trainmon[profiler]'" in asked.stderr
+    with_pyarrow = run_cli("run", "--name", "profiled", "--", "true")
+    assert with_pyarrow.returncode == 0, with_pyarrow.stderr
+    assert json.loads(run_cli("describe", "profiled", "--json", check=True).stdout)["ProfilerRuleConfigurations"]
+    # installed, it is found without being imported (a few tenths of a second a job's start does not wait for)
+    looked_up = ("import sys; from trainmon.store import profiles; "
+                 f"print(profiles.available(), profiles.check_location({str(home / 'profiles')!r}), 'pyarrow' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", looked_up], capture_output=True, text=True, timeout=120,
+                          check=True).stdout.split() == ["True", "None", "False"]
+
+
 def test_profile_location_filling_up_warns_and_the_job_completes(home: Path, script, tmp_path: Path) -> None:
     disk = tmp_path / "disk"
     disk.mkdir()

@@ -9,6 +9,7 @@ metric names dictionary-encoded, values plain, all zstd-compressed.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 from collections.abc import Iterable
@@ -34,12 +35,10 @@ def check_interval(interval_ms: Any) -> int:
 
 
 def available() -> bool:
-    try:
-        import fsspec  # noqa: F401
-        import pyarrow  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the profiler's packages are installed: looked up, not imported (pyarrow takes a few
+    tenths of a second to import, which a job's start should not wait for; the profile writer
+    imports it on its own thread)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("fsspec", "pyarrow"))
 
 
 def default_location() -> str:
@@ -77,13 +76,11 @@ def in_own_bucket(location: str, home: Path | None = None) -> Path | None:
 
 def check_location(location: str) -> None:
     """Fail before the job starts when the profile location cannot be written."""
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("pyarrow") is None:
         raise ValidationException(
             "profiling needs pyarrow: pip install 'trainmon[profiler]', or disable the profiler "
             "(--disable-profiler / ProfilerConfig.DisableProfiler)."
-        ) from None
+        )
     try:
         fs, path = _filesystem(location)
         fs.makedirs(path, exist_ok=True)
