@@ -693,6 +693,65 @@ def test_a_cpu_bound_job_with_an_idle_gpu_fires_and_with_a_busy_gpu_does_not(hom
     assert answer["RuleFindings"] == []
 
 
+def test_a_step_stored_late_is_known_before_the_profile_past_it_is_judged(home: Path, tmp_path: Path) -> None:
+    """The job prints its first step at once, then the store is held locked past MaxInitializationTime's
+    threshold while the profiler ticks on: the datapoints past the threshold wait until the step
+    before them is stored, so the training loop did not start late."""
+    import sqlite3
+    import subprocess
+    import sys
+    import threading
+
+    go, done = tmp_path / "go", tmp_path / "done"
+    os.mkfifo(go)
+    os.mkfifo(done)
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import time\n"
+        "print('ready', flush=True)\n"
+        f"open({str(go)!r}).read()  # the test has locked the store\n"
+        "print('step=1 loss=1.0', flush=True)\n"
+        "time.sleep(4)  # past the 1.2 s threshold, the profiler ticking\n"
+        f"open({str(done)!r}, 'w').close()\n"
+        "print('step=2 loss=0.5', flush=True)\n"
+    )
+    errors = tmp_path / "stderr"
+    with errors.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trainmon", "run", "--name", "late-store", "--profiling-interval-ms", "100",
+             "--rule", "MaxInitializationTime:threshold=0.02", *_METRICS, "--", PY, str(job)],
+            stdout=subprocess.PIPE, stderr=stderr, text=True)
+    ready = threading.Event()
+
+    def echoed() -> None:
+        assert process.stdout is not None
+        with process.stdout:
+            for line in process.stdout:
+                if line == "ready\n":
+                    ready.set()
+
+    reader = threading.Thread(target=echoed, daemon=True)
+    reader.start()
+    try:
+        assert ready.wait(JOB_TIMEOUT_S), "the job's first line was not echoed"
+        db = sqlite3.connect(home / "trainmon.db", isolation_level=None, timeout=60)
+        db.execute("BEGIN IMMEDIATE")  # the step that follows is read, and waits to be stored
+        with open(go, "w"):
+            pass
+        with open(done):  # the job slept past the threshold
+            pass
+        db.execute("ROLLBACK")
+        db.close()
+        assert process.wait(JOB_TIMEOUT_S) == 0, errors.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        reader.join()
+    answer = trainmon.client("trainmon").list_rule_findings(TrainingJobName="late-store")
+    assert _statuses(answer) == {"MaxInitializationTime": "NoIssuesFound"}, answer["RuleFindings"]
+
+
 def test_profiler_report_is_on_by_default_and_writes_the_report(home: Path, script: Script, tmp_path: Path) -> None:
     job = script("""
         import time

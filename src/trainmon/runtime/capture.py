@@ -48,6 +48,7 @@ READ_BYTES = 1 << 20
 MAX_RECORD_BYTES = 16 << 20
 STDERR_TAIL_RECORDS = 20
 STDERR_TAIL_BYTES = 64 << 10  # of a block, what the stderr tail is taken from
+NOTE_SLACK_MS = 1000  # a read is noted to the ingestor within this (milliseconds, mostly): see Ingestor._step
 FLUSH_BYTES = 8 << 20
 FLUSH_POINTS = 50_000
 MEMORY_CAP_BYTES = 64 << 20  # output held in memory when the spool cannot be written, for the whole job
@@ -789,19 +790,30 @@ class BatchWriter(threading.Thread):
         self.loss = Loss()  # the batches given up
         self.gave_up = False
         self.failure: BaseException | None = None  # what ended the thread, if anything but finish() did
-        self._queue: deque[Batch] = deque()
+        self._queue: deque[tuple[Batch, int | None]] = deque()  # each batch, and the reads' horizon it completes
+        self.stored_through_ms = 0  # every read made before this time (epoch ms) is stored
         self._changed = threading.Condition()
         self._finishing = False
         self._stopping = False
         self._backoff = Backoff()
 
-    def put(self, batch: Batch) -> None:
+    def put(self, batch: Batch, horizon_ms: int | None = None) -> None:
+        """A batch to store; ``horizon_ms``: once it is stored, every read made before that time is."""
         with self._changed:
             if self.gave_up:
                 self.loss.add(_batch_loss(batch, self._reason()))
                 return
-            self._queue.append(batch)
+            self._queue.append((batch, horizon_ms))
             self._changed.notify_all()
+
+    def stored_through(self, horizon_ms: int) -> None:
+        """Every read made before ``horizon_ms`` is stored once the batches queued are: at once when none is."""
+        with self._changed:
+            if self._queue:
+                batch, known = self._queue[-1]
+                self._queue[-1] = batch, horizon_ms if known is None else max(known, horizon_ms)
+            else:
+                self.stored_through_ms = max(self.stored_through_ms, horizon_ms)
 
     def waiting(self) -> int:
         """Batches not stored yet (the one being written among them)."""
@@ -843,7 +855,7 @@ class BatchWriter(threading.Thread):
                 self._changed.wait_for(lambda: self._queue or self._stopping)
                 if not self._queue:
                     return
-                batch = self._queue[0]
+                batch = self._queue[0][0]
             try:
                 self.store.write_batch(batch)
             except StoreError as exc:
@@ -863,13 +875,15 @@ class BatchWriter(threading.Thread):
             self.store_error = None
             self._backoff.reset()
             with self._changed:
-                self._queue.popleft()
+                _, horizon_ms = self._queue.popleft()  # (the horizon may have moved meanwhile)
+                if horizon_ms is not None:
+                    self.stored_through_ms = max(self.stored_through_ms, horizon_ms)
                 self._changed.notify_all()
 
     def _give_up(self) -> None:
         with self._changed:
             self.gave_up = True
-            for batch in self._queue:
+            for batch, _ in self._queue:
                 self.loss.add(_batch_loss(batch, self._reason()))
             self._queue.clear()
             self._changed.notify_all()
@@ -926,6 +940,12 @@ class Ingestor(threading.Thread):
         self._finishing.set()
         self.wake.set()
         self.join()
+
+    @property
+    def stored_through_ms(self) -> int:
+        """Every read of the job's output made before this time (epoch ms) is stored: what rules that
+        join the output with other data (the profile) may judge up to."""
+        return self.writer.stored_through_ms
 
     def waiting_bytes(self) -> int:
         """The output in the spools that is not taken yet (about: read from another thread)."""
@@ -1033,6 +1053,7 @@ class Ingestor(threading.Thread):
         return self._read_span(pipe, chunk.start, chunk.length)
 
     def _step(self, *, final: bool) -> None:
+        horizon = now_ms() - NOTE_SLACK_MS  # every read made before this was noted by now: this step takes it
         work = self._take_work()
         index = 0
         while index < len(work):
@@ -1054,8 +1075,10 @@ class Ingestor(threading.Thread):
             self._note_progress()
         if self._pending and self._pending_since is None:
             self._pending_since = time.monotonic()
-        if self._pending and (final or self._batch_wait_s() <= 0):
-            self._flush()
+        if not self._pending:
+            self.writer.stored_through(horizon)
+        elif final or self._batch_wait_s() <= 0:
+            self._flush(horizon)
 
     def _batch_wait_s(self) -> float:
         """How long the pending batch may still wait for more reads: a job printing a line at a time
@@ -1187,10 +1210,11 @@ class Ingestor(threading.Thread):
         pipe.bytes_stored = pipe.bytes_read
         return counted
 
-    def _flush(self) -> bool:
-        """Hand the pending batch to the writer; False when it is behind (the caller takes no more work)."""
+    def _flush(self, horizon_ms: int | None = None) -> bool:
+        """Hand the pending batch to the writer (``horizon_ms``: it holds every read made before then
+        that is not stored); False when the writer is behind (the caller takes no more work)."""
         if self._pending:
-            self.writer.put(self._pending)
+            self.writer.put(self._pending, horizon_ms)
             self._pending = Batch(self.job_id)
         self._pending_since = None
         return self.writer.waiting() <= 1

@@ -94,6 +94,10 @@ class JobHosts(Protocol):
         """When each host's output was last read (epoch seconds), for rules that judge activity."""
         ...
 
+    def stored_through(self) -> int | None:
+        """The time (epoch ms) every host's output read before it is stored by; None: not known."""
+        ...
+
     def finish(self) -> HostsEnd:
         """The monitors stopped and the output drained (bounded) and stored: what was lost, and why."""
         ...
@@ -249,6 +253,9 @@ class LocalHosts:
 
     def wait(self) -> dict[str, int]:
         return {h.name: h.process.wait() for h in self._started() if h.process is not None}
+
+    def stored_through(self) -> int | None:
+        return self.ingestor.stored_through_ms if self.ingestor is not None else None
 
     def last_read(self) -> dict[str, float]:
         found: dict[str, float] = {}

@@ -10,8 +10,10 @@ On each pass of the :class:`~trainmon.runtime.rulewatch.RuleWatcher` (its thread
 :class:`ProfilerRules` of the job take the records of the pass first, for the steps they hold (a
 step metric's value, or each point of the loss metric, see :mod:`trainmon.rules.profiler_setup`),
 then the steps the tensor hook's files hold (:meth:`ProfilerRules.observe_step`), then what the tap holds, a datapoint at a time, each fed to the state machines of every profiler
-rule for its host (:mod:`trainmon.rules.profiler`; ProfilerReport runs ten of them). Steps first:
-a datapoint past MaxInitializationTime's threshold is judged knowing the steps read by then.
+rule for its host (:mod:`trainmon.rules.profiler`; ProfilerReport runs ten of them). Steps first,
+and only the datapoints made before the time the job's output is stored through (the ingestor's
+horizon; the others wait in the tap for a later pass): a datapoint past MaxInitializationTime's
+threshold is judged knowing every step printed before it, however far the store lags.
 
 When the watcher concludes, :meth:`ProfilerRules.annotate` writes into each profiler rule's
 StatusDetails what it could not judge and why ("no GPU on algo-1"), and then
@@ -60,11 +62,16 @@ class ProfileTap:
                 self.dropped += 1
             self._rows.append((host, timestamp_ms, values))
 
-    def take(self) -> list[tuple[str, int, dict[str, float]]]:
-        """Every row held, oldest first; the tap is empty after."""
+    def take(self, until_ms: int | None = None) -> list[tuple[str, int, dict[str, float]]]:
+        """The rows held (those made before ``until_ms``, when given), oldest first; the others stay."""
         with self._lock:
-            rows = list(self._rows)
-            self._rows.clear()
+            if until_ms is None:
+                rows = list(self._rows)
+                self._rows.clear()
+            else:
+                rows = []
+                while self._rows and self._rows[0][1] < until_ms:
+                    rows.append(self._rows.popleft())
         return rows
 
 
@@ -182,12 +189,13 @@ class ProfilerRules:
                 self._fail(configured, exc)
         return found
 
-    def evaluate(self) -> list[Found]:
-        """The datapoints the tap holds, fed to every rule, and what they found."""
+    def evaluate(self, until_ms: int | None = None) -> list[Found]:
+        """The datapoints the tap holds (made before ``until_ms``, when given: the others wait for the
+        next call), fed to every rule, and what they found."""
         if self.tap is None or not self.configured:
             return []
         found: list[Found] = []
-        for host, timestamp_ms, values in self.tap.take():
+        for host, timestamp_ms, values in self.tap.take(until_ms):
             self.datapoints[host] = self.datapoints.get(host, 0) + 1
             datapoint = profiler.tick(timestamp_ms, values)
             for configured in self.configured:

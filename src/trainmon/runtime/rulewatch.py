@@ -140,7 +140,7 @@ class RuleWatcher(threading.Thread):
     def __init__(self, store: Store, job: JobRow, *, clock: Clock = REAL_CLOCK, every_s: float = EVERY_S,
                  on_stop: Callable[[str], None] | None = None, active: Callable[[], bool] = lambda: True,
                  activity: Callable[[], dict[str, float]] = dict, deliver: Deliver = notify.deliver,
-                 profile: ProfileTap | None = None) -> None:
+                 profile: ProfileTap | None = None, stored_through: Callable[[], int | None] = lambda: None) -> None:
         super().__init__(name="trainmon-rules", daemon=True)
         self._home, self._url, self._retention = store.home, store.database_url or "", store.retention
         self.job_name, self.job_id = job.name, job.id
@@ -155,6 +155,7 @@ class RuleWatcher(threading.Thread):
                                                   steps=self.profiling.hook_steps)
         self.clock, self.every_s = clock, every_s
         self.on_stop, self.active, self.activity, self.deliver = on_stop, active, activity, deliver
+        self.stored_through = stored_through  # the time the job's output is stored up to (None: not known)
         self.started_s = clock.wall()
         self.error: Exception | None = None  # the last pass's failure, if it failed
         self.findings: list[dict[str, Any]] = []  # every finding of this run, as recorded
@@ -237,6 +238,10 @@ class RuleWatcher(threading.Thread):
                  found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """One pass: the new points fed to the rules, and the findings they gave (as recorded; into
         ``found``, when given, as they come)."""
+        # Profile datapoints are judged only up to where the job's output is stored (read before the
+        # points): a step printed before a datapoint is known when the datapoint is judged, however
+        # far the store lags. The last pass comes after the drain: everything.
+        horizon_ms = None if self._final else self.stored_through()
         streams = store.streams(self.job_id)
         found = [] if found is None else found
         if self.metrics:
@@ -250,7 +255,7 @@ class RuleWatcher(threading.Thread):
         except Exception as exc:
             self.tensors.trouble_in(exc)
         found.extend(self._hook_steps())  # what the tensor files held, read even if the pass failed on them
-        found.extend(self._profiled(self.profiling.evaluate()))  # after the steps the records and files held
+        found.extend(self._profiled(self.profiling.evaluate(horizon_ms)))  # after the steps the records and files held
         if check_stalls:
             last: dict[str, float] = {}
             for stream in streams:

@@ -166,7 +166,7 @@ class Supervisor:
 
         watcher = RuleWatcher(self.store, job, on_stop=stop, activity=hosts.last_read,
                               active=lambda: self._stop_reason is None and self.ended_at is None,
-                              profile=self._profile_tap)
+                              profile=self._profile_tap, stored_through=hosts.stored_through)
         watcher.start()
         return watcher
 
