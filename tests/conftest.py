@@ -4,10 +4,12 @@ import itertools
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -194,6 +196,36 @@ def script(tmp_path: Path) -> Callable[[str], Path]:
         return path
 
     return write
+
+
+@contextmanager
+def sqlite_locked(home: Path) -> Iterator[None]:
+    """The SQLite store in ``home`` held by a write transaction: every writer waits until the block ends."""
+    db = sqlite3.connect(home / "trainmon.db", isolation_level=None, timeout=60)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        db.close()
+
+
+def echo_watch(process: subprocess.Popen[str], line: str) -> tuple[threading.Event, threading.Thread]:
+    """A thread that reads ``process``'s standard output to its end (``trainmon run``'s echo of the
+    job's output: never left to fill its pipe), and the event it sets once ``line`` has come."""
+    seen = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        with process.stdout:
+            for got in process.stdout:
+                if got == line:
+                    seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return seen, reader
 
 
 def run_cli(*args: str, input: bytes | None = None, timeout: float = 120, check: bool = False,

@@ -55,7 +55,7 @@ from trainmon.runtime.rulewatch import RuleWatcher
 from trainmon.runtime.sampler import GpuReading, default_gpu_source
 from trainmon.store import Batch, JobPoints, Store
 
-from .conftest import PY, run_cli
+from .conftest import PY, echo_watch, run_cli, sqlite_locked
 
 Script = Callable[[str], Path]
 JOB_TIMEOUT_S = 120
@@ -697,10 +697,8 @@ def test_a_step_stored_late_is_known_before_the_profile_past_it_is_judged(home: 
     """The job prints its first step at once, then the store is held locked past MaxInitializationTime's
     threshold while the profiler ticks on: the datapoints past the threshold wait until the step
     before them is stored, so the training loop did not start late."""
-    import sqlite3
     import subprocess
     import sys
-    import threading
 
     go, done = tmp_path / "go", tmp_path / "done"
     os.mkfifo(go)
@@ -721,27 +719,14 @@ def test_a_step_stored_late_is_known_before_the_profile_past_it_is_judged(home: 
             [sys.executable, "-m", "trainmon", "run", "--name", "late-store", "--profiling-interval-ms", "100",
              "--rule", "MaxInitializationTime:threshold=0.02", *_METRICS, "--", PY, str(job)],
             stdout=subprocess.PIPE, stderr=stderr, text=True)
-    ready = threading.Event()
-
-    def echoed() -> None:
-        assert process.stdout is not None
-        with process.stdout:
-            for line in process.stdout:
-                if line == "ready\n":
-                    ready.set()
-
-    reader = threading.Thread(target=echoed, daemon=True)
-    reader.start()
+    ready, reader = echo_watch(process, "ready\n")
     try:
         assert ready.wait(JOB_TIMEOUT_S), "the job's first line was not echoed"
-        db = sqlite3.connect(home / "trainmon.db", isolation_level=None, timeout=60)
-        db.execute("BEGIN IMMEDIATE")  # the step that follows is read, and waits to be stored
-        with open(go, "w"):
-            pass
-        with open(done):  # the job slept past the threshold
-            pass
-        db.execute("ROLLBACK")
-        db.close()
+        with sqlite_locked(home):  # the step that follows is read, and waits to be stored
+            with open(go, "w"):
+                pass
+            with open(done):  # the job slept past the threshold
+                pass
         assert process.wait(JOB_TIMEOUT_S) == 0, errors.read_text()
     finally:
         if process.poll() is None:

@@ -33,7 +33,7 @@ from trainmon.sdk.clients import CloudWatchClient
 from trainmon.store import Store, WriteBehind, open_store
 from trainmon.store.buffer import of_database
 
-from .conftest import PostgresServer, StoreTarget
+from .conftest import PostgresServer, StoreTarget, sqlite_locked
 
 NOW_S = 1_700_000_000.0
 DIMS = [{"Name": "Host", "Value": "algo-1"}]
@@ -352,17 +352,12 @@ def test_a_locked_store_keeps_what_the_buffer_holds_and_a_full_buffer_refuses_ca
     start_s = time.time() - 600
     _put(client, 10, start_s)
     store.flush_samples()  # the file exists, with its tables
-    holder = sqlite3.connect(store_target.home / "trainmon.db", isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")  # another process writes, for as long as it likes
-    try:
+    with sqlite_locked(store_target.home):  # another process writes, for as long as it likes
         _put(client, 2000, start_s + 10)
         with pytest.raises(Throttling) as throttled:
             client.put_metric_data(Namespace="App", MetricData=_items(1, start_s + 60, "refused"))
         assert throttled.value.code == "Throttling" and throttled.value.http_status == 400
         assert "2,000 datapoints are waiting to be stored" in throttled.value.message
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
     deadline = time.monotonic() + 60
     while _stored(store_target) < 2010 and time.monotonic() < deadline:
         time.sleep(0.01)

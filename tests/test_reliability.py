@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -25,7 +25,7 @@ import pytest
 from trainmon.runtime.capture import spool_frames
 from trainmon.store import open_store
 
-from .conftest import PY, postgres_cluster, run_cli
+from .conftest import PY, echo_watch, postgres_cluster, run_cli, sqlite_locked
 
 OUTAGE_S = 60.0
 
@@ -193,17 +193,9 @@ def test_a_postgres_outage_of_a_minute_loses_nothing_and_ends_nothing(started, t
 def test_sqlite_locked_for_a_minute_loses_nothing_and_ends_nothing(started, tmp_path: Path) -> None:
     home = tmp_path / "home"
     open_store(home).close()
-    holder: list[sqlite3.Connection] = []
-
-    def lock() -> None:
-        db = sqlite3.connect(home / "trainmon.db", isolation_level=None)
-        db.execute("BEGIN IMMEDIATE")  # every writer waits for this one
-        holder.append(db)
-
-    def unlock() -> None:
-        holder.pop().execute("ROLLBACK")
-
-    outcome = _outage(started, tmp_path, "sqlite-lock", {"TRAINMON_HOME": str(home)}, lock, unlock)
+    held = ExitStack()  # every writer waits while it holds the lock
+    outcome = _outage(started, tmp_path, "sqlite-lock", {"TRAINMON_HOME": str(home)},
+                      lambda: held.enter_context(sqlite_locked(home)), held.close)
     assert outcome.printed > 20
     _assert_nothing_lost(outcome)
 
@@ -230,32 +222,23 @@ def test_output_left_waiting_when_the_job_ends_is_announced_then_stored(started,
         "    sys.stdout.buffer.write(block)\n"
     )
     process = start_run(started, "backlog", job, env={"TRAINMON_HOME": str(home)})
-    ready, lines = threading.Event(), queue.Queue[str]()
-
-    def echoed() -> None:  # the echo of 64 MB, read as it comes
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line == "ready\n":
-                ready.set()
+    ready, _ = echo_watch(process, "ready\n")  # (the echo of 64 MB, read as it comes)
+    lines = queue.Queue[str]()
 
     def said() -> None:
         assert process.stderr is not None
         for line in process.stderr:
             lines.put(line)
 
-    for target in (echoed, said):
-        threading.Thread(target=target, daemon=True).start()
+    threading.Thread(target=said, daemon=True).start()
     assert ready.wait(120), "the job's first line was not echoed"
-    db = sqlite3.connect(home / "trainmon.db", isolation_level=None, timeout=60)
-    db.execute("BEGIN IMMEDIATE")  # every writer waits for this one
-    with open(go, "w"):
-        pass  # the job goes on
-    while "still waiting in the spool" not in (line := lines.get(timeout=120)):
-        pass
-    waiting_mb = int(line.split("storing the ")[1].split(" MB")[0])
-    assert 32 <= waiting_mb <= 64
-    db.execute("ROLLBACK")
-    db.close()
+    with sqlite_locked(home):  # every writer waits
+        with open(go, "w"):
+            pass  # the job goes on
+        while "still waiting in the spool" not in (line := lines.get(timeout=120)):
+            pass
+        waiting_mb = int(line.split("storing the ")[1].split(" MB")[0])
+        assert 32 <= waiting_mb <= 64
     assert process.wait(timeout=300) == 0
     reader = open_store(home)
     try:
