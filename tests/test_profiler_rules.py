@@ -636,6 +636,13 @@ _BURN = """
         while time.monotonic() < end:
             pass
 
+    def found_late():
+        # whether MaxInitializationTime has fired: a late job's first step comes only after it (the
+        # rule judges the profile as far as the job's output is stored, a second or so behind)
+        import os, trainmon
+        findings = trainmon.client("trainmon").list_rule_findings(TrainingJobName=os.environ["TRAINING_JOB_NAME"])
+        return any(f["RuleConfigurationName"] == "MaxInitializationTime" for f in findings["RuleFindings"])
+
     if __name__ == "__main__":
         first_step_late = sys.argv[1] == "late"
         if not first_step_late:
@@ -643,6 +650,9 @@ _BURN = """
         workers = [multiprocessing.Process(target=burn, args=(3.0,)) for _ in range(2)]
         for worker in workers:
             worker.start()
+        deadline = time.monotonic() + 120
+        while first_step_late and not found_late() and time.monotonic() < deadline:
+            time.sleep(0.05)
         for worker in workers:
             worker.join()
         print("step=2 loss=0.5", flush=True)
