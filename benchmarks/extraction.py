@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import Report, best_of, child_env, data_dir, heading, mb_per_s, rate, table, timed
+from .common import Report, best_of, child_env, data_dir, heading, mb_per_s, rate, ratio_text, table, timed
 
 LINES = 1_000_000
 SEED = 20240501
@@ -280,24 +280,25 @@ def prefilter(path: Path, definitions: list[dict[str, str]], block_bytes: int = 
                 return points
 
 
-def fast(path: Path, definitions: list[dict[str, str]]) -> list[Any]:
-    """The points as ``trainmon parse`` takes them: a block's columns at a time (one core)."""
+def fast(path: Path, definitions: list[dict[str, str]], engine: str = "numpy") -> list[Any]:
+    """The points as ``trainmon parse`` takes them: a block's columns at a time (one core), the
+    literals found by ``engine`` (NumPy's: the default install's)."""
     from trainmon.parsing.definitions import validate_definitions
     from trainmon.parsing.extract import Extractor, scan_blocks
     from trainmon.parsing.framing import Mode
 
-    extractor = Extractor(validate_definitions(definitions), Mode.TERMINAL)
+    extractor = Extractor(validate_definitions(definitions), Mode.TERMINAL, engine)
     with path.open("rb") as stream:
         return list(scan_blocks(stream, extractor))
 
 
-def fast_all_cores(path: Path, definitions: list[dict[str, str]]) -> list[Any]:
+def fast_all_cores(path: Path, definitions: list[dict[str, str]], engine: str = "numpy") -> list[Any]:
     """What ``trainmon parse`` runs on a file: ``scan_file_blocks``, ranges scanned on every core."""
     from trainmon.parsing.definitions import validate_definitions
     from trainmon.parsing.extract import Extractor, scan_file_blocks
     from trainmon.parsing.framing import Mode
 
-    extractor = Extractor(validate_definitions(definitions), Mode.TERMINAL)
+    extractor = Extractor(validate_definitions(definitions), Mode.TERMINAL, engine)
     return list(scan_file_blocks(str(path), extractor))
 
 
@@ -309,16 +310,17 @@ def as_points(blocks: list[Any], definitions: list[dict[str, str]]) -> list[tupl
                                                block.values.tolist(), strict=True)]
 
 
-def cli(path: Path, definitions_file: Path, count: bool = False) -> tuple[float, int]:
+def cli(path: Path, definitions_file: Path, count: bool = False, engine: str = "numpy") -> tuple[float, int]:
     """Seconds for ``trainmon parse --json`` with stdout to /dev/null, or (``count``) to a pipe this
     process reads, counting the JSON lines."""
     command = [sys.executable, "-m", "trainmon", "parse", "--json", "--metric-definitions", str(definitions_file),
                str(path)]
+    env = child_env(TRAINMON_LITERAL_ENGINE=engine)
     start = time.perf_counter()
     if not count:
-        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(), check=True)
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
         return time.perf_counter() - start, -1
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     assert process.stdout is not None
     lines = 0
     while chunk := process.stdout.read(1 << 20):
@@ -384,8 +386,36 @@ def run(scale: float = 1.0) -> Report:
                  "(the CLI's time includes interpreter start and JSON output; the naive loop's does not)")
     report.ratio("fast path against the ceiling (empty-loop time / fast time)", ceiling_s / fast_s,
                  detail="(above 1: faster than any per-record Python loop could be)")
+    hyperscan(report, path, definitions_file, lines, size, naive_points,
+              {"one": fast_s, "every": parallel_s, "cli": cli_s})
     dense(report, scale)
     return report
+
+
+def hyperscan(report: Report, path: Path, definitions_file: Path, lines: int, size: int,
+              naive_points: list[tuple[int, str, float]], numpy_s: dict[str, float]) -> None:
+    """The same three runs with Hyperscan's literal search (the ``trainmon[hyperscan]`` extra), against
+    NumPy's above: informational, the targets are the default install's."""
+    from trainmon.parsing.literals import hyperscan_available
+
+    heading("The same log with Hyperscan's literal search (optional: pip install 'trainmon[hyperscan]')")
+    if not hyperscan_available():
+        print("  Hyperscan is not installed here: skipped")
+        return
+    one_s, one_blocks = best_of(2, lambda: fast(path, DEFINITIONS, "hyperscan"))
+    every_s, every_blocks = best_of(2, lambda: fast_all_cores(path, DEFINITIONS, "hyperscan"))
+    cli_s, _ = best_of(2, lambda: cli(path, definitions_file, engine="hyperscan"))
+    mine = {"one": one_s, "every": every_s, "cli": cli_s}
+    labels = {"one": "scan_blocks + Extractor (1 core)", "every": f"scan_file_blocks ({os.cpu_count()} cores)",
+              "cli": "cli: trainmon parse --json > /dev/null"}
+    table(["run", "NumPy s", "Hyperscan s", "Hyperscan MB/s", "NumPy / Hyperscan"],
+          [[labels[key], f"{numpy_s[key]:.3f}", f"{mine[key]:.3f}", mb_per_s(size, mine[key]),
+            ratio_text(numpy_s[key] / mine[key])] for key in mine])
+    report.check(_same(as_points(one_blocks, DEFINITIONS), naive_points), "Hyperscan, one core: same points")
+    report.check(_same(as_points(every_blocks, DEFINITIONS), naive_points), "Hyperscan, every core: same points")
+    report.ratio("Hyperscan's literal search, one core (NumPy's time / Hyperscan's)", numpy_s["one"] / one_s,
+                 detail=f"(every core {numpy_s['every'] / every_s:.2f}x, the CLI {numpy_s['cli'] / cli_s:.2f}x; "
+                        f"{lines:,} lines)")
 
 
 DENSE_LINES = 300_000

@@ -14,12 +14,14 @@ from trainmon.parsing.definitions import validate_definitions
 from trainmon.parsing.engines import TIME_LIMIT_REASON
 from trainmon.parsing.extract import Extractor, required_literal, scan_stream
 from trainmon.parsing.framing import Mode
+from trainmon.parsing.literals import ENGINES
 
 XGB = r".*\[[0-9]+\].*#011validation-rmse:([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?).*"
 
 
-def points(log: bytes, defs: list[tuple[str, str]], mode: Mode = Mode.TERMINAL, block: int = 1 << 20):
-    extractor = Extractor(validate_definitions([{"Name": n, "Regex": r} for n, r in defs]), mode)
+def points(log: bytes, defs: list[tuple[str, str]], mode: Mode = Mode.TERMINAL, block: int = 1 << 20,
+           engine: str | None = None):
+    extractor = Extractor(validate_definitions([{"Name": n, "Regex": r} for n, r in defs]), mode, engine)
     return [(p.line, p.offset, p.name, p.value) for p in scan_stream(io.BytesIO(log), extractor, block)], extractor
 
 
@@ -217,8 +219,9 @@ def _random_log(rng: random.Random, lines: int) -> bytes:
 @pytest.mark.parametrize("mode", list(Mode))
 @pytest.mark.parametrize("small_blocks", [32 << 10, 0], ids=["small-blocks-by-loop", "every-block-vectorised"])
 @pytest.mark.parametrize("literals_only", [False, True])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_fast_extractor_equals_the_naive_loop(seed: int, mode: Mode, small_blocks: int, literals_only: bool,
-                                              monkeypatch) -> None:
+                                              engine: str, monkeypatch) -> None:
     import trainmon.parsing.extract as extract
 
     monkeypatch.setattr(extract, "SMALL_BLOCK_BYTES", small_blocks)
@@ -238,7 +241,8 @@ def test_fast_extractor_equals_the_naive_loop(seed: int, mode: Mode, small_block
     if literals_only:  # only the records that hold a literal are taken
         defs = [(name, regex) for name, regex in defs if extract.required_literal(regex, mode)]
     log = _random_log(rng, 400)
-    found, _ = points(log, defs, mode, block=rng.choice([64, 1000, 1 << 20]))
+    found, extractor = points(log, defs, mode, block=rng.choice([64, 1000, 1 << 20]), engine=engine)
+    assert extractor.literal_engine == engine
     assert same(found, naive(log, defs, mode))
 
 
@@ -358,7 +362,8 @@ def test_record_cutter_keeps_a_leading_cr_from_joining_two_lines() -> None:
     assert cutter.feed(b"\n20%\n") == b"20%\n"  # the "\n" of a split "\r\n" is not a new record
 
 
-def test_large_files_scanned_on_every_core_give_the_same_points(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_large_files_scanned_on_every_core_give_the_same_points(tmp_path, monkeypatch, engine: str) -> None:
     import trainmon.parsing.extract as extract
 
     monkeypatch.setattr(extract, "PARALLEL_MIN_BYTES", 1)
@@ -370,8 +375,8 @@ def test_large_files_scanned_on_every_core_give_the_same_points(tmp_path, monkey
     defs = [("train:error", r"Train_error=(.*?);"), ("rmse", XGB), ("loss", r"loss=(\S+)"), ("pct", r"^(\d+)%"),
             ("loss", r"^(\d+)%")]
     definitions = validate_definitions([{"Name": n, "Regex": r} for n, r in defs])
-    serial = Extractor(definitions)
-    parallel = Extractor(definitions)
+    serial = Extractor(definitions, literal_engine=engine)
+    parallel = Extractor(definitions, literal_engine=engine)
     one = list(scan_stream(io.BytesIO(log), serial))
     many = list(extract.scan_file(str(path), parallel, workers=2))
     assert same([(p.line, p.offset, p.name, p.value) for p in many], [(p.line, p.offset, p.name, p.value) for p in one])

@@ -3,10 +3,10 @@
 A naive extractor runs every regex on every line. Here each definition's regex is parsed once
 to find a literal that any match must contain (``Train_error=`` in ``Train_error=(.*?);``). A
 block of records is then handled a column at a time, with NumPy: the records' bounds in one
-pass, each literal's occurrences found at the positions of its rarest byte and checked there,
-the records that hold them decoded and escaped together, and each definition's regex run on its
-candidate records by one ``map`` (a C call a record, no Python frame). Definitions with no usable
-literal run on every record. The result is identical to the naive loop; the tests compare the
+pass, the records that hold each literal (:mod:`trainmon.parsing.literals`: NumPy's passes, or
+Hyperscan where it is installed), those records decoded and escaped together, and each
+definition's regex run on its candidate records by one ``map`` (a C call a record, no Python
+frame). Definitions with no usable literal run on every record. The result is identical to the naive loop; the tests compare the
 two.
 
 Matching is bounded in time whatever the record: :mod:`trainmon.parsing.engines` picks Python's ``re``,
@@ -28,9 +28,9 @@ import numpy as np
 from .definitions import MetricDefinition
 from .engines import TIME_LIMIT_REASON, Matcher
 from .framing import ESCAPE_TABLE, Mode, decode, escape, split_text
+from .literals import literal_search
 
 EXAMPLES_KEPT = 3
-SAMPLE_BYTES = 64 << 10  # what a block's byte frequencies are judged on
 SMALL_BLOCK_BYTES = 32 << 10  # blocks up to this size are scanned without NumPy's passes
 _EXAMPLE_CHARS = 200
 
@@ -162,49 +162,12 @@ def _raw_fragment(literal: str, mode: Mode) -> str:
     return max(pieces, key=len)
 
 
-# What finding literals in a block costs, in nanoseconds (measured with NumPy on a 2-core x86 machine;
-# only their proportions matter): a comparison pass over the block for one byte, per byte of the
-# block; each position that pass yields; each position checked against a literal's next byte.
-PASS_NS_PER_BYTE = 0.22
-POSITION_NS = 15.0
-CHECK_NS = 10.0
-
-
-def _anchors(literals: Sequence[np.ndarray], count: list[float], size: int) -> list[int]:
-    """For each literal, the byte whose positions it is looked for at: first each literal's rarest
-    byte, then, while it saves time, a byte's pass dropped and its literals moved to other bytes they
-    hold that already have one (``count``: each byte's expected count in the block)."""
-    def passes(chosen: Iterable[int]) -> float:
-        return sum(size * PASS_NS_PER_BYTE + count[byte] * POSITION_NS for byte in chosen)
-
-    choice = [min(set(literal.tolist()), key=lambda byte: count[byte]) for literal in literals]
-    while True:
-        chosen = set(choice)
-        best: tuple[float, list[int]] | None = None
-        for dropped in chosen:
-            others = chosen - {dropped}
-            moved = list(choice)
-            for number, literal in enumerate(literals):
-                if moved[number] == dropped:
-                    options = others.intersection(literal.tolist())
-                    if not options:
-                        break
-                    moved[number] = min(options, key=lambda byte: count[byte])
-            else:
-                saving = (passes(chosen) - passes(others)
-                          - CHECK_NS * sum(count[new] - count[old] for new, old in zip(moved, choice, strict=True)))
-                if saving > 0 and (best is None or saving > best[0]):
-                    best = saving, moved
-        if best is None:
-            return choice
-        choice = best[1]
-
-
 class Extractor:
     """Compiled definitions for one splitting mode. Not thread-safe (it counts as it goes, and keeps
     scratch buffers between blocks)."""
 
-    def __init__(self, definitions: Sequence[MetricDefinition], mode: Mode = Mode.TERMINAL) -> None:
+    def __init__(self, definitions: Sequence[MetricDefinition], mode: Mode = Mode.TERMINAL,
+                 literal_engine: str | None = None) -> None:
         self.definitions = list(definitions)
         self.mode = mode
         self._matchers = [Matcher(d.regex) for d in self.definitions]
@@ -220,13 +183,18 @@ class Extractor:
                 self._always.append(index)
             else:
                 self._by_literal.setdefault(literal.encode("utf-8"), []).append(index)
-        self._literals = [np.frombuffer(literal, np.uint8) for literal in self._by_literal]
+        self._search = literal_search(list(self._by_literal), literal_engine)  # `literals`: NumPy or Hyperscan
         self._literal_texts = [literal.decode("utf-8") for literal in self._by_literal]
         literal_of = {index: number for number, indexes in enumerate(self._by_literal.values()) for index in indexes}
         self._literal_numbers = [literal_of.get(index) for index in range(len(self.definitions))]  # None: no literal
         self._scratch = np.empty(0, bool), np.empty(0, bool)
         self._counted: tuple[bytes, np.ndarray] | None = None  # the last block scan() bounded, its records' ends
         self._crlf: tuple[bytes, bool] | None = None  # the last block bounded with "\r" in it, and if "\r\n" too
+
+    @property
+    def literal_engine(self) -> str:
+        """What finds the literals: "numpy" or "hyperscan" (:mod:`trainmon.parsing.literals`)."""
+        return self._search.engine
 
     # -- records ---------------------------------------------------------------------------
 
@@ -296,40 +264,6 @@ class Extractor:
         starts[1:] = following[:-1]
         return starts, ends
 
-    # -- the literal prefilter -------------------------------------------------------------
-
-    def _holding(self, data: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
-        """Per literal, the records that hold it (ascending). Each literal is looked for at the
-        positions of one of its bytes (:func:`_anchors`: a rare one, shared with other literals
-        where that costs less than a pass of its own), found by one vectorised comparison for
-        every literal that byte serves, and checked there byte by byte, rarest first."""
-        size = len(data)
-        sample = data[:SAMPLE_BYTES]
-        count = (np.bincount(sample, minlength=256) * (size / len(sample))).tolist()  # each byte's expected count
-        plans: dict[int, list[tuple[int, np.ndarray, list[int]]]] = {}  # anchor -> (literal, its bytes' order)
-        for number, (literal, anchor) in enumerate(zip(self._literals, _anchors(self._literals, count, size),
-                                                       strict=True)):
-            order = sorted(range(len(literal)), key=lambda i: (literal[i] != anchor, count[literal[i]], i))
-            plans.setdefault(anchor, []).append((number, literal, order))
-        holding: list[np.ndarray] = [_NONE] * len(self._literals)
-        mask = self._masks(size)[1]
-        for anchor, literals in plans.items():
-            positions = np.flatnonzero(np.equal(data, anchor, out=mask))
-            for number, literal, order in literals:
-                found = positions - order[0]
-                width = len(literal)
-                if len(found) and (found[0] < 0 or found[-1] > size - width):
-                    found = found[(found >= 0) & (found <= size - width)]
-                for at in order[1:]:
-                    if not len(found):
-                        break
-                    found = found[data[found + at] == literal[at]]
-                records = np.searchsorted(ends, found)
-                if len(records) > 1:
-                    records = records[np.concatenate(([True], records[1:] != records[:-1]))]
-                holding[number] = records
-        return holding
-
     # -- matching --------------------------------------------------------------------------
 
     def scan(self, block: bytes) -> list[Hit]:
@@ -347,7 +281,7 @@ class Extractor:
         data = np.frombuffer(block, np.uint8)
         starts, ends = self._bounds(block, data)
         self._counted = (block, ends)  # count_records(block) next, as every caller asks
-        holding = self._holding(data, ends) if self._literals else []
+        holding = self._search.holding(block, data, ends, self._masks(len(data))[1]) if self._by_literal else []
         candidates = len(ends) if self._always else sum(len(records) for records in holding)
         if candidates * 2 >= len(ends):  # most records are candidates: take the text of all of them
             texts = self._texts(block, starts, ends, None)
@@ -604,9 +538,9 @@ def _chunk_bounds(path: str, size: int, chunk_bytes: int) -> list[tuple[int, int
 _worker: Extractor | None = None  # a scan_file_blocks worker's extractor, compiled once
 
 
-def _start_worker(definitions: list[MetricDefinition], mode: Mode) -> None:
+def _start_worker(definitions: list[MetricDefinition], mode: Mode, literal_engine: str) -> None:
     global _worker
-    _worker = Extractor(definitions, mode)
+    _worker = Extractor(definitions, mode, literal_engine)
 
 
 def _scan_range(task: tuple[str, int, int]) -> tuple[Hits, int, list[dict[str, Any]]]:
@@ -639,7 +573,8 @@ def scan_file_blocks(path: str, extractor: Extractor, workers: int | None = None
         return
     tasks = [(path, start, end) for start, end in _chunk_bounds(path, size, PARALLEL_CHUNK_BYTES)]
     records_before = 0
-    with multiprocessing.get_context("fork").Pool(cores, _start_worker, (extractor.definitions, extractor.mode)) as pool:
+    setup = (extractor.definitions, extractor.mode, extractor.literal_engine)
+    with multiprocessing.get_context("fork").Pool(cores, _start_worker, setup) as pool:
         for (_path, start, _end), (hits, records, stats) in zip(tasks, pool.imap(_scan_range, tasks), strict=True):
             if len(hits.records):
                 yield Points(hits.records + (records_before + 1), hits.offsets + start, hits.definitions, hits.values)
