@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 import time
@@ -166,6 +167,48 @@ def test_the_spooler_process_frames_every_read_and_notes_where(tmp_path: Path) -
         assert b"".join(data[c.start:c.start + c.length] for c in output.chunks) == first + expected
         assert [(c.start, c.length) for c in output.chunks] == [(start, length) for start, _, length in
                                                                  spool_frames(output.spool_path, FRAME.size)]
+
+
+def test_a_flooded_pipes_spool_has_its_blocks_reserved_ahead_until_the_pipe_ends(tmp_path: Path) -> None:
+    """Reads of a megabyte (a flood) make the spooler reserve the file's blocks ahead of its end,
+    its size unchanged; the pipe's end releases them. A small read reserves nothing."""
+    from trainmon.runtime import spooler
+
+    probe = os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT)
+    can_reserve = spooler.reserve(probe, 0, 1 << 20)  # not every file system can
+    os.close(probe)
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)  # as the launcher's pipes
+    output = _output(spool_path(tmp_path, "algo-1", False))
+    spooled = Spooler([(read_end, output, capture.start_spool(output, b""))])
+    spooled.start()
+
+    def allocated() -> int:
+        return os.stat(output.spool_path).st_blocks * 512
+
+    def wrote(data: bytes, chunks: int) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_end, view):]
+        _wait_for(lambda: len(output.chunks) >= chunks, f"{chunks} reads")
+
+    sent = b"small\n"
+    wrote(sent, 1)
+    assert allocated() < spooler.FLOOD_BYTES  # a small read reserves nothing
+    for number in range(3):
+        block = (b"%d" % number) * (1 << 20)
+        sent += block
+        wrote(block, 1 + len(output.chunks))  # whole or in parts, each a read
+    size = output.spool_path.stat().st_size
+    assert size == sum(FRAME.size + c.length for c in output.chunks) and sum(c.length for c in output.chunks) == len(sent)
+    if can_reserve:
+        assert allocated() >= size + spooler.RESERVE_BYTES // 2  # reserved past the end, the size unchanged
+    os.close(write_end)
+    _wait_for(output.eof.is_set, "the pipe's end")
+    spooled.join(5)
+    assert allocated() < size + (1 << 20)  # released (a file system may keep a little)
+    data = output.spool_path.read_bytes()
+    assert b"".join(data[c.start:c.start + c.length] for c in output.chunks) == sent
 
 
 def test_when_the_spooler_process_dies_this_one_reads_on_losing_nothing(tmp_path: Path) -> None:
