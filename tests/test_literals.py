@@ -83,3 +83,18 @@ def test_the_fastest_installed_engine_is_the_default_and_numpy_is_there_without_
     extractor = Extractor(definitions)
     assert extractor.literal_engine == "numpy"
     assert extractor.scan(b"loss=0.5\n" * 5000)[-1] == (4999, 9 * 4999, 0, 0.5)
+
+
+def test_a_literal_engine_setting_that_cannot_be_honoured_refuses_the_job_before_it_exists(tmp_path) -> None:
+    import os
+    import subprocess
+
+    env = {**os.environ, "TRAINMON_HOME": str(tmp_path), "TRAINMON_LITERAL_ENGINE": "hyper"}
+    run = subprocess.run([sys.executable, "-m", "trainmon", "run", "--name", "refused", "--metric", "loss=loss=(\\S+)",
+                          "--", "echo", "loss=1"], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 2
+    assert "unknown literal search engine 'hyper': TRAINMON_LITERAL_ENGINE is one of" in run.stderr
+    assert "started" not in run.stderr
+    listed = subprocess.run([sys.executable, "-m", "trainmon", "list"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert "refused" not in listed.stdout

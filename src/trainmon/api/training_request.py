@@ -39,6 +39,7 @@ from ..jobs.document import (
     arn,
 )
 from ..jobs.status import MESSAGES
+from ..parsing import literals
 from ..parsing.definitions import validate_definitions
 from ..parsing.framing import Mode
 from ..rules import catalog
@@ -266,6 +267,8 @@ def _rule_statuses(checked: dict[str, Any], algorithm: AlgorithmSpecification, n
 def _algorithm(given: dict[str, Any]) -> AlgorithmSpecification:
     algorithm = cast(AlgorithmSpecification, {"TrainingInputMode": "File", **given})
     definitions = validate_definitions(given.get("MetricDefinitions") or [])
+    if definitions:
+        literals.check_setting()  # TRAINMON_LITERAL_ENGINE, refused before the job exists
     algorithm["MetricDefinitions"] = [{"Name": d.name, "Regex": d.regex} for d in definitions]
     return algorithm
 

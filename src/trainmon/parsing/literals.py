@@ -57,6 +57,12 @@ def literal_search(literals: Sequence[bytes], engine: str | None = None) -> Lite
     return NumpySearch(literals)
 
 
+def check_setting() -> None:
+    """Raise the ValidationException :func:`literal_search` would, now: before a job is created
+    rather than when its output is first matched."""
+    literal_search([b"="])
+
+
 def hyperscan_available() -> bool:
     try:
         HyperscanSearch([b"x"])
