@@ -162,7 +162,8 @@ class NumpySearch:
 
 class HyperscanSearch:
     """Every literal in one scan of Hyperscan's literal matcher, which reports each occurrence's end
-    (overlapping ones too) in ascending order; the scan itself runs without Python's lock."""
+    (overlapping ones too) in ascending order. The binding lets go of Python's lock while it scans
+    and takes it back for each occurrence's callback, which only notes where the occurrence ends."""
 
     engine = "hyperscan"
 
