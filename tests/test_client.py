@@ -316,6 +316,50 @@ def test_filter_log_events_reads_each_stream_in_pages_that_start_at_the_limit(st
     assert limits[:4] == [1, 2, 4, 8] and max(limits) <= 1024
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_filter_log_events_finds_what_its_pattern_matches_in_every_record_page_by_page(store, seed: int) -> None:
+    """Each record's escaped message against the pattern, one by one, is the reference; the filter
+    looks for a pattern's terms in a page's text at once, and pages by its tokens."""
+    import random
+
+    from trainmon.api.logs import LOG_GROUP, compile_filter, filter_log_events
+    from trainmon.api.sagemaker import register_job
+    from trainmon.parsing.framing import escape
+    from trainmon.store import Batch
+
+    rng = random.Random(seed)
+    words = ["loss", "loss=0.2", "step", "checkpoint", "\t", "#011", "error", "\x1b[31merror", "val", "é"]
+    job = register_job(store, {"TrainingJobName": "filtered", "ProfilerConfig": {"DisableProfiler": True},
+                               "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}})
+    everything = []
+    for host in ("algo-1", "algo-2"):
+        stream = store.add_stream(job.id, host, f"filtered/{host}-1", 1000)
+        first = 0
+        for chunk in range(3):
+            messages = ["".join(rng.choice(words + [" "] * 4) for _ in range(rng.randint(0, 8)))
+                        for _ in range(rng.randint(1, 300))]
+            stamp = 1000 + chunk * 2 + (host == "algo-2")
+            text = "\n".join(messages)
+            store.write_batch(Batch(job.id, chunks=[(stream.id, first, len(messages), stamp, text)],
+                                    stream_stats={stream.id: (len(messages), len(text) + 1, stamp)}))
+            everything += [(stamp, stream.name, first + i, escape(m)) for i, m in enumerate(messages)]
+            first += len(messages)
+    everything.sort()
+    for pattern in ["loss", '"loss=0.2"', "loss step", "?checkpoint ?#011", "-loss", "loss -val", "#011error",
+                    "?é ?#033[31m", '"error step"', "%lo+s%"]:
+        expected = [m for _, _, _, m in everything if compile_filter(pattern)(m)]
+        found, token = [], None
+        while True:
+            page = filter_log_events(store, logGroupName=LOG_GROUP, filterPattern=pattern, limit=rng.randint(1, 40),
+                                     **({"nextToken": token} if token else {}))
+            found += [event["message"] for event in page["events"]]
+            token = page.get("nextToken")
+            if not token:
+                break
+        assert found == expected, pattern
+    assert any(compile_filter("#011")(m) for _, _, _, m in everything)  # escaped tabs are in the data
+
+
 def test_a_host_that_never_ran_has_no_records_and_a_host_the_job_lacks_is_an_error(home: Path) -> None:
     """A job can end before any host starts (a Ray job with no room, an input gone): asking for a host of it
     is no error; asking for a host it never had is."""

@@ -143,9 +143,10 @@ def filter_log_events(
     if end_ms is not None:
         end_ms += 1  # FilterLogEvents includes events at endTime (GetLogEvents does not)
     matches = compile_filter(filterPattern)
+    terms = required_terms(filterPattern)
     streams = _filtered_streams(store, logStreamNames, logStreamNamePrefix)
     positions = _positions(nextToken, streams)
-    sources = [_stream_events(store, s, positions.get(s.id, -1), start_ms, end_ms, limit) for s in streams]
+    sources = [_stream_events(store, s, positions.get(s.id, -1), start_ms, end_ms, limit, terms) for s in streams]
     merged: Iterator[tuple[StreamRow, EventRow]] = sources[0] if len(sources) == 1 else heapq.merge(
         *sources, key=lambda item: (item[1].timestamp_ms, item[0].name, item[1].seq))
     events: list[dict[str, Any]] = []
@@ -169,14 +170,15 @@ def filter_log_events(
 
 
 def _stream_events(store: Store, stream: StreamRow, after: int, start_ms: int | None, end_ms: int | None,
-                   limit: int) -> Iterator[tuple[StreamRow, EventRow]]:
+                   limit: int, terms: list[str] | None = None) -> Iterator[tuple[StreamRow, EventRow]]:
     """A stream's events from ``after`` on, read in pages that start at ``limit`` records (what
     a page of matches needs when every record matches) and double up to ``_PAGE_RECORDS`` (when
-    the filter passes over many), so that a small limit never costs a large read of every stream."""
+    the filter passes over many), so that a small limit never costs a large read of every stream.
+    With ``terms`` (:func:`required_terms`), only the events that hold one of them (escaped)."""
     size = min(limit, _PAGE_RECORDS)
     while True:
         page = store.events(stream.id, after_seq=after, start_ms=start_ms, end_ms=end_ms, limit=size)
-        for event in page:
+        for event in page if terms is None else holding_any(page, terms):
             yield stream, event
         if len(page) < size:
             return
@@ -219,6 +221,39 @@ def compile_filter(pattern: Any) -> Callable[[str], bool]:
                 and not any(t in message for t in excluded))
 
     return matches
+
+
+def required_terms(pattern: Any) -> list[str] | None:
+    """Text one piece of which every message the pattern matches holds: its longest required term,
+    or its ``?`` alternatives; None when there is no such list (no pattern, only exclusions, or a
+    regex). Call after :func:`compile_filter` has accepted the pattern."""
+    if not isinstance(pattern, str) or not pattern.strip() or pattern.strip().startswith("%"):
+        return None
+    terms = _terms(pattern.strip())
+    wanted = [t for t in terms if not t.startswith(("?", "-"))]
+    if wanted:
+        return [max(wanted, key=len)]
+    return [t[1:] for t in terms if t.startswith("?")] or None
+
+
+def holding_any(events: list[EventRow], terms: list[str]) -> list[EventRow]:
+    """The events whose escaped message holds one of ``terms``, in order: looked for in the page's
+    messages joined into one text (records hold no line break; each escaped first where any needs
+    it), a line found for each occurrence; no Python work for a record that holds none."""
+    messages = [event.message for event in events]
+    text = "\n".join(messages if all(map(str.isprintable, messages)) else map(escape, messages))
+    lines: set[int] = set()
+    for term in terms:
+        line, counted_to = 0, 0
+        at = text.find(term)
+        while at >= 0:
+            line += text.count("\n", counted_to, at)
+            lines.add(line)
+            counted_to = text.find("\n", at)  # the rest of this line holds no other line's occurrence
+            if counted_to < 0:
+                break
+            at = text.find(term, counted_to)
+    return [events[line] for line in sorted(lines)]
 
 
 def _terms(text: str) -> list[str]:

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -851,14 +852,16 @@ def chunk_events(rows: Iterable[ChunkRow], stream_id: int, after_seq: int, befor
     found: list[EventRow] = []
     for first, _, stamp, text in rows:
         messages = text.split("\n")
-        low, high = max(0, after_seq + 1 - first), min(len(messages), before_seq - first)
+        low = max(0, after_seq + 1 - first)
+        high = max(low, min(len(messages), before_seq - first))
         if backward:
             low = max(low, high - (limit - len(found)))
-            wanted = range(high - 1, low - 1, -1)
+            seqs, picked = range(first + high - 1, first + low - 1, -1), messages[low:high][::-1]
         else:
             high = min(high, low + limit - len(found))
-            wanted = range(low, high)
-        found.extend([EventRow(stream_id, first + offset, stamp, messages[offset]) for offset in wanted])
+            seqs, picked = range(first + low, first + high), messages[low:high]
+        # tuple.__new__ by map makes each row in C, without a Python frame: millions of them for a log
+        found.extend(map(tuple.__new__, repeat(EventRow), zip(repeat(stream_id), seqs, repeat(stamp), picked)))
         if len(found) >= limit:
             break
     return found
