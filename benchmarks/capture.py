@@ -84,8 +84,9 @@ def run_pipe(kind: str, work: Path, *args: str) -> dict[str, Any]:
 
 
 def run_pipe_to_file(kind: str, work: Path, *args: str) -> dict[str, Any]:
-    """The job writing into a pipe that this process moves into a new file with ``splice`` (as
-    trainmon's spooler does, without the frames and notes): what keeping every byte costs the job."""
+    """The job writing into a pipe that this process moves into a new file with ``splice`` (trainmon's
+    spooler without its frames, notes and blocks reserved ahead): what keeping every byte the plain
+    way costs the job."""
     target = work / f"file-{kind}.out"
 
     def drain(fd: int) -> int:

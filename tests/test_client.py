@@ -347,7 +347,7 @@ def test_filter_log_events_finds_what_its_pattern_matches_in_every_record_page_b
     everything.sort()
     for pattern in ["loss", '"loss=0.2"', "loss step", "?checkpoint ?#011", "-loss", "loss -val", "#011error",
                     "?é ?#033[31m", '"error step"', "%lo+s%"]:
-        expected = [m for _, _, _, m in everything if compile_filter(pattern)(m)]
+        expected = [m for _, _, _, m in everything if compile_filter(pattern).matches(m)]
         found, token = [], None
         while True:
             page = filter_log_events(store, logGroupName=LOG_GROUP, filterPattern=pattern, limit=rng.randint(1, 40),
@@ -357,7 +357,7 @@ def test_filter_log_events_finds_what_its_pattern_matches_in_every_record_page_b
             if not token:
                 break
         assert found == expected, pattern
-    assert any(compile_filter("#011")(m) for _, _, _, m in everything)  # escaped tabs are in the data
+    assert any(compile_filter("#011").matches(m) for _, _, _, m in everything)  # escaped tabs are in the data
 
 
 def test_a_host_that_never_ran_has_no_records_and_a_host_the_job_lacks_is_an_error(home: Path) -> None:

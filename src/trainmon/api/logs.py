@@ -13,7 +13,7 @@ import heapq
 import json
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import InvalidParameterException, LogResourceNotFound
 from ..jobs.document import ACCOUNT, REGION
@@ -142,8 +142,7 @@ def filter_log_events(
     start_ms, end_ms = _time(startTime, "startTime"), _time(endTime, "endTime")
     if end_ms is not None:
         end_ms += 1  # FilterLogEvents includes events at endTime (GetLogEvents does not)
-    matches = compile_filter(filterPattern)
-    terms = required_terms(filterPattern)
+    matches, terms = compile_filter(filterPattern)
     streams = _filtered_streams(store, logStreamNames, logStreamNamePrefix)
     positions = _positions(nextToken, streams)
     sources = [_stream_events(store, s, positions.get(s.id, -1), start_ms, end_ms, limit, terms) for s in streams]
@@ -174,7 +173,7 @@ def _stream_events(store: Store, stream: StreamRow, after: int, start_ms: int | 
     """A stream's events from ``after`` on, read in pages that start at ``limit`` records (what
     a page of matches needs when every record matches) and double up to ``_PAGE_RECORDS`` (when
     the filter passes over many), so that a small limit never costs a large read of every stream.
-    With ``terms`` (:func:`required_terms`), only the events that hold one of them (escaped)."""
+    With ``terms`` (:class:`LogFilter`'s), only the events that hold one of them (escaped)."""
     size = min(limit, _PAGE_RECORDS)
     while True:
         page = store.events(stream.id, after_seq=after, start_ms=start_ms, end_ms=end_ms, limit=size)
@@ -186,8 +185,18 @@ def _stream_events(store: Store, stream: StreamRow, after: int, start_ms: int | 
         size = min(size * 2, _PAGE_RECORDS)
 
 
-def compile_filter(pattern: Any) -> Callable[[str], bool]:
-    """CloudWatch Logs' text filter pattern as a predicate on a message.
+class LogFilter(NamedTuple):
+    """A filter pattern compiled: its predicate on an (escaped) message, and ``terms``, text one
+    piece of which every message it matches holds (its longest required term, or its ``?``
+    alternatives), for finding candidates a page at a time (:func:`holding_any`); None when there
+    is no such list (no pattern, only exclusions, or a regex)."""
+
+    matches: Callable[[str], bool]
+    terms: list[str] | None = None
+
+
+def compile_filter(pattern: Any) -> LogFilter:
+    """CloudWatch Logs' text filter pattern, compiled.
 
     Terms must all appear (case-sensitive); ``"a phrase"`` appears as written; a pattern made of
     ``?term`` items matches when any appears; ``-term`` must not appear; ``%regex%`` searches
@@ -195,7 +204,7 @@ def compile_filter(pattern: Any) -> Callable[[str], bool]:
     are refused.
     """
     if pattern is None or (isinstance(pattern, str) and not pattern.strip()):
-        return lambda message: True
+        return LogFilter(lambda message: True)
     if not isinstance(pattern, str) or len(pattern) > 1024:
         raise InvalidParameterException("filterPattern must be a string of at most 1024 characters.")
     text = pattern.strip()
@@ -207,7 +216,7 @@ def compile_filter(pattern: Any) -> Callable[[str], bool]:
             regex = re.compile(text[1:-1])
         except re.error as exc:
             raise InvalidParameterException(f"Invalid regex in filterPattern: {exc}.") from None
-        return lambda message: regex.search(message) is not None
+        return LogFilter(lambda message: regex.search(message) is not None)
     try:
         terms = _terms(text)
     except ValueError as exc:
@@ -220,20 +229,7 @@ def compile_filter(pattern: Any) -> Callable[[str], bool]:
         return (all(t in message for t in wanted) and (not any_of or any(t in message for t in any_of))
                 and not any(t in message for t in excluded))
 
-    return matches
-
-
-def required_terms(pattern: Any) -> list[str] | None:
-    """Text one piece of which every message the pattern matches holds: its longest required term,
-    or its ``?`` alternatives; None when there is no such list (no pattern, only exclusions, or a
-    regex). Call after :func:`compile_filter` has accepted the pattern."""
-    if not isinstance(pattern, str) or not pattern.strip() or pattern.strip().startswith("%"):
-        return None
-    terms = _terms(pattern.strip())
-    wanted = [t for t in terms if not t.startswith(("?", "-"))]
-    if wanted:
-        return [max(wanted, key=len)]
-    return [t[1:] for t in terms if t.startswith("?")] or None
+    return LogFilter(matches, [max(wanted, key=len)] if wanted else any_of or None)
 
 
 def holding_any(events: list[EventRow], terms: list[str]) -> list[EventRow]:
