@@ -684,6 +684,39 @@ def test_log_chunks_of_an_older_store_read_as_they_were_and_new_ones_are_packed(
         store.close()
 
 
+def test_the_write_ahead_log_is_copied_into_the_file_by_the_stores_thread_and_starts_again(tmp_path: Path) -> None:
+    """A commit never syncs: past CHECKPOINT_BYTES of log, a thread of the store copies it into the
+    database file (the writer itself would only past 64 MB), the next commit starts the log again
+    from nothing, and everything reads back; closing the store ends the thread."""
+    import random
+
+    from trainmon.store.sqlite import CHECKPOINT_BYTES
+
+    store = SqliteStore(tmp_path / "trainmon.db")
+    wal = tmp_path / "trainmon.db-wal"
+    try:
+        job = new_job(store, "flood")
+        stream = store.add_stream(job.id, "algo-1", "flood/algo-1-1", 0)
+        assert store.checkpointer is not None and store.checkpointer.passes == 0
+        empty_file = store.path.stat().st_size
+        noise = random.Random(7)  # incompressible: what is written is what the log holds
+        texts = [noise.randbytes(CHECKPOINT_BYTES // 2 + 4096).replace(b"\n", b" ") for _ in range(2)]
+        for number, text in enumerate(texts):
+            store.write_batch(Batch(job.id, chunks=[(stream.id, number, 1, 10 + number, text)],
+                                    stream_stats={stream.id: (1, len(text), 10 + number)}))
+        assert store.checkpointer.wait_for_pass(1, 60.0)
+        assert store.path.stat().st_size - empty_file >= CHECKPOINT_BYTES  # copied, by the thread
+        store.write_batch(Batch(job.id, chunks=[(stream.id, 2, 1, 20, b"done")], stream_stats={stream.id: (1, 4, 20)}))
+        assert wal.stat().st_size < CHECKPOINT_BYTES  # the log started again
+        assert store.checkpointer.passes == 1
+        text, last = store.log_text(stream.id)
+        assert last == 2
+        assert text == "\n".join(t.decode("utf-8", "replace") for t in [*texts, b"done"]) + "\n"
+    finally:
+        store.close()
+    assert store.checkpointer._thread is not None and not store.checkpointer._thread.is_alive()
+
+
 def test_a_store_without_overviews_gains_the_column_and_keeps_its_chunks(tmp_path: Path) -> None:
     """A store of the schema before overviews: its chunks are read as they are (every point) until
     maintenance gives them overviews; new sealed chunks get theirs at once."""

@@ -11,11 +11,17 @@ zstd-compressed from half a kilobyte on. A job that prints a line at a time gets
 a flood gets a row per megabyte, about a fifth of it on disk, so storing it costs less than
 writing it did, and paging stays an index lookup.
 
+Commits do not wait for the disk: once the write-ahead log passes CHECKPOINT_BYTES, a thread of
+the store copies it into the database file (a PASSIVE checkpoint, with the syncs it takes) on a
+connection of its own, while writers go on. A writer copies it itself only past
+SELF_CHECKPOINT_PAGES, when that thread falls behind.
+
 NaN cannot be stored in SQLite (it becomes NULL), so a NULL value in ``points`` means NaN.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -209,6 +215,73 @@ _MIGRATIONS.append("ALTER TABLE log_chunks ADD COLUMN packing INTEGER NOT NULL D
 OPEN_TIMEOUT_S = 30.0
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass
 RELEASE_SLICES = 256  # at most 2 GB a pass; the next pass goes on
+CHECKPOINT_BYTES = 4 << 20  # a write-ahead log this large is copied into the file by the checkpointing thread
+SELF_CHECKPOINT_PAGES = 16384  # (64 MB) a writer copies it itself only past this: the thread is behind
+
+
+class Checkpointer:
+    """Copies a store's write-ahead log into its database file on a thread of its own, started
+    with the first log that needs it. A commit into WAL costs no sync; the checkpoint that follows
+    every few megabytes syncs the log and the file, and done by the writer it held each ingestion
+    batch of a flood behind the disk. SQLite's PASSIVE checkpoint waits for no one, and no one
+    waits for it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.wal = path.with_name(path.name + "-wal")
+        self.passes = 0  # checkpoints run (what tests wait on)
+        self._wanted = threading.Event()
+        self._passed = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def committed(self) -> None:
+        """After a commit: the log copied soon if it holds CHECKPOINT_BYTES (its size says so: a
+        log copied whole starts again from nothing, journal_size_limit being 0)."""
+        try:
+            if os.stat(self.wal).st_size < CHECKPOINT_BYTES:
+                return
+        except OSError:
+            return
+        if self._thread is None or not self._thread.is_alive():  # (none yet, or a process forked since)
+            if self._closed:
+                return
+            self._thread = threading.Thread(target=self._run, name="trainmon-checkpoint", daemon=True)
+            self._thread.start()
+        self._wanted.set()
+
+    def wait_for_pass(self, passes: int, timeout_s: float) -> bool:
+        """Until ``passes`` checkpoints have run; False if they did not within ``timeout_s``."""
+        with self._passed:
+            return self._passed.wait_for(lambda: self.passes >= passes, timeout_s)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wanted.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error:
+            return  # the writer checkpoints past SELF_CHECKPOINT_PAGES
+        try:
+            db.execute("PRAGMA synchronous=NORMAL")
+            while True:
+                self._wanted.wait()
+                self._wanted.clear()
+                if self._closed:
+                    return
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:
+                    pass  # (a full disk, say): the writers meet it, and the next commit asks again
+                with self._passed:
+                    self.passes += 1
+                    self._passed.notify_all()
+        finally:
+            db.close()
 
 
 class SqliteStore(SqlStore):
@@ -226,6 +299,7 @@ class SqliteStore(SqlStore):
         self.location = str(self.path)
         self.database_url: str | None = None
         self._lock = threading.RLock()
+        self.checkpointer: Checkpointer | None = None  # a store that can write has one
         deadline = time.monotonic() + OPEN_TIMEOUT_S
         private_file(self.path)  # logs and hyperparameters (passwords, say) are its user's only
         for suffix in ("-wal", "-shm"):  # SQLite gives these the database file's mode; older ones are made so
@@ -248,6 +322,9 @@ class SqliteStore(SqlStore):
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute("PRAGMA foreign_keys=ON")
+                self._db.execute(f"PRAGMA wal_autocheckpoint={SELF_CHECKPOINT_PAGES}")
+                self._db.execute("PRAGMA journal_size_limit=0")
+                self.checkpointer = Checkpointer(self.path)
                 self._migrate()
                 return
             except (sqlite3.OperationalError, StoreError) as exc:
@@ -285,6 +362,8 @@ class SqliteStore(SqlStore):
         return bool(current)
 
     def _close_connection(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         with self._lock:
             self._db.close()
 
@@ -321,6 +400,8 @@ class SqliteStore(SqlStore):
                 if isinstance(exc, sqlite3.Error):
                     raise _translate(exc, self.path) from exc
                 raise
+        if self.checkpointer is not None:
+            self.checkpointer.committed()
 
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
