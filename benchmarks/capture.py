@@ -36,7 +36,7 @@ PACED_RATE = 100_000
 PACED_SECONDS = 3.0
 FLOOD_MB = 1000.0
 DENSE_FLOOD_MB = 100.0
-PACED_MB_S, PACED_SECONDS = 100.0, 10.0
+PACED_MB_S, PACED_FLOOD_SECONDS = 100.0, 10.0
 METRIC = r"loss=loss=(\S+)"
 PIPE_TARGET, END_TO_END_TARGET, RETURN_TARGET_S = 1.5, 100.0, 3.0
 
@@ -328,7 +328,7 @@ def realistic_flood(report: Report, work: Path, scale: float, megabytes: float) 
 def paced_flood(report: Report, work: Path, scale: float) -> None:
     log = _mixed_log()
     path = log[0]
-    seconds = PACED_SECONDS * max(scale, 0.2)
+    seconds = PACED_FLOOD_SECONDS * max(scale, 0.2)
     copies = max(1, round(PACED_MB_S * seconds * 1e6 / path.stat().st_size))
     size = copies * path.stat().st_size
     rate = PACED_MB_S
