@@ -161,3 +161,21 @@ def mb_per_s(size: int, seconds: float) -> str:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
+
+
+def sqlite_files_bytes(home: Path) -> int:
+    """The store's SQLite file with its write-ahead log and index, as they are now."""
+    return sum(path.stat().st_size for path in home.glob("trainmon.db*"))
+
+
+def checkpointed_bytes(home: Path) -> int:
+    """:func:`sqlite_files_bytes` once the write-ahead log is copied into the file and emptied: what
+    the data takes at rest (after the store's checkpointing thread, if it is copying the log then)."""
+    import sqlite3
+
+    db = sqlite3.connect(home / "trainmon.db")
+    deadline = time.monotonic() + 60.0
+    while db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] and time.monotonic() < deadline:
+        time.sleep(0.05)  # busy: another checkpoint is under way
+    db.close()
+    return sqlite_files_bytes(home)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import Report, heading, rate, ratio_text, scratch_dir, table, timed
+from .common import Report, checkpointed_bytes, heading, rate, ratio_text, scratch_dir, sqlite_files_bytes, table, timed
 
 SERIES = 100
 POINTS = 360_000
@@ -104,19 +104,6 @@ def _calls(series: list[tuple[str, str, str, np.ndarray]], start_ms: int, points
     return calls
 
 
-def _file_bytes(home: Path) -> int:
-    return sum(path.stat().st_size for path in home.glob("trainmon.db*"))
-
-
-def _checkpointed_bytes(home: Path) -> int:
-    import sqlite3
-
-    db = sqlite3.connect(home / "trainmon.db")
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    db.close()
-    return _file_bytes(home)
-
-
 def _parquet_bytes(series: list[tuple[str, str, str, np.ndarray]], start_ms: int, points: int, path: Path) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -149,10 +136,10 @@ def on_disk(report: Report, scale: float) -> None:
         for call in _calls(series, start_ms, points):
             elapsed, _ = timed(lambda call=call: store.put_samples(call))
             write_s += elapsed
-            peak = max(peak, _file_bytes(home))
-        after_ingest = _checkpointed_bytes(home)
+            peak = max(peak, sqlite_files_bytes(home))
+        after_ingest = checkpointed_bytes(home)
         maintain_s, _ = timed(lambda: store.maintain(int(time.time() * 1000) + 3_600_000))
-        at_rest = _checkpointed_bytes(home)
+        at_rest = checkpointed_bytes(home)
         stored = store._read("SELECT sum(count) FROM chunks")[0][0]  # type: ignore[attr-defined]
         report.check(stored == samples, f"every sample stored ({stored:,})")
         parquet = _parquet_bytes(series, start_ms, points, home / "baseline.parquet")

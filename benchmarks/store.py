@@ -37,7 +37,7 @@ import numpy as np
 
 from trainmon.runtime.capture import FLUSH_POINTS
 
-from .common import Report, best_of, heading, ms, rate, ratio_text, scratch_dir, table
+from .common import Report, best_of, checkpointed_bytes, heading, ms, rate, ratio_text, scratch_dir, table
 
 WRITERS = 4
 POINTS_PER_WRITER = 250_000
@@ -194,21 +194,13 @@ def _bytes_per_point(report: Report, store: Any, home: Path, base_home: Path, po
     chunk_bytes = _scalar(store, "SELECT sum(length(data) + coalesce(length(overview), 0)) FROM chunks")
     sealed = _scalar(store, "SELECT sum(count) FROM chunks WHERE sealed = 1")
     report.check(sealed == points, f"every point is in a sealed chunk after maintenance ({sealed:,})")
-    whole = _file_bytes(home)
-    baseline = _file_bytes(base_home)
+    whole = checkpointed_bytes(home)
+    baseline = checkpointed_bytes(base_home)
     print(f"  sealed chunks {chunk_bytes / points:.2f} bytes/point (their overviews for charts included); whole file {whole / points:.2f} "
           f"(roll-ups, indexes and free pages included, no VACUUM); row per point {baseline / points:.1f}")
     report.absolute("SQLite bytes per point, sealed chunks", f"{chunk_bytes / points:.2f} "
                     f"({ratio_text(chunk_bytes / baseline)} the row-per-point file)", f"<= {BYTES_TARGET:g}",
                     chunk_bytes / points <= BYTES_TARGET, detail=f"whole file {whole / points:.2f} bytes/point")
-
-
-def _file_bytes(home: Path) -> int:
-    """The SQLite file with its write-ahead log, checkpointed first (what the data takes on disk now)."""
-    db = sqlite3.connect(home / "trainmon.db")
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    db.close()
-    return sum(path.stat().st_size for path in home.glob("trainmon.db*"))
 
 
 def _scalar(store: Any, sql: str) -> Any:
