@@ -234,6 +234,7 @@ class Checkpointer:
         self._passed = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
 
     def committed(self) -> None:
         """After a commit: the log copied soon if it holds CHECKPOINT_BYTES (its size says so: a
@@ -243,11 +244,12 @@ class Checkpointer:
                 return
         except OSError:
             return
-        if self._thread is None or not self._thread.is_alive():  # (none yet, or a process forked since)
-            if self._closed:
-                return
-            self._thread = threading.Thread(target=self._run, name="trainmon-checkpoint", daemon=True)
-            self._thread.start()
+        with self._starting:  # (writers of several threads commit)
+            if self._thread is None or not self._thread.is_alive():  # (none yet, or a process forked since)
+                if self._closed:
+                    return
+                self._thread = threading.Thread(target=self._run, name="trainmon-checkpoint", daemon=True)
+                self._thread.start()
         self._wanted.set()
 
     def wait_for_pass(self, passes: int, timeout_s: float) -> bool:
