@@ -717,6 +717,36 @@ def test_the_write_ahead_log_is_copied_into_the_file_by_the_stores_thread_and_st
     assert store.checkpointer._thread is not None and not store.checkpointer._thread.is_alive()
 
 
+def test_the_stores_of_one_file_in_a_process_share_its_checkpointing_thread(tmp_path: Path) -> None:
+    """A supervisor opens the file several times (its own store, the maintainer's, the rules'): one
+    thread copies the log, whichever store committed, and it ends with the last store closed."""
+    import random
+
+    from trainmon.store.sqlite import CHECKPOINT_BYTES
+
+    first = SqliteStore(tmp_path / "trainmon.db")
+    second = SqliteStore(tmp_path / "." / "trainmon.db")
+    assert first.checkpointer is not None and first.checkpointer is second.checkpointer
+    job = new_job(first, "shared")
+    stream = first.add_stream(job.id, "algo-1", "shared/algo-1-1", 0)
+    text = random.Random(3).randbytes(CHECKPOINT_BYTES + 4096)  # incompressible: the log holds all of it
+    second.write_batch(Batch(job.id, chunks=[(stream.id, 0, 1, 10, text)], stream_stats={stream.id: (1, len(text), 10)}))
+    assert first.checkpointer.wait_for_pass(1, 60.0)
+    thread = first.checkpointer._thread
+    assert thread is not None
+    second.close()
+    second.close()  # (twice: given back once)
+    assert thread.is_alive()  # the first store still writes
+    first.close()
+    assert not thread.is_alive()
+    third = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        assert third.checkpointer is not first.checkpointer and third.checkpointer is not None
+        assert third.checkpointer.passes == 0
+    finally:
+        third.close()
+
+
 def test_a_store_without_overviews_gains_the_column_and_keeps_its_chunks(tmp_path: Path) -> None:
     """A store of the schema before overviews: its chunks are read as they are (every point) until
     maintenance gives them overviews; new sealed chunks get theirs at once."""

@@ -11,8 +11,8 @@ zstd-compressed from half a kilobyte on. A job that prints a line at a time gets
 a flood gets a row per megabyte, about a fifth of it on disk, so storing it costs less than
 writing it did, and paging stays an index lookup.
 
-Commits do not wait for the disk: once the write-ahead log passes CHECKPOINT_BYTES, a thread of
-the store copies it into the database file (a PASSIVE checkpoint, with the syncs it takes) on a
+Commits do not wait for the disk: once the write-ahead log passes CHECKPOINT_BYTES, a thread (one
+per file in a process) copies it into the database file (a PASSIVE checkpoint, with the syncs it takes) on a
 connection of its own, while writers go on. A writer copies it itself only past
 SELF_CHECKPOINT_PAGES, when that thread falls behind.
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..clock import REAL_CLOCK, Clock
 from ..cloudwatch.retention import Retention
@@ -220,11 +220,14 @@ SELF_CHECKPOINT_PAGES = 16384  # (64 MB) a writer copies it itself only past thi
 
 
 class Checkpointer:
-    """Copies a store's write-ahead log into its database file on a thread of its own, started
-    with the first log that needs it. A commit into WAL costs no sync; the checkpoint that follows
-    every few megabytes syncs the log and the file, and done by the writer it held each ingestion
-    batch of a flood behind the disk. SQLite's PASSIVE checkpoint waits for no one, and no one
-    waits for it."""
+    """Copies a database's write-ahead log into its file on a thread of its own, started with the
+    first log that needs it; one per file in a process, shared by its stores (:meth:`of`). A commit
+    into WAL costs no sync; the checkpoint that follows every few megabytes syncs the log and the
+    file, and done by the writer it held each ingestion batch of a flood behind the disk. SQLite's
+    PASSIVE checkpoint waits for no one, and no one waits for it."""
+
+    _open: ClassVar[dict[Path, Checkpointer]] = {}  # the process's, by file (resolved)
+    _registry: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -232,9 +235,30 @@ class Checkpointer:
         self.passes = 0  # checkpoints run (what tests wait on)
         self._wanted = threading.Event()
         self._passed = threading.Condition()
-        self._closed = False
+        self._users = 0
+        self._closed = False  # released by its last store
         self._thread: threading.Thread | None = None
-        self._starting = threading.Lock()
+
+    @classmethod
+    def of(cls, path: Path) -> Checkpointer:
+        """The file's checkpointer, taken by one more store (which gives it back with :meth:`release`)."""
+        key = path.resolve()
+        with cls._registry:
+            found = cls._open.get(key) or cls._open.setdefault(key, cls(key))
+            found._users += 1
+            return found
+
+    def release(self) -> None:
+        """A store is done with it; the last one ends the thread."""
+        with self._registry:
+            self._users -= 1
+            if self._users:
+                return
+            del self._open[self.path]
+            self._closed = True
+        self._wanted.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
 
     def committed(self) -> None:
         """After a commit: the log copied soon if it holds CHECKPOINT_BYTES (its size says so: a
@@ -244,10 +268,10 @@ class Checkpointer:
                 return
         except OSError:
             return
-        with self._starting:  # (writers of several threads commit)
+        with self._registry:  # (writers of several threads and stores commit)
+            if self._closed:
+                return
             if self._thread is None or not self._thread.is_alive():  # (none yet, or a process forked since)
-                if self._closed:
-                    return
                 self._thread = threading.Thread(target=self._run, name="trainmon-checkpoint", daemon=True)
                 self._thread.start()
         self._wanted.set()
@@ -256,12 +280,6 @@ class Checkpointer:
         """Until ``passes`` checkpoints have run; False if they did not within ``timeout_s``."""
         with self._passed:
             return self._passed.wait_for(lambda: self.passes >= passes, timeout_s)
-
-    def close(self) -> None:
-        self._closed = True
-        self._wanted.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
 
     def _run(self) -> None:
         try:
@@ -301,7 +319,8 @@ class SqliteStore(SqlStore):
         self.location = str(self.path)
         self.database_url: str | None = None
         self._lock = threading.RLock()
-        self.checkpointer: Checkpointer | None = None  # a store that can write has one
+        self.checkpointer: Checkpointer | None = None  # a store that can write has one (its file's)
+        self._released = False
         deadline = time.monotonic() + OPEN_TIMEOUT_S
         private_file(self.path)  # logs and hyperparameters (passwords, say) are its user's only
         for suffix in ("-wal", "-shm"):  # SQLite gives these the database file's mode; older ones are made so
@@ -326,8 +345,8 @@ class SqliteStore(SqlStore):
                 self._db.execute("PRAGMA foreign_keys=ON")
                 self._db.execute(f"PRAGMA wal_autocheckpoint={SELF_CHECKPOINT_PAGES}")
                 self._db.execute("PRAGMA journal_size_limit=0")
-                self.checkpointer = Checkpointer(self.path)
                 self._migrate()
+                self.checkpointer = Checkpointer.of(self.path)
                 return
             except (sqlite3.OperationalError, StoreError) as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -364,8 +383,9 @@ class SqliteStore(SqlStore):
         return bool(current)
 
     def _close_connection(self) -> None:
-        if self.checkpointer is not None:
-            self.checkpointer.close()
+        if self.checkpointer is not None and not self._released:
+            self._released = True
+            self.checkpointer.release()
         with self._lock:
             self._db.close()
 
