@@ -284,36 +284,45 @@ def test_list_status_filter_takes_every_primary_status() -> None:
     assert sorted(STATUSES) == sorted((*ACTIVE, *TERMINAL))
 
 
-def test_filter_log_events_reads_each_stream_in_pages_that_start_at_the_limit(store, monkeypatch) -> None:
-    """A first page of one event reads a record or two of each stream, not tens of thousands; a
-    filter that passes over many records reads on in growing pages and still finds its match."""
+def test_filter_log_events_reads_each_stream_a_stored_chunk_at_a_time(store, monkeypatch) -> None:
+    """A first page of one event reads one stored chunk of each stream, not every record; a filter
+    that passes over many records reads on, chunk by chunk, and still finds its match."""
     from trainmon.api.logs import LOG_GROUP, filter_log_events
     from trainmon.api.sagemaker import register_job
     from trainmon.store import Batch
 
     job = register_job(store, {"TrainingJobName": "many", "ProfilerConfig": {"DisableProfiler": True},
                                "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}})
+    ids = {}
     for host in ("algo-1", "algo-2"):
-        stream = store.add_stream(job.id, host, f"many/{host}-1", 1000)
-        text = "\n".join(f"{host} record {i}" for i in range(1000))
-        store.write_batch(Batch(job.id, chunks=[(stream.id, 0, 1000, 1000 + (host == "algo-2"), text)],
-                                stream_stats={stream.id: (1000, len(text) + 1, 1000)}))
-    limits: list[int] = []
-    events = store.events
+        stream = ids[host] = store.add_stream(job.id, host, f"many/{host}-1", 1000)
+        for first in range(0, 1000, 100):  # ten chunks of a hundred records
+            text = "\n".join(f"{host} record {i}" for i in range(first, first + 100))
+            store.write_batch(Batch(job.id, chunks=[(stream.id, first, 100, 1000 + first + (host == "algo-2"), text)],
+                                    stream_stats={stream.id: (100, len(text) + 1, 1000 + first)}))
+    taken: dict[int, int] = {}
+    chunks = store.log_chunks
 
     def counted(stream_id: int, **kwargs: Any) -> Any:
-        limits.append(kwargs["limit"])
-        return events(stream_id, **kwargs)
+        for row in chunks(stream_id, **kwargs):
+            taken[stream_id] = taken.get(stream_id, 0) + 1
+            yield row
 
-    monkeypatch.setattr(store, "events", counted)
+    monkeypatch.setattr(store, "log_chunks", counted)
     first = filter_log_events(store, logGroupName=LOG_GROUP, limit=1)
     assert [e["message"] for e in first["events"]] == ["algo-1 record 0"] and "nextToken" in first
-    assert limits == [1, 1, 2]  # each stream's first page, then algo-1's next (to see that more remain)
-    limits.clear()
+    assert taken == {ids["algo-1"].id: 1, ids["algo-2"].id: 1}
+    taken.clear()
     late = filter_log_events(store, logGroupName=LOG_GROUP, logStreamNames=["many/algo-2-1"],
                              filterPattern='"record 999"', limit=1)
     assert [e["message"] for e in late["events"]] == ["algo-2 record 999"]
-    assert limits[:4] == [1, 2, 4, 8] and max(limits) <= 1024
+    assert taken == {ids["algo-2"].id: 10}
+    taken.clear()
+    again = filter_log_events(store, logGroupName=LOG_GROUP, limit=150, nextToken=first["nextToken"])
+    messages = [e["message"] for e in again["events"]]  # algo-1's first chunk is a millisecond earlier
+    assert messages[:100] == [f"algo-1 record {i}" for i in range(1, 100)] + ["algo-2 record 0"]
+    assert len(messages) == 150 and messages[-1] == "algo-2 record 50"
+    assert taken == {ids["algo-1"].id: 2, ids["algo-2"].id: 1}
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -358,6 +367,58 @@ def test_filter_log_events_finds_what_its_pattern_matches_in_every_record_page_b
                 break
         assert found == expected, pattern
     assert any(compile_filter("#011").matches(m) for _, _, _, m in everything)  # escaped tabs are in the data
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_get_log_events_pages_every_record_once_in_order_escaped_where_it_holds_a_control_character(
+        store, seed: int) -> None:
+    """Each record escaped on its own is the reference; GetLogEvents makes a stored chunk's events at
+    once, from any record in it, and pages forward by its tokens (with a time range too), and back."""
+    import random
+
+    from trainmon.api.logs import LOG_GROUP, get_log_events
+    from trainmon.api.sagemaker import register_job
+    from trainmon.parsing.framing import escape
+    from trainmon.store import Batch
+
+    rng = random.Random(seed)
+    words = ["loss=0.2", "step", "\t", "\x1b[31m", "é", "\r", " "]
+    job = register_job(store, {"TrainingJobName": "paged", "ProfilerConfig": {"DisableProfiler": True},
+                               "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}})
+    stream = store.add_stream(job.id, "algo-1", "paged/algo-1-1", 1000)
+    everything: list[tuple[int, str]] = []
+    for chunk in range(6):
+        plain = rng.random() < 0.5  # some chunks hold no control character at all
+        messages = ["".join(rng.choice(words[:1] + words[4:] if plain else words) for _ in range(rng.randint(0, 6)))
+                    for _ in range(rng.randint(1, 120))]
+        stamp = 1000 + chunk * 10
+        text = "\n".join(messages)
+        store.write_batch(Batch(job.id, chunks=[(stream.id, len(everything), len(messages), stamp, text)],
+                                stream_stats={stream.id: (len(messages), len(text) + 1, stamp)}))
+        everything += [(stamp, escape(m)) for m in messages]
+    for start, end in [(None, None), (1010, 1041), (1025, None)]:
+        expected = [(t, m) for t, m in everything if (start is None or t >= start) and (end is None or t < end)]
+        times = {"startTime": start} if start is not None else {}
+        times.update({"endTime": end} if end is not None else {})
+        found, token = [], None
+        while True:
+            page = get_log_events(store, logGroupName=LOG_GROUP, logStreamName=stream.name, startFromHead=True,
+                                  limit=rng.randint(1, 50), **times, **({"nextToken": token} if token else {}))
+            found += [(event["timestamp"], event["message"]) for event in page["events"]]
+            if page["nextForwardToken"] == token:
+                break
+            token = page["nextForwardToken"]
+        assert found == expected, (start, end)
+    found, token = [], None
+    while True:  # from the end, back
+        page = get_log_events(store, logGroupName=LOG_GROUP, logStreamName=stream.name, limit=rng.randint(1, 50),
+                              **({"nextToken": token} if token else {}))
+        found = [(event["timestamp"], event["message"]) for event in page["events"]] + found
+        if page["nextBackwardToken"] == token:
+            break
+        token = page["nextBackwardToken"]
+    assert found == everything
+    assert any(m != m.replace("#033", "") for _, m in everything)  # escaped control characters are in the data
 
 
 def test_a_host_that_never_ran_has_no_records_and_a_host_the_job_lacks_is_an_error(home: Path) -> None:

@@ -311,6 +311,17 @@ def test_events_paging_forward_and_backward_with_time_filters(any_store: Store) 
         backward = page + backward
     assert forward == backward == records
     assert any_store.events(stream_id + 1000) == []
+    # the chunks from any record on, each whole: the one holding it first, and those in a time range
+    for after in (-1, 0, records[len(records) // 2].seq, records[-1].seq, records[-1].seq + 5):
+        chunks = list(any_store.log_chunks(stream_id, after_seq=after))
+        assert chunks and chunks[0][0] <= max(0, after + 1)  # (past the end: the last chunk, to find nothing in)
+        assert [EventRow(stream_id, first + i, stamp, message) for first, _, stamp, text in chunks
+                for i, message in enumerate(text.split("\n"))] == [r for r in records if r.seq >= chunks[0][0]]
+    start, end = records[1].timestamp_ms, records[-1].timestamp_ms
+    in_range = list(any_store.log_chunks(stream_id, start_ms=start, end_ms=end))
+    assert in_range and all(start <= stamp < end for _, _, stamp, _ in in_range)
+    assert sum(count for _, count, _, _ in in_range) == sum(1 for r in records if start <= r.timestamp_ms < end)
+    assert list(any_store.log_chunks(stream_id + 1000)) == []
 
 
 # -- points --------------------------------------------------------------------------------

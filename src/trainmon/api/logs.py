@@ -17,13 +17,12 @@ from typing import Any, NamedTuple
 
 from ..errors import InvalidParameterException, LogResourceNotFound
 from ..jobs.document import ACCOUNT, REGION
-from ..parsing.framing import escape
+from ..parsing.framing import escape, holds_control
 from ..store import EventRow, Store, StreamRow
 from .shapes import offset_page, refuse_unknown
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 MAX_EVENTS = 10_000
-_PAGE_RECORDS = 50_000  # the most records read from a stream at once (a flood's chunk holds about 16,000)
 
 
 def describe_log_streams(
@@ -101,19 +100,43 @@ def get_log_events(
             after = int(number)
         else:
             before = int(number)
-    events = store.events(stream.id, after_seq=after, before_seq=before, start_ms=start_ms, end_ms=end_ms,
-                          limit=limit, newest_first=not forward)
-    if events:
-        forward_token, backward_token = f"f/{events[-1].seq}", f"b/{events[0].seq}"
+    if forward:
+        events, seqs = _events_after(store, stream.id, after, start_ms, end_ms, limit)
+    else:
+        rows = store.events(stream.id, before_seq=before, start_ms=start_ms, end_ms=end_ms, limit=limit,
+                            newest_first=True)
+        events = [{"timestamp": e.timestamp_ms, "message": escape(e.message), "ingestionTime": e.timestamp_ms}
+                  for e in rows]
+        seqs = (rows[0].seq, rows[-1].seq) if rows else None
+    if seqs is not None:
+        backward_token, forward_token = f"b/{seqs[0]}", f"f/{seqs[1]}"
     else:  # at the end, the token passed comes back (never null)
         forward_token = nextToken if nextToken and forward else f"f/{after}"
         backward_token = nextToken if nextToken and not forward else f"b/{before if before is not None else 0}"
-    return {
-        "events": [{"timestamp": e.timestamp_ms, "message": escape(e.message), "ingestionTime": e.timestamp_ms}
-                   for e in events],
-        "nextForwardToken": forward_token,
-        "nextBackwardToken": backward_token,
-    }
+    return {"events": events, "nextForwardToken": forward_token, "nextBackwardToken": backward_token}
+
+
+def _events_after(store: Store, stream_id: int, after: int, start_ms: int | None, end_ms: int | None,
+                  limit: int) -> tuple[list[dict[str, Any]], tuple[int, int] | None]:
+    """The first ``limit`` events after record ``after``, and the first and last one's record
+    numbers; made a chunk of records at a time, escaped only where a chunk holds a control character."""
+    events: list[dict[str, Any]] = []
+    first_seq = None
+    seq = after
+    for first, _, stamp, text in store.log_chunks(stream_id, after_seq=after, start_ms=start_ms, end_ms=end_ms):
+        skip = max(0, after + 1 - first)
+        messages = text.split("\n")[skip:skip + limit - len(events)]
+        if not messages:
+            continue
+        if holds_control(text):
+            messages = list(map(escape, messages))
+        if first_seq is None:
+            first_seq = first + skip
+        seq = first + skip + len(messages) - 1
+        events.extend([{"timestamp": stamp, "message": message, "ingestionTime": stamp} for message in messages])
+        if len(events) >= limit:
+            break
+    return events, None if first_seq is None else (first_seq, seq)
 
 
 def filter_log_events(
@@ -145,7 +168,7 @@ def filter_log_events(
     matches, terms = compile_filter(filterPattern)
     streams = _filtered_streams(store, logStreamNames, logStreamNamePrefix)
     positions = _positions(nextToken, streams)
-    sources = [_stream_events(store, s, positions.get(s.id, -1), start_ms, end_ms, limit, terms) for s in streams]
+    sources = [_stream_events(store, s, positions.get(s.id, -1), start_ms, end_ms, terms) for s in streams]
     merged: Iterator[tuple[StreamRow, EventRow]] = sources[0] if len(sources) == 1 else heapq.merge(
         *sources, key=lambda item: (item[1].timestamp_ms, item[0].name, item[1].seq))
     events: list[dict[str, Any]] = []
@@ -169,26 +192,27 @@ def filter_log_events(
 
 
 def _stream_events(store: Store, stream: StreamRow, after: int, start_ms: int | None, end_ms: int | None,
-                   limit: int, terms: list[str] | None = None) -> Iterator[tuple[StreamRow, EventRow]]:
-    """A stream's events from ``after`` on, read in pages that start at ``limit`` records (what
-    a page of matches needs when every record matches) and double up to ``_PAGE_RECORDS`` (when
-    the filter passes over many), so that a small limit never costs a large read of every stream.
-    With ``terms`` (:class:`LogFilter`'s), only the events that hold one of them (escaped)."""
-    size = min(limit, _PAGE_RECORDS)
-    while True:
-        page = store.events(stream.id, after_seq=after, start_ms=start_ms, end_ms=end_ms, limit=size)
-        for event in page if terms is None else holding_any(page, terms):
-            yield stream, event
-        if len(page) < size:
-            return
-        after = page[-1].seq
-        size = min(size * 2, _PAGE_RECORDS)
+                   terms: list[str] | None = None) -> Iterator[tuple[StreamRow, EventRow]]:
+    """A stream's events from ``after`` on, read a stored chunk at a time as the merge takes them (a
+    small limit never costs a read of every stream); with ``terms`` (:class:`LogFilter`'s), only
+    those whose escaped message holds one of them, found in the chunk's text at once."""
+    for first, _, stamp, text in store.log_chunks(stream.id, after_seq=after, start_ms=start_ms, end_ms=end_ms):
+        skip = max(0, after + 1 - first)
+        if terms is None:
+            for seq, message in enumerate(text.split("\n")[skip:], first + skip):
+                yield stream, EventRow(stream.id, seq, stamp, message)
+            continue
+        if holds_control(text):
+            text = "\n".join(map(escape, text.split("\n")))
+        for line, message in lines_holding(text, terms):
+            if line >= skip:
+                yield stream, EventRow(stream.id, first + line, stamp, message)
 
 
 class LogFilter(NamedTuple):
     """A filter pattern compiled: its predicate on an (escaped) message, and ``terms``, text one
     piece of which every message it matches holds (its longest required term, or its ``?``
-    alternatives), for finding candidates a page at a time (:func:`holding_any`); None when there
+    alternatives), for finding candidates a chunk at a time (:func:`lines_holding`); None when there
     is no such list (no pattern, only exclusions, or a regex)."""
 
     matches: Callable[[str], bool]
@@ -232,24 +256,24 @@ def compile_filter(pattern: Any) -> LogFilter:
     return LogFilter(matches, [max(wanted, key=len)] if wanted else any_of or None)
 
 
-def holding_any(events: list[EventRow], terms: list[str]) -> list[EventRow]:
-    """The events whose escaped message holds one of ``terms``, in order: looked for in the page's
-    messages joined into one text (records hold no line break; each escaped first where any needs
-    it), a line found for each occurrence; no Python work for a record that holds none."""
-    messages = [event.message for event in events]
-    text = "\n".join(messages if all(map(str.isprintable, messages)) else map(escape, messages))
-    lines: set[int] = set()
+def lines_holding(text: str, terms: list[str]) -> list[tuple[int, str]]:
+    """The lines of ``text`` (records joined by "\\n") that hold one of ``terms``, each once and in
+    order, with their number: a search of the whole text per term, a line found for each
+    occurrence, no Python work for a line that holds none."""
+    found: dict[int, tuple[int, int]] = {}  # line -> where it starts and ends
     for term in terms:
         line, counted_to = 0, 0
         at = text.find(term)
         while at >= 0:
             line += text.count("\n", counted_to, at)
-            lines.add(line)
-            counted_to = text.find("\n", at)  # the rest of this line holds no other line's occurrence
-            if counted_to < 0:
+            end = text.find("\n", at)
+            if line not in found:
+                found[line] = (text.rfind("\n", 0, at) + 1, len(text) if end < 0 else end)
+            if end < 0:
                 break
-            at = text.find(term, counted_to)
-    return [events[line] for line in sorted(lines)]
+            counted_to = end  # the rest of this line holds no other line's occurrence
+            at = text.find(term, end)
+    return [(line, text[start:end]) for line, (start, end) in sorted(found.items())]
 
 
 def _terms(text: str) -> list[str]:

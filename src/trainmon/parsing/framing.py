@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
+import numpy as np
+
 
 class Mode(StrEnum):
     TERMINAL = "terminal"
@@ -41,6 +43,13 @@ _BREAK_TERMINAL_BYTES = re.compile(rb"\r\n|\r|\n")
 def escape(text: str) -> str:
     """Control characters as ``#ooo``; printable text (most records) comes back as it is, at once."""
     return text if text.isprintable() else text.translate(ESCAPE_TABLE)
+
+
+def holds_control(text: str) -> bool:
+    """Whether records joined by "\\n" hold a control character: whether :func:`escape` would change
+    any of them. One pass over the text's bytes, where asking each record costs a call apiece."""
+    data = text.encode("utf-8", "surrogatepass")
+    return int(np.count_nonzero(np.frombuffer(data, np.uint8) < 0x20)) != data.count(b"\n")
 
 
 def decode(data: bytes) -> str:

@@ -129,6 +129,14 @@ class Store(Protocol):
         first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
         ...
 
+    def log_chunks(self, stream_id: int, *, after_seq: int = -1, start_ms: int | None = None,
+                   end_ms: int | None = None) -> Iterator[ChunkRow]:
+        """A stream's stored chunks in record order, read as they are taken: from the one holding
+        record ``after_seq + 1`` (or the last before it; either may hold earlier records too), those
+        with a time in [start_ms, end_ms) (a chunk's records share its time). A reader that pages through a log works on a
+        chunk's text at once, with no object per record it passes over."""
+        ...
+
     # -- ingestion
     def write_batch(self, batch: Batch) -> None:
         """Log chunks, points, stream counters and diagnostics of one step: all of it or nothing.
@@ -475,6 +483,11 @@ class SqlStore:
         if pieces:
             pieces.append("")  # the last record's newline, without copying the text again
         return "\n".join(pieces), last
+
+    def log_chunks(self, stream_id: int, *, after_seq: int = -1, start_ms: int | None = None,
+                   end_ms: int | None = None) -> Iterator[ChunkRow]:
+        for rows in self._forward_chunks(stream_id, after_seq, start_ms=start_ms, end_ms=end_ms):
+            yield from rows
 
     def _forward_chunks(self, stream_id: int, after_seq: int, *, before_seq: int | None = None,
                         start_ms: int | None = None, end_ms: int | None = None) -> Iterator[list[ChunkRow]]:
