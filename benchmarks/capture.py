@@ -12,6 +12,10 @@
 - paced flood: the same output at 100 MB/s for 10 s: does trainmon keep up (the time from the
   job's exit to the command's return), and is the job ever held back (its elapsed time and worst
   lag, against the job alone)?
+- busy job: every core spinning through a fixed amount of arithmetic while the job writes the
+  mixed log at 60 MB/s: the spinning's time under ``trainmon run`` against the job into a plain
+  pipe drained by this process, each the best of two. Storing 60 MB/s takes trainmon about half a
+  core; it must come from trainmon's own lower priority, not from the job (target: at most 1.2x).
 - dense flood (informational): 100 MB of ``step N loss=...`` lines, every line a metric line.
 """
 
@@ -39,6 +43,7 @@ DENSE_FLOOD_MB = 100.0
 PACED_MB_S, PACED_FLOOD_SECONDS = 100.0, 10.0
 METRIC = r"loss=loss=(\S+)"
 PIPE_TARGET, END_TO_END_TARGET, RETURN_TARGET_S = 1.5, 100.0, 3.0
+BUSY_MB_S, BUSY_SPIN, BUSY_TARGET = 60.0, 40_000_000, 1.2
 
 
 def _children_cpu() -> float:
@@ -354,6 +359,43 @@ def paced_flood(report: Report, work: Path, scale: float) -> None:
     _verify_replay(report, Path(under["home"]), "paced-flood", copies, log, size)
 
 
+def busy_job(report: Report, work: Path, scale: float) -> None:
+    from trainmon.store import open_store
+
+    path = _mixed_log()[0]
+    workers = os.cpu_count() or 1
+    spin = max(5_000_000, int(BUSY_SPIN * scale))
+    heading(f"A job keeping all {workers} cores busy ({spin:,} iterations each) while it writes training output "
+            f"at {BUSY_MB_S:g} MB/s")
+    definitions_file = work / "definitions.json"
+    definitions_file.write_text(json.dumps(extraction.DEFINITIONS), encoding="utf-8")
+    args = ("--file", str(path), "--rate-mb-s", str(BUSY_MB_S), "--workers", str(workers), "--spin", str(spin))
+    pipes, runs = [], []
+    for attempt in range(2):  # in turns: the machine's noise falls on both
+        pipes.append(run_pipe("busy", work, *args))
+        runs.append(run_trainmon("busy", work, f"busy-{attempt}", *args, home=work / f"home-{attempt}",
+                                 definitions=("--metric-definitions", str(definitions_file))))
+    pipe = min(pipes, key=lambda r: r["spin_s"])
+    under = min(runs, key=lambda r: r["spin_s"])
+    table(["run", "spinning s", "MB written", "wall s", "exit to return s"],
+          [[f"into a plain pipe ({i + 1})", f"{r['spin_s']:.2f}", f"{r['bytes'] / 1e6:.0f}", "-", "-"]
+           for i, r in enumerate(pipes)] +
+          [[f"under trainmon run ({i + 1})", f"{r['spin_s']:.2f}", f"{r['bytes'] / 1e6:.0f}", f"{r['wall_s']:.2f}",
+            f"{r['return_after_s']:.2f}"] for i, r in enumerate(runs)])
+    ratio = under["spin_s"] / pipe["spin_s"]
+    report.ratio(f"busy job writing {BUSY_MB_S:g} MB/s: its spinning time under trainmon / into a plain pipe", ratio,
+                 f"<= {BUSY_TARGET:g}x", ratio <= BUSY_TARGET)
+    for index, result in enumerate(runs):
+        store = open_store(Path(result["home"]))
+        try:
+            job = store.get_job(f"busy-{index}")
+            stored = sum(s.stored_bytes for s in store.streams(job.id)) if job else 0
+            report.check(job is not None and job.status == "Completed" and stored == result["bytes"],
+                         f"busy job {index + 1}: Completed, every byte stored ({stored:,} of {result['bytes']:,})")
+        finally:
+            store.close()
+
+
 def run(scale: float = 1.0, flood_mb: float = FLOOD_MB) -> Report:
     report = Report("capture")
     with scratch_dir("capture-") as work:
@@ -362,6 +404,8 @@ def run(scale: float = 1.0, flood_mb: float = FLOOD_MB) -> Report:
         realistic_flood(report, work, scale, flood_mb)
     with scratch_dir("capture-") as work:
         paced_flood(report, work, scale)
+    with scratch_dir("capture-") as work:
+        busy_job(report, work, scale)
     with scratch_dir("capture-") as work:
         dense_flood(report, work, scale)
     return report

@@ -10,6 +10,9 @@ is exactly the lines under test.
 - ``replay``: ``--file`` (a saved training log) written ``--copies`` times over, in 61 kB writes, as
   fast as the pipe takes them or, with ``--rate-mb-s``, paced by the clock at that rate.
 - ``stamped``: ``--count`` lines ``t=<time.time()> value=<i>``, ``--interval-ms`` apart.
+- ``busy``: a job that keeps every core busy: ``--workers`` processes (one a core by default) each
+  spin through ``--spin`` iterations of arithmetic, while the main process writes ``--file`` over
+  and over at ``--rate-mb-s`` until they are done. It reports the workers' time (the slowest's).
 """
 
 from __future__ import annotations
@@ -109,9 +112,52 @@ def stamped(count: int, interval_s: float, delay_s: float) -> dict[str, float]:
     return {"lines": count, "elapsed_s": time.perf_counter() - start}
 
 
+def _spin(iterations: int) -> float:
+    start = time.perf_counter()
+    total = 0
+    for i in range(iterations):
+        total += i * i
+    return time.perf_counter() - start
+
+
+def busy(path: str, rate_mb_s: float, workers: int, iterations: int) -> dict[str, float]:
+    """Every core spinning, the log written at a steady rate meanwhile (by a thread of this process,
+    which spins nothing)."""
+    import multiprocessing
+    import threading
+
+    with open(path, "rb") as handle:
+        text = handle.read()
+    done = threading.Event()
+    written = [0]
+
+    def write() -> None:
+        fd = sys.stdout.buffer.fileno()
+        start = time.perf_counter()
+        view = memoryview(text)
+        while not done.is_set():
+            due = start + written[0] / (rate_mb_s * 1e6)
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            if not view:
+                view = memoryview(text)
+            moved = os.write(fd, view[:61_000])
+            view = view[moved:]
+            written[0] += moved
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        times = pool.map(_spin, [iterations] * workers)
+    done.set()
+    writer.join()
+    return {"spin_s": max(times), "bytes": written[0], "ended_at": time.time()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["paced", "flood", "replay", "stamped"])
+    parser.add_argument("kind", choices=["paced", "flood", "replay", "stamped", "busy"])
     parser.add_argument("--report", required=True)
     parser.add_argument("--rate", type=float, default=100_000)
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -122,6 +168,8 @@ def main() -> int:
     parser.add_argument("--file")
     parser.add_argument("--copies", type=int, default=1)
     parser.add_argument("--rate-mb-s", type=float)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--spin", type=int, default=40_000_000)
     args = parser.parse_args()
     if args.kind == "paced":
         result = paced(args.rate, args.seconds)
@@ -129,6 +177,8 @@ def main() -> int:
         result = flood(args.megabytes)
     elif args.kind == "replay":
         result = replay(args.file, args.copies, args.rate_mb_s)
+    elif args.kind == "busy":
+        result = busy(args.file, args.rate_mb_s or 60.0, args.workers, args.spin)
     else:
         result = stamped(args.count, args.interval_ms / 1000, args.delay_s)
     with open(args.report, "w", encoding="utf-8") as handle:

@@ -367,20 +367,25 @@ def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_
         store.close()
 
 
-def test_the_job_joins_a_detached_supervisors_session_and_no_other(tmp_path: Path) -> None:
+def test_the_job_shares_its_supervisors_session_and_never_a_shells(tmp_path: Path) -> None:
     """Linux schedules a session as one group (autogroup): in the supervisor's session the lower
     priority of its storing threads counts against the job's, as it would not across two sessions.
-    A supervisor that leads a session with no terminal (a detached one) takes the job in; one in
-    someone else's session, or with a terminal, gives the job a session of its own. The job always
-    leads a process group of its own."""
+    A supervisor that leads a session with no terminal (a detached one) takes the job in; ``trainmon
+    run`` in someone else's session (a shell's, with a terminal or not) supervises from a process
+    of its own that leads a new session, and the job joins that one, without the terminal. The job
+    always leads a process group of its own; Ctrl-C in the terminal still stops it."""
     import subprocess
     import sys
 
     import pexpect
 
-    job = ("import os; print('ids', os.getpid(), os.getpgid(0), os.getsid(0), os.getppid(), "
-           "os.getsid(os.getppid()), os.getpgid(os.getppid()))")
-    command = [sys.executable, "-m", "trainmon", "run", "--name", "groups", "--", sys.executable, "-c", job]
+    job = ("import os, sys, time\n"
+           "try:\n    os.close(os.open('/dev/tty', os.O_RDWR)); tty = 1\nexcept OSError:\n    tty = 0\n"
+           "print('ids', os.getpid(), os.getpgid(0), os.getsid(0), os.getppid(), os.getsid(os.getppid()), "
+           "os.getpgid(os.getppid()), tty, flush=True)\n"
+           "if len(sys.argv) > 1:\n    time.sleep(600)\n")
+    (tmp_path / "job.py").write_text(job)
+    command = [sys.executable, "-m", "trainmon", "run", "--name", "groups", "--", sys.executable, str(tmp_path / "job.py")]
 
     def ids(output: str) -> list[int]:
         [line] = [line for line in output.splitlines() if line.startswith("ids ")]
@@ -392,19 +397,23 @@ def test_the_job_joins_a_detached_supervisors_session_and_no_other(tmp_path: Pat
     # leading a session with no terminal, as a detached supervisor does: the job joins it
     done = subprocess.run(command, capture_output=True, text=True, env=env("led"), timeout=120, check=True,
                           start_new_session=True)
-    pid, group, session, _, parents_session, parents_group = ids(done.stdout)
+    pid, group, session, parent, parents_session, parents_group, tty = ids(done.stdout)
     assert group == pid != parents_group
-    assert session == parents_session
+    assert session == parents_session and tty == 0
 
-    # in the caller's session: a session of the job's own
+    # in the caller's session: the supervisor leads a session of its own, and the job joins it
     done = subprocess.run(command, capture_output=True, text=True, env=env("within"), timeout=120, check=True)
-    pid, group, session, _, parents_session, _ = ids(done.stdout)
-    assert group == pid == session != parents_session == os.getsid(0)
+    pid, group, session, parent, parents_session, _, tty = ids(done.stdout)
+    assert group == pid != session == parents_session == parent != os.getsid(0)
+    assert tty == 0
 
-    # leading a session with a terminal: a session of the job's own, without the terminal
-    child = pexpect.spawn(command[0], command[1:], env=env("tty"), encoding="utf-8", timeout=120)
+    # from a terminal: the same, and the terminal stays with this process, whose Ctrl-C stops the job
+    child = pexpect.spawn(command[0], [*command[1:], "wait"], env=env("tty"), encoding="utf-8", timeout=120)
+    child.expect(r"ids ([0-9 ]+)")
+    pid, group, session, parent, parents_session, _, tty = map(int, child.match.group(1).split())
+    assert group == pid != session == parents_session == parent != child.pid and tty == 0
+    child.sendintr()
     child.expect(pexpect.EOF)
     child.close()
-    assert child.exitstatus == 0, child.before
-    pid, group, session, _, parents_session, _ = ids(child.before)
-    assert group == pid == session != parents_session
+    assert child.exitstatus == 3, child.before  # trainmon run's status for a job that was stopped
+    assert "Training job groups: Stopped" in child.before

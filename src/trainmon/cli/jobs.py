@@ -113,13 +113,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in catalog.warnings(request):
         warn(warning)
     name = request["TrainingJobName"]
-    db = store(args)
     if args.launcher == "ray" and not args.detach:
-        return _run_on_ray(db, request)
+        return _run_on_ray(store(args), request)
     if args.detach:
-        sagemaker.create_training_job(db, **request)
+        sagemaker.create_training_job(store(args), **request)
         print(f"trainmon: job {name} started in the background; follow it with: trainmon logs {name} --follow")
         return 0
+    from ..runtime.launcher import supervise_in_a_session_of_its_own
+
+    return supervise_in_a_session_of_its_own(lambda: _supervise(args, request))
+
+
+def _supervise(args: argparse.Namespace, request: dict[str, Any]) -> int:
+    """The job in the foreground: this process its supervisor, its output echoed."""
+    name = request["TrainingJobName"]
+    db = store(args)
     sagemaker.register_job(db, request, supervisor=orphans.identity())
     live = sys.stdout.isatty() if args.live_metrics is None else args.live_metrics
     print(f"trainmon: job {name} started ({args.instance_count} host{'s' if args.instance_count > 1 else ''}); "

@@ -28,7 +28,10 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,6 +41,7 @@ from .procfs import PROC, children_of, descendants, process_table, read_process_
 TAG_VARIABLE = "TRAINMON_PROCESS_TAG"
 SPOOLER_VARIABLE = "TRAINMON_SPOOLER_OF"  # the spooler process of the job with this tag carries it (not the tag)
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
 
 
 class LaunchError(Exception):
@@ -173,11 +177,12 @@ class LocalHost:
 
 def own_session() -> bool:
     """Whether a host's processes get a session of their own. A detached supervisor (CreateTrainingJob,
-    the SDK, the server) leads a session with no terminal: the job joins it, in a process group of
-    its own, since Linux schedules a session as one group (autogroup) and only within it does the
-    lower priority of the threads that store the job's output count against the job's. Any other
-    session is not the supervisor's to share (a shell's, a Ray worker's), and one with a terminal
-    must not give it to the job (a read of it would stop the job)."""
+    the SDK, the server) or a foreground one (:func:`supervise_in_a_session_of_its_own`) leads a
+    session with no terminal: the job joins it, in a process group of its own, since Linux
+    schedules a session as one group (autogroup) and only within it does the lower priority of
+    the threads that store the job's output count against the job's. Any other session is not the
+    supervisor's to share (a shell's, a Ray worker's), and one with a terminal must not give it to
+    the job (a read of it would stop the job)."""
     if os.getsid(0) != os.getpid():
         return True
     try:
@@ -185,6 +190,51 @@ def own_session() -> bool:
     except OSError:  # no controlling terminal
         return False
     return True
+
+
+def supervise_in_a_session_of_its_own(supervise: Callable[[], int]) -> int:
+    """Run ``supervise`` (a foreground ``trainmon run``) in a new process that leads a new session,
+    which the job then joins (:func:`own_session`), so that the job and the threads storing its
+    output share one scheduling group: a supervisor left in a shell's session weighs as much as
+    the job's whole session, however low its threads' priority, and a flood of output could take
+    half of a busy machine from the job. Returns the exit status in both processes: here,
+    ``supervise``'s, waited for; there, what ``supervise`` returns (the caller exits with it).
+
+    This process stays where it was started, in the terminal's foreground: it passes Ctrl-C and
+    SIGTERM on to the supervisor and ignores SIGHUP, as the supervisor does. Killed, it takes the
+    supervisor with it (``PR_SET_PDEATHSIG``), as when both were one process. Where the job would
+    join this session anyway, or the process cannot fork safely (threads), ``supervise`` runs here."""
+    if not own_session() or threading.active_count() > 1:
+        return supervise()
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != parent:  # it died before the line above could tie this process to it
+            os._exit(128 + signal.SIGKILL)
+        return supervise()
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        _, status = os.waitpid(child, 0)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
 
 
 class LocalLauncher:
