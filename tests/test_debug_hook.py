@@ -112,6 +112,19 @@ def test_save_interval_and_the_weights_update(tmp_path: Path) -> None:
     assert updates[0] is None and updates[1:] == [pytest.approx(0.5), pytest.approx(0.5)]  # from steps 2 and 5
 
 
+def test_steps_moved_by_set_step_are_planned_again(tmp_path: Path) -> None:
+    h = Hook(5, tensor_dir=tmp_path, host="h")
+    weight = np.array([3.0, 4.0])
+    for step in (0, 1, 7, 9, 10, 4, 5):  # past saved step 5 unrecorded, then back to it
+        h.set_step(step)
+        h.record("w", weight * step, "weights")
+        h.record_scalar("loss", float(step))
+    h.close()
+    found = recorded(tmp_path / "h.jsonl")
+    assert [(r.step, r.name) for r in found] == [(0, "w"), (0, "loss"), (10, "w"), (10, "loss"), (5, "w"), (5, "loss")]
+    assert [r.update_l2 for r in found if r.name == "w"] == [None, pytest.approx(5.0), pytest.approx(5.0)]
+
+
 def test_the_jobs_debug_hook_config_sets_intervals_and_the_script_wins(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     config_dir, host_root = tmp_path / "input" / "config", tmp_path

@@ -215,7 +215,7 @@ class Hook:
         self._run_ends = 0  # the ends _runs hold
         self._ends_due = True  # the ends go out at the next flush, saved step or not (the first step's, say)
         self._kept: dict[str, tuple[int, Any]] = {}  # weights copied at the step before a saved one
-        self._plans: dict[Any, tuple[tuple[str, ...], int, int, bool]] = {}  # _plan's, by collections
+        self._plans: dict[Any, tuple[tuple[str, ...], int, int, bool, int]] = {}  # _plan's, by collections
         self._writer: _Writer | None = None
         self._encoder = records.Encoder()
         self._pid = os.getpid()
@@ -279,6 +279,9 @@ class Hook:
         """Record ``value`` (a numpy array, a list, a torch tensor: anything array-like) as ``name``
         in ``collections`` at the current step, if it is saved; never raises."""
         try:
+            plan = self._plans.get(collections) if isinstance(collections, str) else None
+            if plan is not None and self._step < plan[4]:
+                return
             names, due, due_next, weight = self._plan(collections)
             keep = weight and due_next
             if not (due or keep) or not self.active:
@@ -301,6 +304,9 @@ class Hook:
         try:
             if collections is None:
                 collections = "losses" if "loss" in name.lower() else "scalars"
+            plan = self._plans.get(collections) if isinstance(collections, str) else None
+            if plan is not None and self._step < plan[4]:
+                return
             names, due, _, _ = self._plan(collections)
             if not due or not self.active:
                 return
@@ -330,7 +336,8 @@ class Hook:
     def set_step(self, step: int) -> None:
         """Go to ``step`` (a loop with a counter of its own); the current step's records go to the file."""
         try:
-            self._flush(step_end=True)
+            if self._lines or self._ends_due:  # a step not saved has nothing to hand over: no lock taken
+                self._flush(step_end=True)
         except Exception as exc:  # a thread that cannot start, say: never into the training loop
             warn_once(f"flush:{id(self)}", f"the records of step {self._step} are lost: {exc!r}")
         try:
@@ -372,16 +379,20 @@ class Hook:
     def _plan(self, collections: Collections) -> tuple[tuple[str, ...], bool, bool, bool]:
         """For a record in ``collections`` at this step: the collections, whether this step and the
         next are saved, and whether it is a weight (kept before a saved step, for the update). The
-        next saved steps are kept, so a step that is not saved costs a lookup and two comparisons."""
+        next saved steps are kept, with the first step at which a record has something to do (the
+        saved one, or the one before it for a weight): before it, :meth:`record` and
+        :meth:`record_scalar` return after a lookup and a comparison, which at most steps is all
+        the hook costs a training step."""
         key = collections if isinstance(collections, str) else tuple(collections)
         plan = self._plans.get(key)
         step = self._step
         if plan is None or plan[1] < step:
             names = _names(collections)
             first = self._next_saved(names, step)
-            plan = self._plans[key] = (names, first, self._next_saved(names, first + 1),
-                                       not WEIGHT_COLLECTIONS.isdisjoint(names))
-        names, saved, after, weight = plan
+            weight = not WEIGHT_COLLECTIONS.isdisjoint(names)
+            plan = self._plans[key] = (names, first, self._next_saved(names, first + 1), weight,
+                                       first - 1 if weight else first)
+        names, saved, after, weight, _ = plan
         return names, saved == step, (after if saved == step else saved) == step + 1, weight
 
     def _next_saved(self, names: tuple[str, ...], step: int) -> int:

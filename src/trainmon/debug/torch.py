@@ -153,10 +153,12 @@ class TorchHook(Hook):
                           "hook.end_step() after each optimizer.step()")
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        """At a saved step, the weights as they are before the update, copied on their device."""
+        """At a saved step, the weights as they are before the update, copied on their device. At
+        another, one look at the plan: walking the module's parameters at every step cost 11 µs of
+        the benchmark's perceptron's 0.46 ms step, more than all the rest of the hook."""
         try:
             self._before.clear()
-            if not (self.weights and self.active):
+            if not (self.weights and self._is_due(_WEIGHTS) and self.active):
                 return
             with torch.no_grad():
                 for name, parameter in self.module.named_parameters():
@@ -172,7 +174,7 @@ class TorchHook(Hook):
     def end_step(self) -> None:
         """The module's parameters and gradients recorded (if the step is saved), then the next step."""
         try:
-            if self.active and (self._is_due(_RECORDED) or (not self._removals and self._is_due_next(_WEIGHTS))):
+            if (self._is_due(_RECORDED) or (not self._removals and self._is_due_next(_WEIGHTS))) and self.active:
                 self._record_module()
         except Exception as exc:  # never into the training loop
             self._skip(type(self.module).__name__, exc)
