@@ -340,6 +340,105 @@ def test_ctrl_c_stops_the_foreground_job(home: Path, script) -> None:
     assert [t["Status"] for t in doc["SecondaryStatusTransitions"]][-2:] == ["Stopping", "Stopped"]
 
 
+def _supervisor_pid(home: Path, name: str) -> int:
+    store = open_store(home)
+    try:
+        job = store.get_job(name)
+        assert job is not None and job.supervisor is not None
+        return int(job.supervisor["pid"])
+    finally:
+        store.close()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0]
+
+
+def _wait_until(check, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_sigterm_to_both_processes_of_trainmon_run_stops_the_job_in_order(home: Path, script) -> None:
+    """`trainmon run` is two processes (the command, and the supervisor it forked into a session of
+    its own); `pkill -f` reaches both, and the command passes its signal on: one stop, with the
+    grace period, not a second request that kills the job at once."""
+    train = script(
+        """
+        import signal, sys, time
+        def stop(*_):
+            print("got SIGTERM", flush=True)
+            time.sleep(1)
+            print("clean exit", flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, stop)
+        print("ready", flush=True)
+        time.sleep(600)
+        """
+    )
+    proc = _start("both", train)
+    _wait_for_log("both", "ready")
+    supervisor = _supervisor_pid(home, "both")
+    assert supervisor != proc.pid
+    os.kill(proc.pid, signal.SIGTERM)
+    os.kill(supervisor, signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 3  # Stopped
+    assert describe("both")["TrainingJobStatus"] == "Stopped"
+    assert "clean exit" in run_cli("logs", "both").stdout
+
+
+def test_ctrl_z_stops_the_supervisor_with_the_command_and_fg_resumes_both(home: Path, script, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    train = script(
+        f"""
+        import os, time
+        print("ready", flush=True)
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.02)
+        print("done", flush=True)
+        """
+    )
+    proc = _start("paused", train)
+    _wait_for_log("paused", "ready")
+    supervisor = _supervisor_pid(home, "paused")
+    os.kill(proc.pid, signal.SIGTSTP)  # what Ctrl-Z in the terminal sends the command
+    _wait_until(lambda: _state(proc.pid) == "T" and _state(supervisor) == "T", "both stopped")
+    os.kill(proc.pid, signal.SIGCONT)  # the shell's fg
+    _wait_until(lambda: _state(supervisor) != "T", "the supervisor resumed")
+    go.touch()
+    proc.communicate(timeout=120)
+    assert proc.returncode == 0 and describe("paused")["TrainingJobStatus"] == "Completed"
+
+
+def test_the_command_dies_of_the_signal_that_killed_its_supervisor(home: Path, script) -> None:
+    train = script("import time; print('ready', flush=True); time.sleep(600)")
+    proc = _start("killed-supervisor", train)
+    _wait_for_log("killed-supervisor", "ready")
+    os.kill(_supervisor_pid(home, "killed-supervisor"), signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert describe("killed-supervisor")["TrainingJobStatus"] == "Failed"  # reaped by the command that read it
+
+
+def test_trainmon_run_called_from_python_returns_once_in_the_caller(home: Path, tmp_path: Path) -> None:
+    """cli.main(["run", ...]) forks its supervisor; only the caller's process goes on from the call."""
+    caller = tmp_path / "caller.py"
+    caller.write_text(
+        "import os\n"
+        "from trainmon.cli import main\n"
+        "for name in ('once-a', 'once-b'):\n"
+        "    print('returned', main(['run', '--name', name, '--', 'true']), os.getpid(), flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, str(caller)], capture_output=True, text=True, timeout=120)
+    returns = [line.split() for line in done.stdout.splitlines() if line.startswith("returned")]
+    assert returns == [["returned", "0", str(returns[0][2])]] * 2, done.stdout + done.stderr
+    assert describe("once-b")["TrainingJobStatus"] == "Completed"
+
+
 def test_children_that_outlive_the_job_are_ended(home: Path, script, tmp_path: Path) -> None:
     pid_file = tmp_path / "child"
     train = script(

@@ -16,12 +16,10 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import CloudWatchError, LogsError, TrainmonError, ValidationException
-from .common import EXIT_FAILED, EXIT_USAGE, Commands
+from .common import Commands, handled
 
 __all__ = ["GROUPS", "build_parser", "main"]
 
@@ -72,18 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.home is not None:
         args.home = args.home.expanduser().resolve()
         os.environ["TRAINMON_HOME"] = str(args.home)  # detached supervisors and defaults follow it
-    try:
-        status: int = args.handler(args)
-        return status
-    except TrainmonError as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"trainmon: {exc.code}: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, (ValidationException, CloudWatchError, LogsError)) else EXIT_FAILED
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
+    return handled(args, lambda: args.handler(args))
 
 
 if __name__ == "__main__":

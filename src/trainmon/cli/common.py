@@ -7,18 +7,35 @@ import argparse
 import json
 import math
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidParameterValue, ValidationException
+from ..errors import CloudWatchError, InvalidParameterValue, LogsError, TrainmonError, ValidationException
 
 if TYPE_CHECKING:  # the store and CloudWatch's model are imported by the commands that use them
     from ..store import Store
 
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 3
 Handler = Callable[[argparse.Namespace], int]
+
+
+def handled(args: argparse.Namespace, command: Callable[[], int]) -> int:
+    """A command's exit status: a TrainmonError as its message on stderr (its traceback too with
+    ``--debug``), Ctrl-C as 130, a reader that went away (a closed pipe) as done."""
+    try:
+        return command()
+    except TrainmonError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"trainmon: {exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, (ValidationException, CloudWatchError, LogsError)) else EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
 
 
 class Commands:

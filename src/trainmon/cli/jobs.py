@@ -21,7 +21,7 @@ from ..rules import catalog
 from ..runtime import orphans
 from ..store import Store
 from . import render
-from .common import EXIT_FAILED, Commands, exit_status, pairs, print_json, read_text, store, warn
+from .common import EXIT_FAILED, Commands, exit_status, handled, pairs, print_json, read_text, store, warn
 from .definitions import add_definition_options, definitions_given
 
 
@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     from ..runtime.launcher import supervise_in_a_session_of_its_own
 
-    return supervise_in_a_session_of_its_own(lambda: _supervise(args, request))
+    return supervise_in_a_session_of_its_own(lambda: handled(args, lambda: _supervise(args, request)))
 
 
 def _supervise(args: argparse.Namespace, request: dict[str, Any]) -> int:

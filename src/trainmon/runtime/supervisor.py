@@ -42,6 +42,7 @@ POLL_S = 0.05
 STOP_POLL_S = 0.25
 ORPHAN_GRACE_S = 2.0
 REPORT_TIMEOUT_S = 600.0  # the profiling report, after the job's final status: its time, bounded
+SAME_INTERRUPT_S = 0.25  # a second SIGINT or SIGTERM sooner than this is the same request, sent to both processes
 
 
 class Supervisor:
@@ -65,6 +66,7 @@ class Supervisor:
         self._stop_message: str | None = None  # what the final status says, when a rule stopped the job
         self._rule_stop: str | None = None  # set by the rules' thread: a StopTraining action fired
         self._interrupts = 0
+        self._interrupted_at = -SAME_INTERRUPT_S
         self.first_failure: str | None = None
         self.ended_at: float | None = None
         self._profile_tap: ProfileTap | None = None  # the monitor's profile rows, for the profiler rules
@@ -281,6 +283,10 @@ class Supervisor:
             return {}
 
         def on_signal(signum: int, frame: Any) -> None:
+            now = time.monotonic()
+            if now - self._interrupted_at < SAME_INTERRUPT_S:  # `pkill -f`: to the terminal's process too, which
+                return  # passes it on (launcher.supervise_in_a_session_of_its_own): one request, not "again"
+            self._interrupted_at = now
             self._interrupts += 1
             if self._interrupts == 1:
                 print("\ntrainmon: stopping the job (SIGTERM to its processes; Ctrl-C again to kill them now)",
