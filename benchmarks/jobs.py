@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 
 def loss_of(step: int) -> float:
@@ -72,29 +73,38 @@ def flood(megabytes: float) -> dict[str, float]:
             "cpu_s": time.process_time() - cpu_start, "ended_at": time.time()}
 
 
+def _write_over(text: bytes, rate_mb_s: float | None, more: Callable[[int], bool]) -> tuple[int, float]:
+    """``text`` written to stdout over and over, 61 kB a write, while ``more(copies written)``: as
+    fast as the pipe takes it or, with ``rate_mb_s``, paced by the clock. The bytes written, and
+    the worst lag behind the pace."""
+    fd = sys.stdout.buffer.fileno()
+    start = time.perf_counter()
+    written, worst_lag, copies = 0, 0.0, 0
+    view = memoryview(text)
+    while more(copies):
+        if rate_mb_s:  # paced: a write is due when the rate says so
+            due = start + written / (rate_mb_s * 1e6)
+            now = time.perf_counter()
+            if due > now:
+                time.sleep(due - now)
+            else:
+                worst_lag = max(worst_lag, now - due)
+        done = os.write(fd, view[:61_000])
+        view = view[done:]
+        written += done
+        if not view:
+            copies += 1
+            view = memoryview(text)
+    return written, worst_lag
+
+
 def replay(path: str, copies: int, rate_mb_s: float | None) -> dict[str, float]:
-    """A saved log written ``copies`` times over (read into memory first), 61 kB a write."""
+    """A saved log written ``copies`` times over (read into memory first)."""
     with open(path, "rb") as handle:
         text = handle.read()
-    fd = sys.stdout.buffer.fileno()
-    piece = 61_000
     start = time.perf_counter()
     cpu_start = time.process_time()
-    written = 0
-    worst_lag = 0.0
-    for _ in range(copies):
-        view = memoryview(text)
-        while view:
-            if rate_mb_s:  # paced: a write is due when the rate says so
-                due = start + written / (rate_mb_s * 1e6)
-                now = time.perf_counter()
-                if due > now:
-                    time.sleep(due - now)
-                else:
-                    worst_lag = max(worst_lag, now - due)
-            done = os.write(fd, view[:piece])
-            view = view[done:]
-            written += done
+    written, worst_lag = _write_over(text, rate_mb_s, lambda done: done < copies)
     elapsed = time.perf_counter() - start
     return {"bytes": written, "elapsed_s": elapsed, "cpu_s": time.process_time() - cpu_start,
             "ended_at": time.time(), "worst_lag_s": worst_lag}
@@ -129,24 +139,8 @@ def busy(path: str, rate_mb_s: float, workers: int, iterations: int) -> dict[str
     with open(path, "rb") as handle:
         text = handle.read()
     done = threading.Event()
-    written = [0]
-
-    def write() -> None:
-        fd = sys.stdout.buffer.fileno()
-        start = time.perf_counter()
-        view = memoryview(text)
-        while not done.is_set():
-            due = start + written[0] / (rate_mb_s * 1e6)
-            pause = due - time.perf_counter()
-            if pause > 0:
-                time.sleep(pause)
-            if not view:
-                view = memoryview(text)
-            moved = os.write(fd, view[:61_000])
-            view = view[moved:]
-            written[0] += moved
-
-    writer = threading.Thread(target=write)
+    written: list[int] = []
+    writer = threading.Thread(target=lambda: written.append(_write_over(text, rate_mb_s, lambda _: not done.is_set())[0]))
     writer.start()
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         times = pool.map(_spin, [iterations] * workers)

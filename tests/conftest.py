@@ -10,6 +10,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -251,6 +252,16 @@ def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
 
 
 PY = sys.executable
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120, poll_s: float = 0.05) -> None:
+    """Until ``condition()`` holds (an event in another thread or process: a file written, a status
+    stored); an AssertionError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(poll_s)
 
 
 def process_ends(pid: int, timeout: float = 60.0) -> bool:

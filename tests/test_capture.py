@@ -31,6 +31,8 @@ from trainmon.runtime.procfs import descendants, parse_process_stat, read_proces
 from trainmon.runtime.retry import Backoff
 from trainmon.store.sql import store_error
 
+from .conftest import wait_for
+
 
 def test_a_full_disk_is_its_own_store_error_in_the_same_words() -> None:
     full = store_error("full", "/data/trainmon.db", "database or disk is full")
@@ -104,13 +106,6 @@ def test_spool_files_are_named_by_host_and_stream(tmp_path: Path) -> None:
     assert sorted(spool_files(tmp_path)) == sorted(paths)
 
 
-def _wait_for(condition, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}"
-        time.sleep(0.01)
-
-
 def _output(path: Path, wake: threading.Event | None = None) -> PipeOutput:
     return PipeOutput(path, wake or threading.Event(), budget=MemoryBudget(),
                       losses=LossCounter(validate_definitions([]), Mode.TERMINAL))
@@ -126,12 +121,12 @@ def test_a_spool_that_could_not_be_opened_is_tried_again(tmp_path: Path, monkeyp
     reader.start()
     try:
         os.write(write_end, b"held in memory\n")
-        _wait_for(lambda: output.chunks, "the first read")
+        wait_for(lambda: output.chunks, "the first read")
         assert output.spool_error is not None
         assert [c.data for c in output.chunks] == [b"held in memory\n"]
         directory.mkdir()
         os.write(write_end, b"spooled\n")
-        _wait_for(lambda: len(output.chunks) >= 2, "the second read")
+        wait_for(lambda: len(output.chunks) >= 2, "the second read")
     finally:
         os.close(write_end)
         reader.join(10)
@@ -159,7 +154,7 @@ def test_the_spooler_process_frames_every_read_and_notes_where(tmp_path: Path) -
         written[index % 2] += line
     for _, write_end in pipes:
         os.close(write_end)
-    _wait_for(lambda: all(output.eof.is_set() for output in outputs), "both pipes' ends")
+    wait_for(lambda: all(output.eof.is_set() for output in outputs), "both pipes' ends")
     spooled.join(5)
     assert spooled.process.returncode == 0 and not spooled.readers
     for output, expected, first in zip(outputs, written, (b"trainmon: about the job\n", b""), strict=True):
@@ -190,7 +185,7 @@ def test_a_flooded_pipes_spool_has_its_blocks_reserved_ahead_until_the_pipe_ends
         view = memoryview(data)
         while view:
             view = view[os.write(write_end, view):]
-        _wait_for(lambda: len(output.chunks) >= chunks, f"{chunks} reads")
+        wait_for(lambda: len(output.chunks) >= chunks, f"{chunks} reads")
 
     sent = b"small\n"
     wrote(sent, 1)
@@ -204,7 +199,7 @@ def test_a_flooded_pipes_spool_has_its_blocks_reserved_ahead_until_the_pipe_ends
     if can_reserve:
         assert allocated() >= size + spooler.RESERVE_BYTES // 2  # reserved past the end, the size unchanged
     os.close(write_end)
-    _wait_for(output.eof.is_set, "the pipe's end")
+    wait_for(output.eof.is_set, "the pipe's end")
     spooled.join(5)
     assert allocated() < size + (1 << 20)  # released (a file system may keep a little)
     data = output.spool_path.read_bytes()
@@ -218,12 +213,12 @@ def test_when_the_spooler_process_dies_this_one_reads_on_losing_nothing(tmp_path
     spooled.start()
     assert spooled.process is not None
     os.write(write_end, b"before\n")
-    _wait_for(lambda: output.chunks, "the first read")
+    wait_for(lambda: output.chunks, "the first read")
     spooled.process.kill()
-    _wait_for(lambda: spooled.readers, "a reader of this process")
+    wait_for(lambda: spooled.readers, "a reader of this process")
     os.write(write_end, b"after\n")
     os.close(write_end)
-    _wait_for(output.eof.is_set, "the pipe's end")
+    wait_for(output.eof.is_set, "the pipe's end")
     spooled.join(5)
     data = output.spool_path.read_bytes()
     assert b"".join(data[c.start:c.start + c.length] for c in output.chunks) == b"before\nafter\n"
@@ -239,7 +234,7 @@ def test_a_spool_the_spooler_cannot_write_sends_its_reads_to_be_held(tmp_path: P
     spooled = Spooler([(read_end, output, capture.start_spool(output, b""))])
     spooled.start()
     os.write(write_end, b"held in memory\n")
-    _wait_for(lambda: output.chunks, "the first read")
+    wait_for(lambda: output.chunks, "the first read")
     assert [c.data for c in output.chunks] == [b"held in memory\n"] and output.spool_error is not None
     directory.mkdir()
     deadline = time.monotonic() + 20
@@ -248,7 +243,7 @@ def test_a_spool_the_spooler_cannot_write_sends_its_reads_to_be_held(tmp_path: P
         os.write(write_end, b"later\n")
         time.sleep(0.1)
     os.close(write_end)
-    _wait_for(output.eof.is_set, "the pipe's end")
+    wait_for(output.eof.is_set, "the pipe's end")
     spooled.join(5)
     last = output.chunks[-1]
     assert output.spool_path.read_bytes()[last.start:last.start + last.length] == b"later\n" * (last.length // 6)

@@ -10,14 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import PY, run_cli
-
-
-def _wait_until(condition, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.05)
+from .conftest import PY, run_cli, wait_for
 
 
 @pytest.mark.parametrize(("code", "status", "exit_status", "words"), [
@@ -41,7 +34,7 @@ def test_a_followed_stop_exits_3(home: Path, tmp_path: Path) -> None:
     train = tmp_path / "train.py"
     train.write_text("import time\nprint('running', flush=True)\ntime.sleep(600)\n")
     run_cli("run", "--name", "stopped", "--detach", "--", PY, str(train), check=True)
-    _wait_until(lambda: "running" in run_cli("logs", "stopped").stdout, "the first line")
+    wait_for(lambda: "running" in run_cli("logs", "stopped").stdout, "the first line")
     run_cli("stop", "stopped", check=True)
     follower = run_cli("logs", "stopped", "--follow", timeout=120)
     assert follower.returncode == 3 and "trainmon: job stopped ended Stopped" in follower.stderr
@@ -52,9 +45,9 @@ def test_list_shows_a_running_jobs_duration_and_iso_times(home: Path, tmp_path: 
     train.write_text("import time\nprint('running', flush=True)\ntime.sleep(600)\n")
     run_cli("run", "--name", "running", "--detach", "--", PY, str(train), check=True)
     try:
-        _wait_until(lambda: "running" in run_cli("logs", "running").stdout, "the first line")
+        wait_for(lambda: "running" in run_cli("logs", "running").stdout, "the first line")
         created = datetime.fromisoformat(json.loads(run_cli("list", "--json", check=True).stdout)[0]["CreationTime"])
-        _wait_until(lambda: time.time() - created.timestamp() >= 2, "two seconds of the job")
+        wait_for(lambda: time.time() - created.timestamp() >= 2, "two seconds of the job")
         row = run_cli("list", check=True).stdout.splitlines()[1].split()
         assert row[:3] == ["running", "InProgress", "Training"]
         assert int(row[-2]) >= 2 and row[-1] == "s"  # to now, not to its last status change

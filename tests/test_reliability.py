@@ -25,22 +25,13 @@ import pytest
 from trainmon.runtime.capture import spool_frames
 from trainmon.store import open_store
 
-from .conftest import PY, echo_watch, postgres_cluster, run_cli, sqlite_locked
+from .conftest import PY, echo_watch, postgres_cluster, run_cli, sqlite_locked, wait_for
 
 OUTAGE_S = 60.0
 
 
 def describe(name: str, env: dict[str, str] | None = None) -> dict:
     return json.loads(run_cli("describe", name, "--json", check=True, env=env).stdout)
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
-    """Until ``condition()`` holds (an event in another process: a file written, a status stored)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:

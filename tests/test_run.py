@@ -16,7 +16,7 @@ import pytest
 from trainmon import client as trainmon_client
 from trainmon.store import open_store
 
-from .conftest import PY, run_cli
+from .conftest import PY, run_cli, wait_for
 
 DEFS = '[{"Name": "train:error", "Regex": "Train_error=(.*?);"}, {"Name": "valid:error", "Regex": "Valid_error=(.*?);"}]'
 
@@ -355,13 +355,6 @@ def _state(pid: int) -> str:
         return stat.read().rpartition(")")[2].split()[0]
 
 
-def _wait_until(check, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_a_sigterm_to_both_processes_of_trainmon_run_stops_the_job_in_order(home: Path, script) -> None:
     """`trainmon run` is two processes (the command, and the supervisor it forked into a session of
     its own); `pkill -f` reaches both, and the command passes its signal on: one stop, with the
@@ -406,9 +399,9 @@ def test_ctrl_z_stops_the_supervisor_with_the_command_and_fg_resumes_both(home: 
     _wait_for_log("paused", "ready")
     supervisor = _supervisor_pid(home, "paused")
     os.kill(proc.pid, signal.SIGTSTP)  # what Ctrl-Z in the terminal sends the command
-    _wait_until(lambda: _state(proc.pid) == "T" and _state(supervisor) == "T", "both stopped")
+    wait_for(lambda: _state(proc.pid) == "T" and _state(supervisor) == "T", "both stopped")
     os.kill(proc.pid, signal.SIGCONT)  # the shell's fg
-    _wait_until(lambda: _state(supervisor) != "T", "the supervisor resumed")
+    wait_for(lambda: _state(supervisor) != "T", "the supervisor resumed")
     go.touch()
     proc.communicate(timeout=120)
     assert proc.returncode == 0 and describe("paused")["TrainingJobStatus"] == "Completed"

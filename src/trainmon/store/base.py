@@ -132,9 +132,9 @@ class Store(Protocol):
     def log_chunks(self, stream_id: int, *, after_seq: int = -1, start_ms: int | None = None,
                    end_ms: int | None = None) -> Iterator[ChunkRow]:
         """A stream's stored chunks in record order, read as they are taken: from the one holding
-        record ``after_seq + 1`` (or the last before it; either may hold earlier records too), those
-        with a time in [start_ms, end_ms) (a chunk's records share its time). A reader that pages through a log works on a
-        chunk's text at once, with no object per record it passes over."""
+        record ``after_seq + 1`` (or the last before it; either may hold earlier records too),
+        those with a time in [start_ms, end_ms) (a chunk's records share its time). A reader that
+        pages through a log works on a chunk's text at once, with no object per record it passes."""
         ...
 
     # -- ingestion
