@@ -23,7 +23,7 @@ from typing import Any
 
 from .common import Report, heading, percentile, scratch_dir, table
 from .latency import JOBS
-from .server import LOAD_JOBS, TIMEOUT_S, _create, running_server
+from .server import LOAD_JOBS, TIMEOUT_S, Served, _create, running_server
 
 THREADS = 4
 SECONDS = 4.0
@@ -31,10 +31,10 @@ PUT_ITEMS = 1000
 GROUP = "/aws/sagemaker/TrainingJobs"
 
 
-def _start_jobs(url: str, work: Path) -> None:
+def _start_jobs(server: Served, work: Path) -> None:
     import httpx
 
-    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=TIMEOUT_S) as client:
         for n in range(LOAD_JOBS):
             command = [sys.executable, str(JOBS), "paced", "--report", str(work / f"aws-{n}.json"), "--rate", "200",
                        "--seconds", "120"]
@@ -45,10 +45,10 @@ def _start_jobs(url: str, work: Path) -> None:
             time.sleep(0.2)
 
 
-def _stop_jobs(url: str) -> None:
+def _stop_jobs(server: Served) -> None:
     import httpx
 
-    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=TIMEOUT_S) as client:
         for n in range(LOAD_JOBS):
             client.post(f"/api/jobs/aws-{n}/stop")
 
@@ -83,18 +83,19 @@ def _hammer(make_call: Callable[[], Callable[[], None]]) -> tuple[float, float, 
     return len(times) / (time.perf_counter() - began), percentile(times, 0.99), failures
 
 
-def _boto3(url: str, service: str) -> Any:
+def _boto3(server: Served, service: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.client(service, endpoint_url=url, region_name="us-east-1", aws_access_key_id="bench",
-                        aws_secret_access_key="bench", config=Config(retries={"max_attempts": 1}))
+    key_id, secret = server.key
+    return boto3.client(service, endpoint_url=server.url, region_name="us-east-1", aws_access_key_id=key_id,
+                        aws_secret_access_key=secret, config=Config(retries={"max_attempts": 1}))
 
 
-def _native(url: str, service: str, operation: str, request: dict[str, Any]) -> Callable[[], None]:
+def _native(server: Served, service: str, operation: str, request: dict[str, Any]) -> Callable[[], None]:
     import httpx
 
-    client = httpx.Client(base_url=url, timeout=TIMEOUT_S)
+    client = httpx.Client(base_url=server.url, headers=server.headers, timeout=TIMEOUT_S)
 
     def call() -> None:
         client.post(f"/api/{service}/{operation}", json=request).raise_for_status()
@@ -124,18 +125,18 @@ def run(scale: float = 1.0) -> Report:
     report = Report("aws")
     heading(f"AWS endpoint: boto3 against the native API, {THREADS} clients while {LOAD_JOBS} jobs write")
     rows = []
-    with scratch_dir("aws-") as work, running_server(work / "home") as url:
-        _start_jobs(url, work)
+    with scratch_dir("aws-") as work, running_server(work / "home") as server:
+        _start_jobs(server, work)
         try:
             for label, (service, operation, boto_request, native_request) in _requests().items():
                 method = "".join("_" + c.lower() if c.isupper() else c for c in operation).lstrip("_")
 
                 def through_boto3(service: str = service, method: str = method,
                                   request: dict[str, Any] = boto_request) -> Callable[[], None]:
-                    client = _boto3(url, service)
+                    client = _boto3(server, service)
                     return lambda: getattr(client, method)(**request)
 
-                native = _hammer(lambda s=service, o=operation, r=native_request: _native(url, s, o, r))
+                native = _hammer(lambda s=service, o=operation, r=native_request: _native(server, s, o, r))
                 aws = _hammer(through_boto3)
                 per_call = PUT_ITEMS if operation == "PutMetricData" else 1
                 unit = "samples/s" if per_call > 1 else "requests/s"
@@ -147,6 +148,6 @@ def run(scale: float = 1.0) -> Report:
                              detail=f"({aws[0] * per_call:,.0f} / {native[0] * per_call:,.0f}; p99 "
                                     f"{aws[1] * 1e3:.1f} ms / {native[1] * 1e3:.1f} ms)")
         finally:
-            _stop_jobs(url)
+            _stop_jobs(server)
     table(["operation", "through", "rate", "p99 ms", "failed"], rows)
     return report

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .common import table
+
+if TYPE_CHECKING:
+    from .server import Served
 
 COMPARED = 10
 CHART_READY = """(selector) => {
@@ -84,7 +88,7 @@ OBSERVE_ARRIVALS = """(metric) => {
 }"""
 
 
-def live_in_chart(url: str, work: Path, count: int, interval_ms: float) -> list[float]:
+def live_in_chart(server: Served, work: Path, count: int, interval_ms: float) -> list[float]:
     """Seconds from a job's print to the point being in its open chart, for each point after the
     page opened: the job prints its own time, the page notes when each point joins the chart."""
     import sys
@@ -96,7 +100,7 @@ def live_in_chart(url: str, work: Path, count: int, interval_ms: float) -> list[
 
     command = [sys.executable, str(JOBS), "stamped", "--report", str(work / "chart-live.json"), "--count",
                str(count), "--interval-ms", str(interval_ms), "--delay-s", "3.0"]
-    with httpx.Client(base_url=url, timeout=60) as client:
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as client:
         client.post("/api/jobs", json={
             "TrainingJobName": "chart-live", "ProfilerConfig": {"DisableProfiler": True},
             "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": command,
@@ -105,8 +109,10 @@ def live_in_chart(url: str, work: Path, count: int, interval_ms: float) -> list[
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"{url}/jobs/chart-live")
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            server.sign_in(context)
+            page = context.new_page()
+            page.goto(f"{server.url}/jobs/chart-live")
             page.evaluate(OBSERVE_ARRIVALS, "sent")
             page.wait_for_function("(n) => window.arrivals && window.arrivals.length >= n", arg=count,
                                    timeout=120_000)
@@ -125,24 +131,26 @@ def measure(work: Path, points: int) -> dict[str, tuple[float, int, float]]:
     _jobs(home, points)
     results: dict[str, tuple[float, int, float]] = {}
     rows = []
-    with running_server(home) as url, sync_playwright() as playwright:
+    with running_server(home) as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
         try:
             def fresh() -> object:
-                return browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                context = browser.new_context(viewport={"width": 1280, "height": 900})
+                server.sign_in(context)
+                return context.new_page()
 
             # a server that has served a page of points before (one of the compared jobs: its
             # second read is no warmer than the others' first); each page has a fresh browser
             # context, so its bytes include the console's own files
-            _open(fresh(), f"{url}/jobs/big-{COMPARED - 1}", CHART_READY, "section.chart[data-metric=loss]")
-            _open(fresh(), f"{url}/jobs/empty", PAGE_READY)
-            baseline, base_bytes, _ = _open(fresh(), f"{url}/jobs/empty", PAGE_READY)
+            _open(fresh(), f"{server.url}/jobs/big-{COMPARED - 1}", CHART_READY, "section.chart[data-metric=loss]")
+            _open(fresh(), f"{server.url}/jobs/empty", PAGE_READY)
+            baseline, base_bytes, _ = _open(fresh(), f"{server.url}/jobs/empty", PAGE_READY)
             rows.append(["job page, no points (baseline)", f"{baseline * 1e3:.0f}", f"{base_bytes:,}", "-"])
             for label, path in (("job page, 1 metric", "/jobs/big-0"),
                                 (f"compare {COMPARED} jobs", "/compare?jobs=" + ",".join(
                                     f"big-{n}" for n in range(COMPARED)))):
                 page = fresh()
-                painted, fetched, data = _open(page, url + path, CHART_READY, "section.chart[data-metric=loss]")
+                painted, fetched, data = _open(page, server.url + path, CHART_READY, "section.chart[data-metric=loss]")
                 shown = page.evaluate("() => +document.querySelector('section.chart[data-metric=loss]').dataset.points")  # type: ignore[attr-defined]
                 rows.append([f"{label}, {points:,} points each", f"{painted * 1e3:.0f}", f"{fetched:,}", f"{data:,}"])
                 results[label] = (painted, fetched, baseline)

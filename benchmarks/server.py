@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,39 @@ TARGET_BYTES = 200_000
 TIMEOUT_S = 180.0
 
 
+@dataclass(frozen=True)
+class Served:
+    """A running ``trainmon server`` and the credentials it made on its first start."""
+
+    url: str
+    home: Path
+
+    @property
+    def token(self) -> str:
+        return (self.home / "server-token").read_text().strip()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def key(self) -> tuple[str, str]:
+        from trainmon import access_keys
+
+        key = min(access_keys.load(self.home).values(), key=lambda key: key.CreateDate)
+        return key.AccessKeyId, key.SecretAccessKey
+
+    def sign_in(self, context: Any) -> None:
+        """A browser context signed in, as the link `trainmon console` prints signs one in."""
+        from trainmon.server import auth
+
+        page = context.new_page()
+        page.goto(f"{self.url}/login?code={auth.sign_in_code(self.token)}")
+        page.close()
+
+
 @contextmanager
-def running_server(home: Path) -> Iterator[str]:
+def running_server(home: Path) -> Iterator[Served]:
     process = subprocess.Popen([sys.executable, "-m", "trainmon", "server", "--port", "0"], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=child_env(TRAINMON_HOME=str(home)))
     assert process.stdout is not None
@@ -55,7 +87,7 @@ def running_server(home: Path) -> Iterator[str]:
         if found is None:
             raise RuntimeError(f"trainmon server did not start: {line}{process.stdout.read()}")
         threading.Thread(target=process.stdout.read, daemon=True).start()  # keep its pipe drained
-        yield found.group(1)
+        yield Served(found.group(1), home)
     finally:
         process.send_signal(2)
         process.wait(30)
@@ -69,14 +101,14 @@ def _create(client: Any, name: str, command: list[str], definitions: list[dict[s
     answer.raise_for_status()
 
 
-def live(url: str, work: Path, count: int) -> list[float]:
+def live(server: Served, work: Path, count: int) -> list[float]:
     """Seconds from print to arrival in the job's event stream, for each point."""
     import httpx
 
     command = [sys.executable, str(JOBS), "stamped", "--report", str(work / "live.json"), "--count", str(count),
                "--interval-ms", str(LIVE_INTERVAL_MS), "--delay-s", "1.0"]
     latencies: dict[int, float] = {}
-    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=TIMEOUT_S) as client:
         _create(client, "live", command, [{"Name": "sent", "Regex": r"t=([0-9.]+)"}])
         with client.stream("GET", "/api/jobs/live/events?since=0&logs=0") as response:
             event = ""
@@ -93,17 +125,17 @@ def live(url: str, work: Path, count: int) -> list[float]:
     return list(latencies.values())
 
 
-def load(url: str, work: Path) -> dict[str, tuple[float, float, int]]:
+def load(server: Served, work: Path) -> dict[str, tuple[float, float, int]]:
     """Per request kind: (requests/s, p99 seconds, failed requests) under LOAD_THREADS clients."""
     import httpx
 
     for n in range(LOAD_JOBS):
         command = [sys.executable, str(JOBS), "paced", "--report", str(work / f"load-{n}.json"), "--rate", "200",
                    "--seconds", "120"]
-        with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+        with httpx.Client(base_url=server.url, headers=server.headers, timeout=TIMEOUT_S) as client:
             _create(client, f"load-{n}", command, [{"Name": "loss", "Regex": r"loss=(\S+)"},
                                                   {"Name": "step", "Regex": r"step (\d+)"}])
-    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:  # every job writing before the clock starts
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=TIMEOUT_S) as client:  # every job writing before the clock starts
         deadline = time.monotonic() + TIMEOUT_S
         while time.monotonic() < deadline and sum(
                 bool(j["FinalMetrics"]) for j in client.get("/api/jobs").json()["TrainingJobSummaries"]) < LOAD_JOBS:
@@ -113,14 +145,14 @@ def load(url: str, work: Path) -> dict[str, tuple[float, float, int]]:
         "describe": "/api/jobs/load-3",
         "statistics": "/api/jobs/load-3/metrics/loss/statistics?period=60&stat=p99",
     }
-    results = {label: _hammer(url, path) for label, path in paths.items()}
-    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+    results = {label: _hammer(server, path) for label, path in paths.items()}
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=TIMEOUT_S) as client:
         for n in range(LOAD_JOBS):
             client.post(f"/api/jobs/load-{n}/stop")
     return results
 
 
-def _hammer(url: str, path: str) -> tuple[float, float, int]:
+def _hammer(server: Served, path: str) -> tuple[float, float, int]:
     """LOAD_THREADS clients asking for ``path`` for LOAD_SECONDS: (requests/s, p99 s, failed)."""
     import httpx
 
@@ -128,7 +160,7 @@ def _hammer(url: str, path: str) -> tuple[float, float, int]:
     failed: list[int] = []
 
     def client_loop() -> None:
-        with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+        with httpx.Client(base_url=server.url, headers=server.headers, timeout=TIMEOUT_S) as client:
             stop = time.monotonic() + LOAD_SECONDS
             while time.monotonic() < stop:
                 started = time.perf_counter()
@@ -154,10 +186,10 @@ def run(scale: float = 1.0) -> Report:
         console_figures = console(work, scale)  # first, on a machine no job is busy on
         pipe = through_pipe(work, count)
         home = work / "home"
-        with running_server(home) as url:
-            arrived = live(url, work, count)
-            in_chart = chart_latency(url, work, count)
-            served = load(url, work)  # last: its jobs are still stopping when it ends
+        with running_server(home) as server:
+            arrived = live(server, work, count)
+            in_chart = chart_latency(server, work, count)
+            served = load(server, work)  # last: its jobs are still stopping when it ends
     report.check(len(arrived) == count, f"every point reached the event stream ({len(arrived)} of {count})")
     if arrived:
         table(["path", "median ms", "p99 ms"],
@@ -197,13 +229,13 @@ def run(scale: float = 1.0) -> Report:
     return report
 
 
-def chart_latency(url: str, work: Path, count: int) -> list[float] | None:
+def chart_latency(server: Served, work: Path, count: int) -> list[float] | None:
     if shutil.which("chromium") is None:
         return None
     try:
         from .console_pages import live_in_chart
 
-        return live_in_chart(url, work, count, LIVE_INTERVAL_MS)
+        return live_in_chart(server, work, count, LIVE_INTERVAL_MS)
     except ImportError:
         return None
 

@@ -291,6 +291,34 @@ class ServerProcess:
     output: list[str]
     _reader: Any = None
 
+    @property
+    def token(self) -> str:
+        """The access token the server made in its data directory."""
+        return (self.home / "server-token").read_text().strip()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a script sends to be let in: the token, as a bearer token."""
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def key(self) -> Any:
+        """The access key the server issued on its first start."""
+        from trainmon import access_keys
+
+        return min(access_keys.load(self.home).values(), key=lambda key: key.CreateDate)
+
+    def aws_env(self) -> dict[str, str]:
+        """The environment ``trainmon credentials env`` gives an AWS client."""
+        return {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": self.key.AccessKeyId,
+                "AWS_SECRET_ACCESS_KEY": self.key.SecretAccessKey, "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def sign_in_url(self) -> str:
+        """A one-time sign-in link, as ``trainmon console`` prints it."""
+        from trainmon.server import auth
+
+        return f"{self.url}/login?code={auth.sign_in_code(self.token)}"
+
     def stop(self) -> int:
         if self.process.poll() is None:
             self.process.send_signal(2)  # SIGINT, as Ctrl-C
@@ -304,6 +332,20 @@ class ServerProcess:
         if self.process.stdout is not None:
             self.process.stdout.close()
         return status
+
+
+def signed_post(server: ServerProcess, service: str, body: bytes, headers: dict[str, str], path: str = "/") -> Any:
+    """A POST signed by botocore's own signer with the server's key, sent by httpx as it is (for
+    what boto3 would not send)."""
+    import botocore.auth
+    import botocore.awsrequest
+    import botocore.credentials
+    import httpx
+
+    request = botocore.awsrequest.AWSRequest("POST", server.url + path, data=body, headers=headers)
+    credentials = botocore.credentials.Credentials(server.key.AccessKeyId, server.key.SecretAccessKey)
+    botocore.auth.SigV4Auth(credentials, service, "us-east-1").add_auth(request)
+    return httpx.post(server.url + path, content=body, headers=dict(request.headers.items()), timeout=60)
 
 
 def start_server(home: Path, *args: str, database_url: str = "", env: dict[str, str] | None = None) -> ServerProcess:

@@ -686,11 +686,10 @@ def test_the_alarm_commands(home: Path) -> None:
 def test_boto3_against_a_real_server(home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     server = start_server(home)
     try:
-        for variable, value in (("AWS_ENDPOINT_URL", server.url), ("AWS_ACCESS_KEY_ID", "test"),
-                                ("AWS_SECRET_ACCESS_KEY", "test"), ("AWS_DEFAULT_REGION", "us-east-1"),
-                                ("AWS_CONFIG_FILE", str(tmp_path / "none")),
+        for variable, value in (*server.aws_env().items(), ("AWS_CONFIG_FILE", str(tmp_path / "none")),
                                 ("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))):
             monkeypatch.setenv(variable, value)
+        monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # (whose credentials are another test's server's)
         cw = boto3.client("cloudwatch", config=Config(retries={"max_attempts": 1}))
         # no data and TreatMissingData ignore: the server's own evaluations keep whatever state is set
         quiet = {**BASE, "TreatMissingData": "ignore", "Dimensions": [{"Name": "Run", "Value": "wire"}]}

@@ -22,7 +22,7 @@ from botocore.config import Config
 from trainmon import access_keys
 from trainmon.server.aws import sigv4
 
-from .conftest import PY, ServerProcess, start_server
+from .conftest import PY, ServerProcess, signed_post, start_server
 
 REGION = "us-east-1"
 GROUP = "/aws/sagemaker/TrainingJobs"
@@ -32,10 +32,9 @@ FAST_WAITER = {"Delay": 1, "MaxAttempts": 300}
 @pytest.fixture
 def aws_env(server: ServerProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ServerProcess:
     """What a user sets: the endpoint and a key, and no configuration of their own."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    for variable, value in server.aws_env().items():  # what `trainmon credentials env` prints
+        monkeypatch.setenv(variable, value)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # (whose credentials are another test's server's)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     return server
@@ -398,18 +397,18 @@ def test_signature_expiry_is_fifteen_minutes_either_way() -> None:
     assert check(at_noon - 16 * 60) == "expired"
 
 
-def test_beyond_loopback_requests_must_be_signed_with_an_issued_key(home: Path, tmp_path: Path) -> None:
-    started = start_server(home, "--host", "0.0.0.0")
+def test_every_request_must_be_signed_with_an_issued_key_on_loopback_too(home: Path, tmp_path: Path) -> None:
+    started = start_server(home)
     try:
-        url = started.url.replace("0.0.0.0", "127.0.0.1")
-        client = boto3.client("sagemaker", endpoint_url=url, region_name=REGION, aws_access_key_id="test",
-                              aws_secret_access_key="test", config=Config(retries={"max_attempts": 1}))
-        with pytest.raises(botocore.exceptions.ClientError) as refused:
-            client.list_training_jobs()
-        assert refused.value.response["Error"]["Code"] == "UnrecognizedClientException"
-        key = access_keys.create(home)
-        signed = boto3.client("sagemaker", endpoint_url=url, region_name=REGION, aws_access_key_id=key.AccessKeyId,
-                              aws_secret_access_key=key.SecretAccessKey)
+        for key, secret in (("test", "test"), ("AKIAUNKNOWN000000000", started.key.SecretAccessKey)):
+            client = boto3.client("sagemaker", endpoint_url=started.url, region_name=REGION, aws_access_key_id=key,
+                                  aws_secret_access_key=secret, config=Config(retries={"max_attempts": 1}))
+            with pytest.raises(botocore.exceptions.ClientError) as refused:
+                client.list_training_jobs()
+            assert refused.value.response["Error"]["Code"] == "UnrecognizedClientException"
+        key = access_keys.create(home)  # a key issued while the server runs is taken at once
+        signed = boto3.client("sagemaker", endpoint_url=started.url, region_name=REGION,
+                              aws_access_key_id=key.AccessKeyId, aws_secret_access_key=key.SecretAccessKey)
         assert signed.list_training_jobs()["TrainingJobSummaries"] == []
     finally:
         started.stop()
@@ -435,19 +434,18 @@ def test_a_cross_site_form_post_is_refused(server: ServerProcess) -> None:
                                                 "MetricData.member.1.MetricName": "m",
                                                 "MetricData.member.1.Value": "1"},
                         headers={"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"})
-    assert answer.status_code == 403 and b"AccessDenied" in answer.content
+    assert answer.status_code == 403 and answer.json()["error"]["code"] == "Forbidden"
 
 
 
 def test_compressed_bodies_are_inflated_within_bounds(server: ServerProcess) -> None:
-    import httpx
 
     headers = {"X-Amz-Target": "GraniteServiceVersion20100801.ListMetrics", "Content-Type":
                "application/x-amz-json-1.0", "Content-Encoding": "gzip"}
-    small = httpx.post(server.url + "/", content=gzip.compress(b'{"Namespace": "None/Here"}'), headers=headers)
+    small = signed_post(server, "monitoring", gzip.compress(b'{"Namespace": "None/Here"}'), headers)
     assert small.status_code == 200 and small.json() == {"Metrics": []}
     bomb = gzip.compress(b"{" + b" " * (40 << 20) + b"}")  # 40 KB that would be 40 MB
-    refused = httpx.post(server.url + "/", content=bomb, headers=headers)
+    refused = signed_post(server, "monitoring", bomb, headers)
     assert refused.status_code == 413 and refused.json()["__type"] == "RequestEntityTooLarge"
-    damaged = httpx.post(server.url + "/", content=gzip.compress(b"{}")[:-6], headers=headers)
+    damaged = signed_post(server, "monitoring", gzip.compress(b"{}")[:-6], headers)
     assert damaged.status_code == 400 and damaged.json()["__type"] == "SerializationException"

@@ -63,7 +63,7 @@ DEFINITIONS = [{"Name": "loss", "Regex": r"loss=(\S+)"}, {"Name": "step", "Regex
 def call(server: ServerProcess, method: str, path: str, body: Any = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(server.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **server.headers})
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
 
@@ -109,10 +109,13 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+def page(browser: Any, server: ServerProcess) -> Iterator[Any]:
+    """A tab signed in to the server's console, as `trainmon console`'s link signs one in."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(WAIT_MS)
     tab = context.new_page()
+    tab.goto(server.sign_in_url())
+    assert tab.url == server.url + "/", tab.url
     errors: list[str] = []
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
     yield tab

@@ -201,7 +201,7 @@ def test_readme_tour_runs(tmp_path: Path) -> None:
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             if line.startswith("trainmon server"):  # it serves until stopped: see that it serves the tour's job
-                _serve_once(line, work, env)
+                _serve_once(line.split(" #")[0].strip(), work, env)
                 ran += 1
                 continue
             result = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True,
@@ -230,7 +230,9 @@ def _serve_once(line: str, work: Path, env: dict[str, str]) -> None:
         first = server.stdout.readline()
         found = re.search(r"(http://\S+)/ ", first)
         assert found, f"README command failed: {line}\n{first}{server.stdout.read()}"
-        with urllib.request.urlopen(found.group(1) + "/api/jobs", timeout=60) as answer:
+        token = (Path(env["TRAINMON_HOME"]) / "server-token").read_text().strip()  # what the server made
+        request = urllib.request.Request(found.group(1) + "/api/jobs", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
             jobs = json.load(answer)["TrainingJobSummaries"]
         assert "my-job" in [job["TrainingJobName"] for job in jobs]
     finally:

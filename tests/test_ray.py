@@ -459,11 +459,13 @@ def test_the_model_archive_goes_to_an_s3_compatible_service_from_algo_1s_node(su
 
     service = start_server(tmp_path / "s3-home")  # a real S3-compatible service: trainmon's own gateway
     try:
-        s3 = boto3.client("s3", endpoint_url=service.url, aws_access_key_id="test", aws_secret_access_key="test",
-                          region_name="us-east-1")
+        key = service.key  # the one the service issued on its first start
+        s3 = boto3.client("s3", endpoint_url=service.url, aws_access_key_id=key.AccessKeyId,
+                          aws_secret_access_key=key.SecretAccessKey, region_name="us-east-1")
         s3.create_bucket(Bucket="models")
         cluster.aws_config.write_text(  # what each node's AWS configuration says, as an operator would set it
-            f"[default]\nregion = us-east-1\naws_access_key_id = test\naws_secret_access_key = test\n"
+            f"[default]\nregion = us-east-1\naws_access_key_id = {key.AccessKeyId}\n"
+            f"aws_secret_access_key = {key.SecretAccessKey}\n"
             f"endpoint_url = {service.url}\ns3 =\n    addressing_style = path\n", encoding="utf-8")
         script = job(submitter, tmp_path, MODEL_JOB, "model")
         done = submitter.run("run", "--name", "tos3", "--launcher", "ray", "--instance-count", "2",

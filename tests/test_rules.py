@@ -855,7 +855,7 @@ def test_list_rule_findings_through_the_server(server: ServerProcess, script: Sc
     """)
     code, _, _ = _run("served", job, "ExplodingTensor")
     assert code == 0
-    with httpx.Client(base_url=server.url, timeout=60) as http:
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as http:
         answer = http.post("/api/trainmon/ListRuleFindings", json={"TrainingJobName": "served"}).json()
         described = http.get("/api/jobs/served").json()
     assert answer["Rules"][0]["RuleEvaluationStatus"] == "IssuesFound"

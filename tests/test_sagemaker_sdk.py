@@ -38,10 +38,7 @@ def _run_with_sdk(server: ServerProcess, tmp_path: Path, body: str) -> dict[str,
     path.write_text(textwrap.dedent(body), encoding="utf-8")
     env = {
         **os.environ,
-        "AWS_ENDPOINT_URL": server.url,
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
+        **server.aws_env(),
         "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
         "SAGEMAKER_SUPPRESS_V2_WARNING": "1",
@@ -112,8 +109,7 @@ def test_an_estimator_fits_streams_its_log_and_has_analytics(server: ServerProce
     download = tmp_path / "model.tar.gz"
     copied = subprocess.run([sys.executable, "-m", "awscli", "s3", "cp", str(found["model"]), str(download)],
                             capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "AWS_ENDPOINT_URL": server.url, "AWS_ACCESS_KEY_ID": "test",
-                                 "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"})
+                            env={**os.environ, **server.aws_env()})
     assert copied.returncode == 0, copied.stderr
     with tarfile.open(download) as archive:
         archive.getmembers()  # a whole gzip tarball

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import re
-import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -65,7 +64,7 @@ def _stop_every_job() -> Iterator[None]:
 
 @pytest.fixture
 def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=60) as client:
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as client:
         yield client
 
 
@@ -135,7 +134,7 @@ def test_the_live_stream_sends_the_definitions_counts_and_the_rules_statuses(htt
 def test_a_job_through_the_api_from_start_to_end(store_target: StoreTarget, script: Any, tmp_path: Path) -> None:
     server = start_server(store_target.home, database_url=store_target.database_url)
     try:
-        with httpx.Client(base_url=server.url, timeout=60) as client:
+        with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as client:
             stop = start_job(client, script, tmp_path, "api-job")
             seen = wait_for(client, "api-job", lambda e, d, s: len(s["points"].get("loss", [])) >= 21
                             and len(s["log"]) >= 21)  # a poll sends its points before its records
@@ -285,45 +284,6 @@ def test_prometheus_scrapes_running_jobs(http: httpx.Client, script: Any, tmp_pa
 # -- who may talk to the server -------------------------------------------------------------------
 
 
-def test_a_request_from_another_site_changes_nothing(http: httpx.Client, script: Any, tmp_path: Path) -> None:
-    stop = start_job(http, script, tmp_path, "guarded", steps=1)
-    for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}, {"Origin": "null"}):
-        answer = http.post("/api/jobs/guarded/stop", headers=headers)
-        assert answer.status_code == 403 and answer.json()["error"]["code"] == "Forbidden"
-    assert http.get("/api/jobs/guarded").json()["Job"]["TrainingJobStatus"] == "InProgress"
-    same = http.post("/api/jobs/guarded/stop", headers={"Origin": str(http.base_url).rstrip("/")})
-    assert same.status_code == 200
-    stop.touch()
-
-
-def test_an_address_other_than_loopback_needs_the_token(home: Path) -> None:
-    server = start_server(home, "--host", "0.0.0.0")
-    try:
-        printed = "".join(server.output)
-        token = (home / "server-token").read_text().strip()
-        assert token in printed and stat.S_IMODE((home / "server-token").stat().st_mode) == 0o600
-        url = server.url.replace("0.0.0.0", "127.0.0.1")
-        with httpx.Client(base_url=url, timeout=60) as client:
-            for path in ("/api/jobs", "/api/events", "/metrics", "/api/openapi.json"):
-                refused = client.get(path)
-                assert refused.status_code == 401 and refused.json()["error"]["code"] == "Unauthorized"
-            assert client.get("/").status_code == 303  # a page sends the visitor to sign in
-            assert client.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 303
-            assert client.get("/api/jobs", params={"token": token}).status_code == 401  # never in a URL
-            assert client.get("/api/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
-            assert client.post("/login", data={"token": "wrong"}).status_code == 401
-            signed_in = client.post("/login", data={"token": token})
-            assert signed_in.status_code == 303 and "httponly" in signed_in.headers["set-cookie"].lower()
-            assert client.get("/api/jobs").status_code == 200  # the cookie
-    finally:
-        server.stop()
-    again = start_server(home, "--host", "0.0.0.0")  # the same token, not printed again
-    try:
-        assert token not in "".join(again.output)
-    finally:
-        again.stop()
-
-
 @pytest.mark.parametrize("problem", ["missing", "readable by others", "empty"])
 def test_a_server_without_a_usable_token_refuses_to_start(home: Path, tmp_path: Path, problem: str) -> None:
     token_file = tmp_path / "token"
@@ -331,7 +291,7 @@ def test_a_server_without_a_usable_token_refuses_to_start(home: Path, tmp_path: 
         token_file.write_text("" if problem == "empty" else "a-token-of-enough-length-here")
         token_file.chmod(0o644 if problem == "readable by others" else 0o600)
     with pytest.raises(AssertionError, match="did not start") as info:
-        start_server(home, "--host", "0.0.0.0", "--token-file", str(token_file))
+        start_server(home, "--token-file", str(token_file))
     assert {"missing": "No such file", "readable by others": "chmod 600", "empty": "empty"}[problem] in str(info.value)
 
 
@@ -342,14 +302,15 @@ def test_servers_over_one_store_see_the_same_jobs_and_jobs_outlive_them(home: Pa
                                                                         tmp_path: Path) -> None:
     first, second = start_server(home), start_server(home)
     try:
-        with httpx.Client(base_url=first.url, timeout=60) as one, httpx.Client(base_url=second.url, timeout=60) as two:
+        with httpx.Client(base_url=first.url, headers=first.headers, timeout=60) as one, \
+                httpx.Client(base_url=second.url, headers=second.headers, timeout=60) as two:
             stop = start_job(one, script, tmp_path, "shared", steps=3)
             assert [j["TrainingJobName"] for j in two.get("/api/jobs").json()["TrainingJobSummaries"]] == ["shared"]
             wait_for(two, "shared", lambda e, d, s: len(s["points"].get("step", [])) >= 3)
     finally:
         assert first.stop() == 0
     try:  # the job's supervisor is its own process: it goes on without the server that started it
-        with httpx.Client(base_url=second.url, timeout=60) as two:
+        with httpx.Client(base_url=second.url, headers=second.headers, timeout=60) as two:
             assert two.get("/api/jobs/shared").json()["Job"]["TrainingJobStatus"] == "InProgress"
             stop.touch()
             wait_for(two, "shared", lambda e, d, s: e == "end")

@@ -30,7 +30,7 @@ GROUPS = {  # each module of commands, and the commands it adds, in the order `t
     "metrics": ("metrics", "export", "profile", "put-metric-data", "maintain"),
     "report": ("report",),
     "alarms": ("alarm",),
-    "server": ("server", "credentials"),
+    "server": ("server", "console", "credentials"),
 }
 
 

@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import hmac
 import json
+import logging
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,6 +41,7 @@ from .jsonio import body, error_reply, reply
 
 CONSOLE = Path(__file__).resolve().parent.parent / "console"
 RECORD_CONTEXT_MOST = 200
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -485,7 +488,7 @@ _PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
                                "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # (no-referrer would send a form's Origin as null, refused as another site's)
 }
 
 _REPORT_HEADERS = {
@@ -497,30 +500,55 @@ _REPORT_HEADERS = {
 }
 
 _LOGIN = """<!doctype html><meta charset="utf-8"><title>trainmon: sign in</title>
-<style>body{font:15px system-ui,sans-serif;margin:15vh auto;max-width:24rem;color:#222}
+<style>body{font:15px system-ui,sans-serif;margin:15vh auto;max-width:26rem;color:#222}
 input{font:inherit;width:100%;box-sizing:border-box;padding:.4rem;margin:.5rem 0}
-button{font:inherit;padding:.4rem 1rem}.error{color:#b00}</style>
-<h1>trainmon</h1><p>This server needs its access token (printed when it first started; it is in the data
-directory's <code>server-token</code>).</p>{error}
+button{font:inherit;padding:.4rem 1rem}.error{color:#b00}code{background:#f3f3f3;padding:0 .2rem}</style>
+<h1>trainmon</h1>{error}<p>To sign this browser in, run <code>trainmon console</code> on the server's machine, as
+the user who runs the server: it prints a link that signs in once.</p>
+<p>Or paste the server's access token (the data directory's <code>server-token</code>):</p>
 <form method="post" action="/login"><input name="token" type="password" autocomplete="current-password"
-placeholder="access token" autofocus><button>Sign in</button></form>"""
+placeholder="access token" aria-label="access token" autofocus><button>Sign in</button></form>"""
+
+
+def _login_page(error: str = "", status: int = 200) -> Response:
+    shown = f'<p class="error" role="alert">{error}</p>' if error else ""
+    return HTMLResponse(_LOGIN.replace("{error}", shown), status, headers=_PAGE_HEADERS)
+
+
+def _signed_in(request: Request, access: auth.Access) -> Response:
+    response: Response = RedirectResponse("/", 303)
+    assert access.token is not None
+    response.set_cookie(access.cookie, auth.session_value(access.token), max_age=auth.SESSION_S, httponly=True,
+                        samesite="strict", secure=request.url.scheme == "https")
+    return response
 
 
 async def login(request: Request) -> Response:
-    token: str | None = request.app.state.settings.token
+    """The sign-in page: a one-time link's code (``?code=``) or the token in the form sets the
+    session cookie."""
+    access: auth.Access = request.app.state.access
+    if access.token is None:
+        return RedirectResponse("/", 303)
     if request.method == "GET":
-        return HTMLResponse(_LOGIN.replace("{error}", ""), headers=_PAGE_HEADERS)
+        code = request.query_params.get("code")
+        if code is None:
+            return _login_page()
+        if access.sign_ins.take(access.token, code):
+            return _signed_in(request, access)
+        return _login_page("That sign-in link has expired or was used already: run <code>trainmon console</code> "
+                           "for another.", 401)
     form = parse_qs((await request.body())[:4096].decode("utf-8", "replace"))  # one field: no form parser needed
     given = (form.get("token") or [""])[0].strip()
+    if hmac.compare_digest(given.encode(), access.token.encode()):
+        return _signed_in(request, access)
+    return _login_page("That is not the access token.", 401)
 
-    if token is None or hmac.compare_digest(given.encode(), token.encode()):
-        response: Response = RedirectResponse("/", 303)
-        if token is not None:
-            response.set_cookie(auth.COOKIE, token, httponly=True, samesite="strict",
-                                secure=request.url.scheme == "https")
-        return response
-    return HTMLResponse(_LOGIN.replace("{error}", '<p class="error">That is not the token.</p>'), 401,
-                        headers=_PAGE_HEADERS)
+
+async def logout(request: Request) -> Response:
+    access: auth.Access = request.app.state.access
+    response: Response = RedirectResponse("/login", 303)
+    response.delete_cookie(access.cookie, httponly=True, samesite="strict")
+    return response
 
 
 async def openapi(request: Request) -> Response:
@@ -544,7 +572,11 @@ async def not_found(request: Request, exc: Exception) -> Response:
 
 
 async def internal_error(request: Request, exc: Exception) -> Response:
-    return error_reply(TrainmonError(f"the server failed on this request: {type(exc).__name__}: {exc}"))
+    """A fault of the server's own: logged here in full, answered with an id to find it by (never
+    the exception's text, which may name files and settings)."""
+    incident = secrets.token_hex(6)
+    log.error("incident %s: %s %s failed", incident, request.method, request.url.path, exc_info=exc)
+    return error_reply(TrainmonError(f"the server failed on this request (incident {incident} in its log)"))
 
 
 # -- the application ------------------------------------------------------------------------------
@@ -552,20 +584,19 @@ async def internal_error(request: Request, exc: Exception) -> Response:
 
 @dataclass
 class Settings:
-    token: str | None = None  # required of every request when set
+    access: auth.Access  # who may talk to the server (auth.py)
     poll_s: float = 0.25  # how often live streams look for news
     maintain: bool = True  # run the store's maintainer
-    require_signatures: bool = False  # AWS requests must be signed with an issued key (beyond loopback)
 
 
-def create_app(store: Store, settings: Settings | None = None) -> Any:
+def create_app(store: Store, settings: Settings) -> Any:
     """The server's ASGI application over ``store`` (which it closes when it stops)."""
-    settings = settings or Settings()
     routes: list[Any] = [_route(endpoint) for endpoint in ROUTES]
     routes += [
         Route("/api/openapi.json", openapi, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/login", login, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
         Route("/", page, methods=["GET"]),
         Route("/jobs/{rest:path}", page, methods=["GET"]),
         Route("/compare", page, methods=["GET"]),
@@ -599,7 +630,8 @@ def create_app(store: Store, settings: Settings | None = None) -> Any:
                     exception_handlers={404: not_found, 405: not_found, Exception: internal_error})
     app.state.store = store
     app.state.settings = settings
-    from .aws import AwsSettings, Gateway
+    app.state.access = settings.access
+    from .aws import Gateway
 
-    return Gateway(auth.Guard(app, settings.token), store, AwsSettings(settings.require_signatures))
+    return auth.Guard(app, Gateway(store, require_signatures=settings.access.credentials_required), settings.access)
 

@@ -43,9 +43,10 @@ def document(routes: Iterable[Endpoint]) -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "trainmon", "version": __version__,
-                 "description": "trainmon's JSON API: jobs, metrics, logs and live updates. On an address other "
-                                "than loopback every request needs the access token (Authorization: Bearer)."},
+                 "description": "trainmon's JSON API: jobs, metrics, logs and live updates. Every request needs "
+                                "the access token (Authorization: Bearer) or a console session."},
         "paths": paths,
         "components": {"schemas": {"Error": ERROR},
                        "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"token": []}],
     }

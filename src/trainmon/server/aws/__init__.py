@@ -9,54 +9,57 @@ console. Each operation is the operations layer's function of the same name
 (:data:`trainmon.api.SERVICES`); this package only speaks the protocols (:mod:`.protocols`) and
 checks signatures (:mod:`.sigv4`) against the keys ``trainmon credentials create`` issues.
 
-Signatures are required when the server listens beyond loopback, or once any key was issued; a
-loopback server with no keys takes any signer (``AWS_ACCESS_KEY_ID=test``).
+Every request must be signed by an issued key, on loopback too (:mod:`trainmon.server.auth`
+says why); only a server started with ``--no-credentials`` takes any signer, or none.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import uuid
 import zlib
-from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
 import anyio
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from ... import access_keys, api
 from ...errors import PayloadTooLarge, TrainmonError
 from ...store import Store
-from .. import auth
 from ..jsonio import MAX_BODY_BYTES, read_body
+from .bodies import Payload
 from .protocols import BY_TARGET, PROTOCOLS, QUERY_SERVICES, Protocol, SerializationError, Service
-from .sigv4 import SignatureError, Signed, claimed, decoded_query, is_presigned_v2, verify, verify_presigned_v2
+from .sigv4 import (
+    SIGNED_CHUNKS,
+    UNSIGNED,
+    ChunkSignatures,
+    SignatureError,
+    Signed,
+    claimed,
+    decoded_query,
+    is_presigned_v2,
+    verify,
+    verify_presigned_v2,
+)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class AwsSettings:
-    require_signatures: bool = False  # beyond loopback: every request signed with an issued key
+STREAMING_PAYLOADS = (*SIGNED_CHUNKS, "STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class Gateway:
-    """ASGI middleware: AWS's protocols here, everything else to ``app``."""
+    """The AWS protocols' door: a request :func:`classify` gave a kind is checked and served here."""
 
-    def __init__(self, app: ASGIApp, store: Store, settings: AwsSettings) -> None:
-        self.app = app
+    def __init__(self, store: Store, require_signatures: bool = True) -> None:
         self.store = store
-        self.settings = settings
+        self.require_signatures = require_signatures
         self._keys: tuple[float, dict[str, access_keys.AccessKey]] = (-1.0, {})
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = classify(scope) if scope["type"] == "http" else None
-        if kind is None:
-            await self.app(scope, receive, send)
-            return
+    async def __call__(self, kind: str, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         response = await self.handle(kind, request)
         await response(scope, receive, send)
@@ -79,7 +82,7 @@ class Gateway:
         if kind == "query":
             operation = _action(body) or operation
         refused = self._refusal(request, headers, query, hashlib.sha256(body).hexdigest(), service.signing_name)
-        if refused is not None:
+        if isinstance(refused, SignatureError):
             return protocol.error(service, *_auth_error(kind, refused), 403, request_id)
         if headers.get("content-encoding", "").strip().lower() == "gzip":  # botocore compresses large bodies
             try:
@@ -108,29 +111,39 @@ class Gateway:
 
     async def _s3(self, request: Request, headers: dict[str, str], query: list[tuple[str, str]],
                   request_id: str) -> Response:
-        payload = headers.get("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
-        refused = self._refusal(request, headers, query, payload, "s3")
-        if refused is not None:  # the body is left unread, so the connection cannot go on after it
-            refusal = _s3_error(*_auth_error("s3", refused), 403, request_id, head=request.method == "HEAD")
-            refusal.headers["connection"] = "close"
-            return refusal
         from . import s3
 
-        response: Response = await s3.handle(request, self.store.home)
+        head = request.method == "HEAD"
+        presigned = "authorization" not in headers
+        payload = headers.get("x-amz-content-sha256", UNSIGNED if presigned else "")
+        if not payload:  # (the body is left unread, so the connection cannot go on after any of these)
+            return _closing(_s3_error("InvalidRequest", "Missing required header for this request: "
+                                      "x-amz-content-sha256", 400, request_id, head=head))
+        if not presigned and payload != UNSIGNED and payload not in STREAMING_PAYLOADS and \
+                not _SHA256_HEX.fullmatch(payload):
+            return _closing(_s3_error("InvalidArgument", "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+                                      f"{', '.join(STREAMING_PAYLOADS)} or a SHA-256 in hex", 400, request_id,
+                                      head=head))
+        refused = self._refusal(request, headers, query, payload, "s3")
+        if isinstance(refused, SignatureError):
+            status = 400 if refused.reason == "query-parameters" else 403
+            return _closing(_s3_error(*_auth_error("s3", refused), status, request_id, head=head))
+        chunks = ChunkSignatures.of(*refused, payload) if refused is not None and payload in SIGNED_CHUNKS else None
+        response: Response = await s3.handle(request, self.store.home, Payload(payload, chunks))
         return response
 
     def _refusal(self, request: Request, headers: dict[str, str], query: list[tuple[str, str]], payload_hash: str,
-                 signing_name: str) -> SignatureError | None:
-        """Why the request may not be served (another site's page, a bad signature), or None."""
-        if request.method not in auth.SAFE_METHODS and not auth.same_origin(request.scope):
-            return SignatureError("forbidden", "a request that changes state must not come from another site's page")
+                 signing_name: str) -> SignatureError | tuple[Signed, str] | None:
+        """Why the request may not be served (no signature, a bad one); or, when it may, the
+        Signature Version 4 it carries and its key's secret (None for version 2, or a server that
+        takes any signer)."""
         try:
             signed = claimed(headers, query)
         except SignatureError as exc:
             return exc
+        if not self.require_signatures:
+            return None  # --no-credentials: the operator chose to take any signer, or none
         keys = self._issued()
-        if not keys and not self.settings.require_signatures:
-            return None  # loopback, no key issued: any signer (or none) is this machine's user
         if signed is None and signing_name == "s3" and is_presigned_v2(query):
             try:
                 verify_presigned_v2(request.method, _raw_path(request), query, headers,
@@ -140,7 +153,8 @@ class Gateway:
             return None
         if signed is None:
             return SignatureError("missing", "Missing Authentication Token")
-        return _checked(signed, request, query, headers, payload_hash, keys, signing_name)
+        refused = _checked(signed, request, query, headers, payload_hash, keys, signing_name)
+        return refused or (signed, keys[signed.access_key].SecretAccessKey)
 
     def _issued(self) -> dict[str, access_keys.AccessKey]:
         """The issued keys, read again whenever their file changes."""
@@ -262,10 +276,15 @@ _AUTH_CODES = {
     "unknown-key": ("UnrecognizedClientException", "InvalidClientTokenId", "InvalidAccessKeyId"),
     "mismatch": ("InvalidSignatureException", "SignatureDoesNotMatch", "SignatureDoesNotMatch"),
     "expired": ("InvalidSignatureException", "SignatureDoesNotMatch", "AccessDenied"),
-    "forbidden": ("AccessDeniedException", "AccessDenied", "AccessDenied"),
+    "query-parameters": ("IncompleteSignatureException", "IncompleteSignature", "AuthorizationQueryParametersError"),
 }
 _UNKNOWN_KEY = {"json": "The security token included in the request is invalid.",
                 "s3": "The AWS Access Key Id you provided does not exist in our records."}
+
+
+def _closing(response: Response) -> Response:
+    response.headers["connection"] = "close"
+    return response
 
 
 def _s3_error(code: str, message: str, status: int, request_id: str, head: bool = False) -> Response:
@@ -285,4 +304,4 @@ def _auth_error(kind: str, refused: SignatureError) -> tuple[str, str]:
     return code, message
 
 
-__all__ = ["AwsSettings", "Gateway", "SerializationError", "classify"]
+__all__ = ["Gateway", "SerializationError", "classify"]

@@ -13,6 +13,7 @@ from starlette.requests import Request
 
 from ...errors import BadDigest, S3Error
 from ...store.objects import StagedFile
+from .sigv4 import ChunkSignatures, SignatureError
 
 CHUNK_LINE_MOST_BYTES = 4096
 
@@ -69,16 +70,51 @@ class Checksum:
         return {f"x-amz-checksum-{name.lower()}": value for name, value in self.stored().items()}
 
 
+class Payload:
+    """What a body must be, as its signature says: ``x-amz-content-sha256``'s SHA-256 (taken again over
+    the bytes as they arrive), ``UNSIGNED-PAYLOAD``, or aws-chunked with each chunk signed
+    (``signatures``; None where the server takes any signer)."""
+
+    def __init__(self, declared: str, signatures: ChunkSignatures | None = None) -> None:
+        self.declared = declared
+        self.signatures = signatures
+        self._hash = hashlib.sha256() if len(declared) == 64 else None
+
+    @property
+    def chunked(self) -> bool:
+        return self.declared.startswith("STREAMING-")
+
+    def update(self, raw: bytes) -> None:
+        if self._hash is not None:
+            self._hash.update(raw)
+
+    def verify(self) -> None:
+        if self._hash is not None and self._hash.hexdigest() != self.declared:
+            raise S3Error("The provided 'x-amz-content-sha256' header does not match what was computed.",
+                          code="XAmzContentSHA256Mismatch", details={"ClientComputedContentSHA256": self.declared,
+                                                                     "S3ComputedContentSHA256":
+                                                                         self._hash.hexdigest()})
+
+
+def _mismatch(exc: SignatureError) -> S3Error:
+    return S3Error(exc.message, code="SignatureDoesNotMatch", http_status=403)
+
+
 class AwsChunked:
     """The framing of an ``aws-chunked`` body taken off as it arrives: chunks of
     ``hex-size[;chunk-signature=...]\\r\\n`` then the bytes and ``\\r\\n``, a chunk of size 0, then
-    trailer lines (``x-amz-checksum-crc32:...``) and an empty line."""
+    trailer lines (``x-amz-checksum-crc32:...``) and an empty line. With ``signatures``, every
+    chunk's signature (and the trailer's, ``x-amz-trailer-signature``) is checked as it ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, signatures: ChunkSignatures | None = None) -> None:
         self._buffer = bytearray()
         self._state = "size"
         self._left = 0
         self.trailers: dict[str, str] = {}
+        self._signatures = signatures
+        self._chunk_signature = ""
+        self._chunk_hash = hashlib.sha256()
+        self._trailer_lines: list[str] = []
 
     def feed(self, data: bytes) -> list[bytes]:
         self._buffer += data
@@ -92,6 +128,14 @@ class AwsChunked:
             self._trailer_line(bytes(self._buffer))  # a last trailer line without its line break
         elif self._state not in ("trailer", "done"):
             raise incomplete("the aws-chunked body ended inside a chunk")
+        if self._signatures is not None and self._signatures.trailer_expected:
+            given = self.trailers.pop("x-amz-trailer-signature", None)
+            if given is None:
+                raise _mismatch(SignatureError("mismatch", "the trailer carries no x-amz-trailer-signature"))
+            try:
+                self._signatures.check_trailer(given, "".join(self._trailer_lines))
+            except SignatureError as exc:
+                raise _mismatch(exc) from None
         return self.trailers
 
     def _step(self, out: list[bytes]) -> bool:
@@ -102,8 +146,11 @@ class AwsChunked:
             del self._buffer[:len(taken)]
             self._left -= len(taken)
             out.append(taken)
+            if self._signatures is not None:
+                self._chunk_hash.update(taken)
             if self._left == 0:
                 self._state = "end"
+                self._chunk_signed()
             return True
         if self._state == "end":
             if len(self._buffer) < 2:
@@ -138,16 +185,32 @@ class AwsChunked:
         return line
 
     def _size_line(self, line: bytes) -> None:
+        size_text, _, extension = line.partition(b";")
         try:
-            size = int(line.split(b";", 1)[0].strip(), 16)
+            size = int(size_text.strip(), 16)
         except ValueError:
             raise incomplete(f"an aws-chunked chunk size is not hexadecimal: {line[:40]!r}") from None
+        name, _, signature = extension.decode("latin-1").partition("=")
+        self._chunk_signature = signature.strip() if name.strip() == "chunk-signature" else ""
         self._left = size
         self._state = "data" if size else "trailer"
+        if not size:
+            self._chunk_signed()  # the last chunk, of no bytes, is signed too
+
+    def _chunk_signed(self) -> None:
+        if self._signatures is None:
+            return
+        try:
+            self._signatures.check_chunk(self._chunk_signature, self._chunk_hash.hexdigest())
+        except SignatureError as exc:
+            raise _mismatch(exc) from None
+        self._chunk_hash = hashlib.sha256()
 
     def _trailer_line(self, line: bytes) -> None:
         name, _, value = line.decode("latin-1").partition(":")
         self.trailers[name.strip().lower()] = value.strip()
+        if name.strip().lower() != "x-amz-trailer-signature":
+            self._trailer_lines.append(f"{name.strip().lower()}:{value.strip()}\n")
 
 
 def incomplete(why: str) -> S3Error:

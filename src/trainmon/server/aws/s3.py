@@ -16,6 +16,7 @@ import base64
 import binascii
 import functools
 import logging
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from ...errors import InvalidRange, S3Error, TrainmonError
 from ...store.objects import LIST_MOST_KEYS, Listing, ObjectInfo, ObjectStore, StagedFile, check_key
-from .bodies import AwsChunked, Checksum, check_md5, incomplete
+from .bodies import AwsChunked, Checksum, Payload, check_md5, incomplete
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -79,8 +80,10 @@ class _Unserved(Exception):
 Handler = Callable[[Request, ObjectStore, _Target], Awaitable[Response]]
 
 
-async def handle(request: Request, home: Path) -> Response:
-    """Serve one S3 request on the object store under ``home``."""
+async def handle(request: Request, home: Path, payload: Payload) -> Response:
+    """Serve one S3 request on the object store under ``home``; its body must be what ``payload``
+    says its signature covers."""
+    request.state.payload = payload
     request_id = secrets.token_hex(8).upper()
     target = _target(request)
     head = request.method == "HEAD"
@@ -386,6 +389,22 @@ def _object_headers(request: Request, info: ObjectInfo, query: Mapping[str, str]
     for name, header in _RESPONSE_OVERRIDES.items():
         if name in query:
             headers[header] = query[name]
+    return _inert(headers)
+
+
+# What a browser would run or render as a document of the console's origin (HTML, SVG, XML, scripts,
+# PDF): such an object is always a download, however it was stored or asked for.
+_ACTIVE = re.compile(r"html|xml|svg|javascript|ecmascript|pdf|x-mixed-replace|^\s*$", re.IGNORECASE)
+
+
+def _inert(headers: dict[str, str]) -> dict[str, str]:
+    """An object's answer made harmless to the console, whose origin it shares: a sandbox that runs
+    nothing and loads nothing (with nosniff, on every answer of the server), and a download for the
+    types a browser would show as a page."""
+    headers["content-security-policy"] = "default-src 'none'; sandbox"
+    disposition = headers.get("content-disposition", "")
+    if _ACTIVE.search(headers.get("content-type", "")) and not disposition.lower().startswith("attachment"):
+        headers["content-disposition"] = "attachment"
     return headers
 
 
@@ -530,16 +549,18 @@ async def _list_multipart_uploads(request: Request, store: ObjectStore, target: 
 async def _receive(request: Request, store: ObjectStore) -> tuple[StagedFile, Checksum]:
     """The request's body in a staged file, its framing off and its digests checked."""
     headers = request.headers
-    chunked = headers.get("x-amz-content-sha256", "").startswith("STREAMING-") or \
-        "aws-chunked" in headers.get("content-encoding", "")
-    decoder = AwsChunked() if chunked else None
+    payload: Payload = request.state.payload
+    chunked = payload.chunked or "aws-chunked" in headers.get("content-encoding", "")
+    decoder = AwsChunked(payload.signatures) if chunked else None
     checksum = Checksum.of(request)
     staged = await _run(store.staging)
     try:
         async for piece in request.stream():
+            payload.update(piece)
             for data in decoder.feed(piece) if decoder is not None else [piece]:
                 staged.write(data)
                 checksum.update(data)
+        payload.verify()
         checksum.verify(decoder.finish() if decoder is not None else {})
         declared = headers.get("x-amz-decoded-content-length") if chunked else headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) != staged.size_bytes:
@@ -552,14 +573,16 @@ async def _receive(request: Request, store: ObjectStore) -> tuple[StagedFile, Ch
 
 
 async def _small_body(request: Request) -> bytes:
+    payload: Payload = request.state.payload
     data = bytearray()
     async for piece in request.stream():
         data += piece
+        payload.update(piece)
         if len(data) > XML_BODY_MOST_BYTES:
             raise S3Error("Your request was too big.", code="MaxMessageLengthExceeded")
-    if request.headers.get("x-amz-content-sha256", "").startswith("STREAMING-") or \
-            "aws-chunked" in request.headers.get("content-encoding", ""):
-        decoder = AwsChunked()
+    payload.verify()
+    if payload.chunked or "aws-chunked" in request.headers.get("content-encoding", ""):
+        decoder = AwsChunked(payload.signatures)
         decoded = b"".join(decoder.feed(bytes(data)))
         decoder.finish()
         return decoded

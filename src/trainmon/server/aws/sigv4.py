@@ -22,7 +22,10 @@ from urllib.parse import quote, unquote
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW_S = 15 * 60
+MAX_PRESIGNED_S = 7 * 86_400  # a presigned URL lives a week at most, as on AWS
 UNSIGNED = "UNSIGNED-PAYLOAD"
+SIGNED_CHUNKS = ("STREAMING-AWS4-HMAC-SHA256-PAYLOAD", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER")
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 _AUTHORIZATION = re.compile(
     r"AWS4-HMAC-SHA256\s+Credential=(?P<credential>[^,\s]+),\s*SignedHeaders=(?P<headers>[^,\s]+),"
@@ -31,7 +34,8 @@ _AUTHORIZATION = re.compile(
 
 class SignatureError(Exception):
     """Why a request's signature is not good: ``reason`` is one of ``missing``, ``malformed``,
-    ``unknown-key``, ``mismatch`` and ``expired``; each protocol words it as AWS does."""
+    ``unknown-key``, ``mismatch``, ``expired`` and ``query-parameters`` (a presigned URL's that
+    cannot be); each protocol words it as AWS does."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -53,6 +57,49 @@ class Signed:
     presigned: bool = False
     expires_s: int | None = None
 
+    @property
+    def scope(self) -> str:
+        return f"{self.date}/{self.region}/{self.service}/aws4_request"
+
+
+def signing_key(secret: str, signed: Signed) -> bytes:
+    key = f"AWS4{secret}".encode()
+    for part in (signed.date, signed.region, signed.service, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    return key
+
+
+@dataclass
+class ChunkSignatures:
+    """The signatures of a ``STREAMING-AWS4-HMAC-SHA256-PAYLOAD`` body's chunks, each chaining the one
+    before it (the first, the request's own): each signs the SHA-256 of its chunk's bytes; with
+    ``-TRAILER``, a last one (``x-amz-trailer-signature``) signs the trailer lines."""
+
+    key: bytes
+    amz_date: str
+    scope: str
+    previous: str  # the request's signature, then each chunk's in turn
+    trailer_expected: bool = False
+
+    @classmethod
+    def of(cls, signed: Signed, secret: str, payload: str) -> ChunkSignatures:
+        return cls(signing_key(secret, signed), signed.amz_date, signed.scope, signed.signature,
+                   payload.endswith("-TRAILER"))
+
+    def check_chunk(self, given: str, data_sha256: str) -> None:
+        self._check(given, "AWS4-HMAC-SHA256-PAYLOAD", EMPTY_SHA256, data_sha256)
+
+    def check_trailer(self, given: str, trailer_lines: str) -> None:
+        self._check(given, "AWS4-HMAC-SHA256-TRAILER", hashlib.sha256(trailer_lines.encode()).hexdigest())
+
+    def _check(self, given: str, algorithm: str, *hashes: str) -> None:
+        to_sign = "\n".join((algorithm, self.amz_date, self.scope, self.previous, *hashes))
+        expected = hmac.new(self.key, to_sign.encode(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(expected, given):
+            raise SignatureError("mismatch", "The request signature we calculated does not match the signature you "
+                                             "provided: a chunk of the body is not the one that was signed.")
+        self.previous = expected
+
 
 def claimed(headers: dict[str, str], query: list[tuple[str, str]]) -> Signed | None:
     """The signature a request carries (in its Authorization header or, presigned, in its query),
@@ -68,10 +115,14 @@ def claimed(headers: dict[str, str], query: list[tuple[str, str]]) -> Signed | N
         try:
             signed = _signed(fields["X-Amz-Credential"], fields["X-Amz-SignedHeaders"], fields["X-Amz-Signature"],
                              fields["X-Amz-Date"])
-            expires = int(fields.get("X-Amz-Expires", "604800"))
-        except (KeyError, ValueError):
+            expires_text = fields.get("X-Amz-Expires", str(MAX_PRESIGNED_S))
+            expires = int(expires_text) if expires_text.isdigit() and len(expires_text) <= 7 else -1
+        except KeyError:
             raise SignatureError("malformed", "a presigned URL needs X-Amz-Credential, X-Amz-SignedHeaders, "
-                                              "X-Amz-Signature, X-Amz-Date and a whole X-Amz-Expires") from None
+                                              "X-Amz-Signature and X-Amz-Date") from None
+        if not 1 <= expires <= MAX_PRESIGNED_S:
+            raise SignatureError("query-parameters", "X-Amz-Expires must be a whole number of seconds from 1 to "
+                                 f"{MAX_PRESIGNED_S} (a week)")
         return Signed(**{**signed.__dict__, "presigned": True, "expires_s": expires})
     return None
 
@@ -86,12 +137,15 @@ def verify_presigned_v2(method: str, raw_path: str, query: list[tuple[str, str]]
     secret = secret_for(fields.get("AWSAccessKeyId", ""))
     if secret is None:
         raise SignatureError("unknown-key", "the access key is not one this server issued")
-    try:
-        expires = int(fields["Expires"])
-    except (KeyError, ValueError):
-        raise SignatureError("malformed", "a presigned URL needs a whole Expires") from None
-    if (time.time() if now is None else now) > expires:
+    text = fields.get("Expires", "")
+    if not text.isdigit() or len(text) > 12:
+        raise SignatureError("malformed", "a presigned URL needs a whole Expires")
+    expires, moment = int(text), time.time() if now is None else now
+    if moment > expires:
         raise SignatureError("expired", "Request has expired")
+    if expires - moment > MAX_PRESIGNED_S:  # (AWS sets no bound on version 2's; version 4's is a week)
+        raise SignatureError("query-parameters", f"Expires must be at most {MAX_PRESIGNED_S} seconds (a week) "
+                                                 "from now")
     named = sorted((key, value) for key, value in query if key in _SUBRESOURCES)
     resource = raw_path + ("?" + "&".join(f"{k}={v}" if v else k for k, v in named) if named else "")
     amz = sorted((name, value.strip()) for name, value in headers.items() if name.startswith("x-amz-"))
@@ -145,12 +199,8 @@ def verify(signed: Signed, method: str, raw_path: str, query: list[tuple[str, st
     if signed.date != signed.amz_date[:8]:
         raise SignatureError("mismatch", "the credential's date is not the date the request was signed")
     canonical = canonical_request(signed, method, raw_path, query, headers, payload_hash)
-    scope = f"{signed.date}/{signed.region}/{signed.service}/aws4_request"
-    to_sign = "\n".join((ALGORITHM, signed.amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()))
-    key = f"AWS4{secret}".encode()
-    for part in (signed.date, signed.region, signed.service, "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    to_sign = "\n".join((ALGORITHM, signed.amz_date, signed.scope, hashlib.sha256(canonical.encode()).hexdigest()))
+    expected = hmac.new(signing_key(secret, signed), to_sign.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, signed.signature):
         raise SignatureError("mismatch", "The request signature we calculated does not match the signature you "
                                          "provided. Check your AWS Secret Access Key and signing method. Consult the "
