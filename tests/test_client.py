@@ -262,8 +262,11 @@ def test_a_page_token_that_is_not_a_string_is_refused_in_the_services_words(home
         "Code": error,
         "Message": "1 validation error detected: Value 5 at 'nextToken' failed to satisfy constraint: Member must be "
                    "a string"}
-    again = {**request_, ("nextToken" if service == "logs" else "NextToken"): "garbage"}
-    assert getattr(trainmon.client(service), operation)(**again)  # text that is no offset: the first page, as before
+    for junk in ("garbage", "9" * 5000):  # a token no page gave: refused, never the first page again
+        again = {**request_, ("nextToken" if service == "logs" else "NextToken"): junk}
+        with pytest.raises(trainmon.TrainmonError) as refused:
+            getattr(trainmon.client(service), operation)(**again)
+        assert refused.value.response["Error"]["Code"] == error and "is not one" in refused.value.message
 
 
 def test_clients_answer_can_paginate_as_boto3_clients_do(home: Path) -> None:

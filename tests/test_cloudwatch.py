@@ -254,3 +254,40 @@ def test_cli_metrics_statistics_go_through_the_cloudwatch_engine(home, script) -
     assert odd.returncode == 2 and "The parameter --period must be 1, 5, 10, 20, 30" in odd.stderr
     table = run_cli("metrics", "stats", "--statistic", "Maximum", check=True).stdout
     assert "Maximum" in table and "10" in table
+
+
+def test_list_metrics_pages_cost_the_same_however_many_metrics_there_are(cw, monkeypatch) -> None:
+    """100,000 metric names: every one listed once, in pages of 500, and no page reads more rows
+    than a page and a read's worth, wherever it lies (a keyset, not an offset over every key)."""
+    from trainmon.store.base import SqlStore
+
+    total = 100_000
+    for start in range(0, total, 1000):
+        cw.put_metric_data(Namespace="Many", MetricData=[
+            {"MetricName": f"metric-{n:06d}", "Value": 1.0} for n in range(start, start + 1000)])
+    read: list[int] = []
+    original = SqlStore.metric_keys_after
+
+    def counted(self, *args, **kwargs):
+        rows = original(self, *args, **kwargs)
+        read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(SqlStore, "metric_keys_after", counted)
+    seen: list[str] = []
+    token = None
+    pages = 0
+    while True:
+        read.clear()
+        page = cw.list_metrics(Namespace="Many", **({"NextToken": token} if token else {}))
+        pages += 1
+        assert len(page["Metrics"]) <= 500 and sum(read) <= 1000, (pages, read)
+        seen.extend(metric["MetricName"] for metric in page["Metrics"])
+        token = page.get("NextToken")
+        if token is None:
+            break
+    assert len(seen) == total and len(set(seen)) == total and pages in (total // 500, total // 500 + 1)
+    with pytest.raises(InvalidParameterValue):
+        cw.list_metrics(Namespace="Many", NextToken="junk")
+    with pytest.raises(InvalidParameterValue):  # a token is bound to the request that gave it
+        cw.list_metrics(Namespace="Other", NextToken=cw.list_metrics(Namespace="Many")["NextToken"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -239,6 +240,29 @@ def test_output_left_waiting_when_the_job_ends_is_announced_then_stored(started,
         assert stream.records == 1 + 64 * 10_000
     finally:
         reader.close()
+
+
+def test_readers_never_wait_for_a_writer(home: Path, script) -> None:
+    """Another process holds SQLite's write lock for as long as it likes: describe, logs, list and
+    metrics answer all the same, while it still holds it (WAL readers need no lock)."""
+    job = script("""
+        print("loss=0.5", flush=True)
+    """)
+    run_cli("run", "--name", "read-while-locked", "--metric", "loss=loss=(\\S+)", "--", PY, str(job), check=True,
+            env={"TRAINMON_HOME": str(home)})
+    env = {"TRAINMON_HOME": str(home)}
+    with sqlite_locked(home):
+        for command in (["describe", "read-while-locked"], ["logs", "read-while-locked"], ["list"],
+                        ["metrics", "read-while-locked"]):
+            answered = run_cli(*command, env=env, timeout=60)  # (on main: describe waited 28 s of 30)
+            assert answered.returncode == 0, (command, answered.stderr)
+        assert "loss=0.5" in run_cli("logs", "read-while-locked", env=env, timeout=60).stdout
+        blocked = sqlite3.connect(home / "trainmon.db", timeout=0)
+        try:  # the lock was held all along
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                blocked.execute("BEGIN IMMEDIATE")
+        finally:
+            blocked.close()
 
 
 # -- 3. a host's main process ends its capture; stop always reaches Stopped ----------------------

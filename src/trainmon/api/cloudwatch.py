@@ -52,7 +52,7 @@ from ..cloudwatch.statistics import (
 from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
 from ..runtime.maintenance import keep_maintained
 from ..store import Store
-from .shapes import offset_page, refuse_unknown
+from .shapes import Problems, String, refuse_unknown
 from .times import as_datetime
 
 LIST_PAGE = 500
@@ -285,18 +285,50 @@ def list_metrics(
     if RecentlyActive not in (None, "PT3H"):
         raise InvalidParameterValue("The parameter RecentlyActive must be PT3H.")
     since_ms = (time.time() - RECENT_S) * 1000 if RecentlyActive else None
-    metrics = []
-    for key, last_ms in store.metric_keys(Namespace, MetricName):
-        if since_ms is not None and last_ms < since_ms:
-            continue
-        present = dict(key.dimensions)
-        if all(name in present and (value is None or present[name] == value) for name, value in wanted):
-            metrics.append(key.to_api())
-    page, token = offset_page(metrics, NextToken, LIST_PAGE, InvalidParameterValue)
-    result: dict[str, Any] = {"Metrics": page}
-    if token is not None:
-        result["NextToken"] = token
+    fingerprint = _fingerprint([Namespace, MetricName, wanted, RecentlyActive], 0, 0, False)
+    place = _list_place(NextToken, fingerprint) if NextToken is not None else None
+    metrics: list[dict[str, Any]] = []
+    more = True
+    while more and len(metrics) < LIST_PAGE:  # keyset pages: each read costs the same whatever the total
+        batch = store.metric_keys_after(place, LIST_PAGE, Namespace, MetricName)
+        more = len(batch) == LIST_PAGE
+        for key, last_ms, at in batch:
+            place = at
+            present = dict(key.dimensions)
+            if (since_ms is None or last_ms >= since_ms) and all(
+                    name in present and (value is None or present[name] == value) for name, value in wanted):
+                metrics.append(key.to_api())
+                if len(metrics) == LIST_PAGE:
+                    more = more or at != batch[-1][2]
+                    break
+    result: dict[str, Any] = {"Metrics": metrics}
+    if more and place is not None:
+        result["NextToken"] = _token_of(place, fingerprint)
     return result
+
+
+def _token_of(place: tuple[str, str, int], fingerprint: str) -> str:
+    raw = json.dumps({"p": list(place), "r": fingerprint}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _list_place(token: Any, fingerprint: str) -> tuple[str, str, int]:
+    """Where a ListMetrics page ended (InvalidParameterValue for a token no page of this request gave)."""
+    if not isinstance(token, str):
+        problems = Problems()
+        String().check(token, "nextToken", problems)
+        problems.raise_if_any(InvalidParameterValue)
+    if len(token) > 4096:
+        raise InvalidParameterValue("The parameter NextToken is not one a ListMetrics page of this request gave.")
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        namespace, name, id_ = data["p"]
+        if data["r"] == fingerprint and isinstance(namespace, str) and isinstance(name, str) and \
+                isinstance(id_, int) and not isinstance(id_, bool):
+            return namespace, name, id_
+    except (AttributeError, ValueError, TypeError, KeyError):
+        pass
+    raise InvalidParameterValue("The parameter NextToken is not one a ListMetrics page of this request gave.")
 
 
 def _statistics(statistics: list[str] | None, extended: list[str] | None) -> tuple[list[str], list[str]]:

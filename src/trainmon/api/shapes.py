@@ -255,12 +255,15 @@ def offset_page(items: list[_T], token: Any, size: int, error: type[TrainmonErro
     """A page of ``size`` items from where a token of offset paging (the digits of an offset)
     left off, and the next page's token (None when no items remain: a client that loops until the
     token stops advancing must get none). A token that is not a string is ``error`` in AWS's
-    words; a string that is no offset starts at the beginning."""
+    words, and so is one that is no offset this paging gave: never a silent restart."""
     if token is not None and not isinstance(token, str):
         problems = Problems()
         String().check(token, member_path("", member), problems)
         problems.raise_if_any(error)
-    start = int(token) if token and token.isdecimal() else 0
+    if token and not (token.isdecimal() and token.isascii() and len(token) <= 18):
+        raise error(f"The {member} {token[:40]!r} is not one this service gave: pass a page's {member} as it "
+                    "came, or none for the first page.")
+    start = int(token) if token else 0
     end = start + size
     return items[start:end], str(end) if end < len(items) else None
 

@@ -87,10 +87,12 @@ def get_job_metric_points(store: Store, *, TrainingJobName: Any = None, MetricNa
     LogStreamName and Record (1-based); with ``System``, the hosts' system metrics instead."""
     refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
-    names = _names(MetricNames)
+    names, host = _names(MetricNames), _host(Host)
+    if not isinstance(System, bool):
+        raise ValidationException("System must be true or false.")
     if System:
         points: list[dict[str, Any]] = []
-        for key in system_metric_keys(store, row.name, Host, names):
+        for key in system_metric_keys(store, row.name, host, names):
             host = metric_host(key)
             points.extend({"MetricName": key.name, "Timestamp": sample.timestamp_ms,
                            "Value": sample.sum / sample.count, "Host": host, "Unit": sample.unit}
@@ -100,7 +102,7 @@ def get_job_metric_points(store: Store, *, TrainingJobName: Any = None, MetricNa
     streams = {s.id: s.name for s in store.streams(row.id)}
     return {"Points": [{"MetricName": p.name, "Timestamp": p.timestamp_ms, "Value": p.value, "Host": p.host,
                         "LogStreamName": streams.get(p.stream_id, ""), "Record": p.seq + 1}
-                       for p in store.points(row.id, names=names, host=Host)]}
+                       for p in store.points(row.id, names=names, host=host)]}
 
 
 def list_job_system_metrics(store: Store, *, TrainingJobName: Any = None, Host: Any = None,
@@ -115,8 +117,7 @@ def list_job_system_metrics(store: Store, *, TrainingJobName: Any = None, Host: 
 
 def system_metric_keys(store: Store, job_name: str, host: Any = None, names: list[str] | None = None) -> list[MetricKey]:
     """The system metrics of a job's hosts (all, or only ``host``), by name and host."""
-    if host is not None and not isinstance(host, str):
-        raise ValidationException("Host must be a host name such as algo-1.")
+    host = _host(host)
     keys = [key for key, _ in store.metric_keys(JOB_NAMESPACE)
             if dict(key.dimensions).get("Host", "").startswith(f"{job_name}/")
             and (not names or key.name in names)
@@ -127,6 +128,12 @@ def system_metric_keys(store: Store, job_name: str, host: Any = None, names: lis
 def metric_host(key: MetricKey) -> str:
     """algo-N of a system metric (dimension Host=<job>/algo-N)."""
     return dict(key.dimensions)["Host"].split("/", 1)[1]
+
+
+def _host(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValidationException("Host must be a host name such as algo-1.")
+    return value
 
 
 def _names(value: Any) -> list[str] | None:
@@ -153,8 +160,7 @@ def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any 
     """
     refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
-    if Host is not None and not isinstance(Host, str):
-        raise ValidationException("Host must be a host name such as algo-1.")
+    Host = _host(Host)
     if Format not in ("records", "text"):
         raise ValidationException("Format must be records or text.")
     most = LOG_PAGE_RECORDS if Format == "records" else LOG_TEXT_RECORDS
@@ -207,7 +213,7 @@ def dry_run_definitions(store: Store | None = None, *, MetricDefinitions: Any = 
     did (``Definitions``, in their order) and ``Warnings``, as ``trainmon run`` would give them.
     Invalid definitions are a ValidationException."""
     refuse_unknown(unsupported, where="input")
-    if RecordMode not in {m.value for m in Mode}:
+    if not isinstance(RecordMode, str) or RecordMode not in {m.value for m in Mode}:
         raise ValidationException(f"RecordMode must be one of {', '.join(m.value for m in Mode)}.")
     definitions = validate_definitions(MetricDefinitions)
     if not definitions:

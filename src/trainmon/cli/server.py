@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import logging
 import os
 import shlex
 import signal
@@ -143,6 +144,7 @@ def cmd_server(args: argparse.Namespace) -> int:
               f"  (once, within {auth.SIGN_IN_S // 60} minutes; `trainmon console` prints another)\n"
               "trainmon server: AWS clients: eval \"$(trainmon credentials env)\"", flush=True)
     settings = Settings(access)
+    logging.basicConfig(level=logging.WARNING, format="trainmon server: %(levelname)s %(name)s: %(message)s")
     server = uvicorn.Server(uvicorn.Config(create_app(db, settings), log_level="warning", lifespan="on",
                                            timeout_graceful_shutdown=2))
     previous = signal.signal(signal.SIGTERM, _stopped)  # uvicorn shuts down gracefully, then raises it again

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import re
 import secrets
@@ -36,8 +35,8 @@ from ..api.shapes import snake_case
 from ..cloudwatch.model import job_metric_key
 from ..errors import MethodNotAllowed, NotFound, TrainmonError, ValidationException
 from ..store import Store, profiles
-from . import auth, downsample, live, prometheus
-from .jsonio import body, error_reply, reply
+from . import auth, downsample, live, prometheus, typecheck
+from .jsonio import body, error_reply, parse, reply
 
 CONSOLE = Path(__file__).resolve().parent.parent / "console"
 RECORD_CONTEXT_MOST = 200
@@ -91,10 +90,7 @@ def _json_param(request: Request, name: str) -> Any:
     text = request.query_params.get(name)
     if not text:
         return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise ValidationException(f"{name} must be JSON.") from None
+    return parse(text, name)
 
 
 async def _call(work: Callable[[], Any]) -> Any:
@@ -126,6 +122,7 @@ async def list_jobs(request: Request, store: Store) -> Any:
 
 async def create_job(request: Request, store: Store) -> Any:
     request_ = await body(request)
+    typecheck.check("sagemaker", "CreateTrainingJob", sagemaker.create_training_job, request_)
     return await _call(lambda: sagemaker.create_training_job(store, **request_))
 
 
@@ -149,6 +146,7 @@ async def delete_job(request: Request, store: Store) -> Any:
 
 async def test_definitions(request: Request, store: Store) -> Any:
     request_ = await body(request)
+    typecheck.check("trainmon", "TestMetricDefinitions", trainmon.dry_run_definitions, request_)
     return await _call(lambda: trainmon.dry_run_definitions(store, **request_))
 
 
@@ -387,6 +385,7 @@ async def operation(request: Request, store: Store) -> Any:
         known = ", ".join(f"{s}/{o}" for s, ops in api.SERVICES.items() for o in ops)
         raise NotFound(f"there is no operation {service}/{name}; the operations are {known}.")
     request_ = await body(request)
+    typecheck.check(service, name, found, request_)
     return await _call(lambda: found(store, **request_))
 
 

@@ -4,6 +4,7 @@ protocols send them), non-finite numbers as the strings "NaN", "Infinity" and "-
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,8 @@ from ..errors import PayloadTooLarge, TrainmonError, ValidationException
 from ..plainjson import finite
 
 MAX_BODY_BYTES = 20 << 20  # TestMetricDefinitions takes 16 MiB of sample text
-
+MAX_DEPTH = 64  # arrays and objects within each other: AWS's deepest request shapes are a dozen deep
+_NESTING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a string (skipped whole), or a bracket
 
 
 def _plain(value: Any) -> Any:
@@ -54,14 +56,42 @@ async def read_body(request: Request) -> bytes:
     return bytes(data)
 
 
+def nesting(data: bytes) -> int:
+    """How deep arrays and objects lie within each other in JSON text (counted up to one past
+    MAX_DEPTH), found without parsing: strings are skipped whole."""
+    if data.count(b"[") + data.count(b"{") <= MAX_DEPTH:
+        return 0  # too few brackets to go deeper (the common case, at the cost of two counts)
+    depth = deepest = 0
+    for found in _NESTING.finditer(data):
+        token = found.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    break
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return deepest
+
+
+def parse(data: bytes | str, what: str, error: type[TrainmonError] = ValidationException) -> Any:
+    """JSON text, its nesting bounded before it is parsed; ``error`` says why it is not JSON (``what``
+    names it)."""
+    raw = data.encode() if isinstance(data, str) else data
+    if nesting(raw) > MAX_DEPTH:
+        raise error(f"{what} nests arrays and objects more than {MAX_DEPTH} deep.")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise error(f"{what} is not JSON: {exc}.") from None
+
+
 def json_object(data: bytes, error: type[TrainmonError] = ValidationException) -> dict[str, Any]:
     """A body's JSON object (an empty body is an empty object); ``error`` says why it is not one."""
     if not data.strip():
         return {}
-    try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise error(f"the request body is not JSON: {exc}.") from None
+    value = parse(data, "the request body", error)
     if not isinstance(value, dict):
         raise error("the request body must be a JSON object.")
     return value

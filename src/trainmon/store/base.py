@@ -224,6 +224,12 @@ class Store(Protocol):
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
         ...
 
+    def metric_keys_after(self, after: tuple[str, str, int] | None, limit: int, namespace: str | None = None,
+                          name: str | None = None) -> list[tuple[MetricKey, int, tuple[str, str, int]]]:
+        """A page of metrics in a fixed order, after ``after`` (a place an earlier page gave), with
+        the time of each one's newest datapoint and its place; its cost is independent of the total."""
+        ...
+
     def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
                        sketches: bool = True) -> dict[str, Rollups] | None:
         """The metric's data in [start_ms, end_ms) as roll-up rows per unit when a roll-up tier can
@@ -685,6 +691,25 @@ class SqlStore:
         rows = self._read(f"SELECT namespace, name, dimensions, last_ms FROM series WHERE {where.sql}", where.args)
         keys = [(MetricKey.from_row(ns, metric, dimensions), last) for ns, metric, dimensions, last in rows]
         return sorted(keys, key=lambda item: (item[0].namespace, item[0].name, item[0].dimensions))
+
+    def metric_keys_after(self, after: tuple[str, str, int] | None, limit: int, namespace: str | None = None,
+                          name: str | None = None) -> list[tuple[MetricKey, int, tuple[str, str, int]]]:
+        """Up to ``limit`` metrics in the order of (namespace, name, id), after ``after``: each with
+        the time of its newest datapoint and its place in that order, to go on from. A page costs
+        the same however many metrics there are."""
+        self._flush_for_read()
+        where = Where().add("namespace = ?", namespace).add("name = ?", name)
+        if after is not None:  # the columns not fixed above, so that the index's range starts at ``after``
+            if namespace is not None and name is not None:
+                where.add("id > ?", after[2])
+            elif namespace is not None:
+                where.add("(name, id) > (?, ?)", *after[1:])
+            else:
+                where.add("(namespace, name, id) > (?, ?, ?)", *after)
+        rows = self._read(f"SELECT namespace, name, dimensions, last_ms, id FROM series WHERE {where.sql} "
+                          "ORDER BY namespace, name, id LIMIT ?", [*where.args, limit])
+        return [(MetricKey.from_row(ns, metric, dimensions), last, (ns, metric, id_))
+                for ns, metric, dimensions, last, id_ in rows]
 
     def maintain(self, now_ms: int | None = None) -> Maintenance:
         from . import series

@@ -222,6 +222,8 @@ _MIGRATIONS.append("""
 # A log chunk's text is stored as the bytes read, zstd-compressed when that pays (store.codec.pack_text);
 # older rows keep their text (packing 0).
 _MIGRATIONS.append("ALTER TABLE log_chunks ADD COLUMN packing SMALLINT NOT NULL DEFAULT 0")
+# ListMetrics pages by (namespace, name, id): a page's cost is the same whatever the total.
+_MIGRATIONS.append("CREATE INDEX IF NOT EXISTS series_in_order ON series (namespace, name, id)")
 # ``metrics.dimensions`` can be longer than a btree entry may be (30 dimensions of 1 KiB values),
 # so its uniqueness is that of its SHA-256.
 

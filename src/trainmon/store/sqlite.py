@@ -211,6 +211,8 @@ _MIGRATIONS.append(lambda db: _add_overviews(db))
 # A log chunk's text is stored as the bytes read, zstd-compressed when that pays (store.codec.pack_text);
 # older rows keep their text (packing 0).
 _MIGRATIONS.append("ALTER TABLE log_chunks ADD COLUMN packing INTEGER NOT NULL DEFAULT 0")
+# ListMetrics pages by (namespace, name, id): a page's cost is the same whatever the total.
+_MIGRATIONS.append("CREATE INDEX IF NOT EXISTS series_in_order ON series (namespace, name, id)")
 
 OPEN_TIMEOUT_S = 30.0
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass
@@ -339,7 +341,8 @@ class SqliteStore(SqlStore):
                 # processes create the store at once, the losers retry here.
                 # A new file gives back the pages that sealing and expiry free (_release_space):
                 # set before anything (WAL included) writes the file's header.
-                self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                if self._db.execute("PRAGMA page_count").fetchone()[0] == 0:  # (on a file with pages it would
+                    self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # wait on a writer, and do nothing)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute("PRAGMA foreign_keys=ON")
@@ -395,6 +398,13 @@ class SqliteStore(SqlStore):
     # -- plumbing --------------------------------------------------------------------------
 
     def _migrate(self) -> None:
+        """The schema brought up to date, under the write lock only when it is behind: a store that is
+        current opens without waiting on a writer (WAL readers never do)."""
+        try:
+            if self._db.execute("PRAGMA user_version").fetchone()[0] == len(_MIGRATIONS):
+                return
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
         with self._write() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):

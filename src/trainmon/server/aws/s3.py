@@ -97,10 +97,10 @@ async def handle(request: Request, home: Path, payload: Payload) -> Response:
     except TrainmonError as exc:
         response = _error("InvalidArgument" if exc.http_status < 500 else "InternalError", exc.message,
                           400 if exc.http_status < 500 else 500, request_id, head)
-    except Exception as exc:
-        log.exception("S3 %s %s failed", request.method, request.scope["path"])
-        response = _error("InternalError", f"trainmon failed on this request: {type(exc).__name__}: {exc}", 500,
-                          request_id, head)
+    except Exception:  # the server's own fault: its text (files, settings) stays in the log
+        log.exception("request %s: S3 %s %s failed", request_id, request.method, request.scope["path"])
+        response = _error("InternalError", f"trainmon failed on this request (request {request_id} in its log)",
+                          500, request_id, head)
     response.headers["x-amz-request-id"] = request_id
     response.headers["x-amz-id-2"] = request_id
     if response.status_code >= 300 and _has_body(request):
