@@ -54,7 +54,11 @@ class Served:
 
     @property
     def token(self) -> str:
-        return (self.home / "server-token").read_text().strip()
+        from trainmon.server import auth
+
+        token = auth.read_token(self.home)
+        assert token is not None, "the server made no token"
+        return token
 
     @property
     def headers(self) -> dict[str, str]:
@@ -64,7 +68,8 @@ class Served:
     def key(self) -> tuple[str, str]:
         from trainmon import access_keys
 
-        key = min(access_keys.load(self.home).values(), key=lambda key: key.CreateDate)
+        key = access_keys.oldest(self.home)
+        assert key is not None, "the server issued no key"
         return key.AccessKeyId, key.SecretAccessKey
 
     def sign_in(self, context: Any) -> None:

@@ -294,7 +294,11 @@ class ServerProcess:
     @property
     def token(self) -> str:
         """The access token the server made in its data directory."""
-        return (self.home / "server-token").read_text().strip()
+        from trainmon.server import auth
+
+        token = auth.read_token(self.home)
+        assert token is not None, "the server made no token"
+        return token
 
     @property
     def headers(self) -> dict[str, str]:
@@ -306,7 +310,7 @@ class ServerProcess:
         """The access key the server issued on its first start."""
         from trainmon import access_keys
 
-        return min(access_keys.load(self.home).values(), key=lambda key: key.CreateDate)
+        return access_keys.oldest(self.home)
 
     def aws_env(self) -> dict[str, str]:
         """The environment ``trainmon credentials env`` gives an AWS client."""

@@ -9,7 +9,6 @@ request's signature; the file's mode is what protects it, as ``~/.aws/credential
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import string
 import time
@@ -55,6 +54,11 @@ def load(home: Path) -> dict[str, AccessKey]:
         raise StoreError(f"the access keys file {file} is damaged ({exc}); move it away and issue new keys") from None
 
 
+def oldest(home: Path) -> AccessKey | None:
+    """The first key issued (the one the server made on its first start, unless it was revoked)."""
+    return min(load(home).values(), key=lambda key: key.CreateDate, default=None)
+
+
 def create(home: Path, description: str = "") -> AccessKey:
     key = AccessKey(
         AccessKeyId="AKIA" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(16)),
@@ -77,11 +81,4 @@ def delete(home: Path, access_key_id: str) -> None:
 
 
 def _save(home: Path, keys: dict[str, AccessKey]) -> None:
-    """Written whole to a private temporary file, then renamed over the old one."""
-    config.make_private_dir(home)
-    file = path(home)
-    temporary = file.with_name(f".{KEYS_FILE}.{os.getpid()}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump([asdict(key) for key in keys.values()], out, indent=1)
-    os.replace(temporary, file)
+    config.write_private(path(home), json.dumps([asdict(key) for key in keys.values()], indent=1))

@@ -56,6 +56,17 @@ def make_private_dir(path: Path) -> None:
         raise StoreError(f"the data directory {path} is not a directory: choose another with --home or TRAINMON_HOME")
 
 
+def write_private(path: Path, text: str) -> None:
+    """``text`` as the whole of ``path``, readable by its user only: written to a private temporary
+    file beside it, then renamed over it, so a reader finds the old file or the new one."""
+    make_private_dir(path.parent)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(temporary, path)
+
+
 def private_file(path: Path, *, create: bool = True) -> None:
     """Make ``path`` readable by its user only (0600): created so when it is missing (and ``create``),
     its mode changed when it exists and is ours. A file that exists is never opened: a process's

@@ -285,7 +285,7 @@ def list_metrics(
     if RecentlyActive not in (None, "PT3H"):
         raise InvalidParameterValue("The parameter RecentlyActive must be PT3H.")
     since_ms = (time.time() - RECENT_S) * 1000 if RecentlyActive else None
-    fingerprint = _fingerprint([Namespace, MetricName, wanted, RecentlyActive], 0, 0, False)
+    fingerprint = _fingerprint_of([Namespace, MetricName, wanted, RecentlyActive])
     place = _list_place(NextToken, fingerprint) if NextToken is not None else None
     metrics: list[dict[str, Any]] = []
     more = True
@@ -591,8 +591,12 @@ def _result(query_id: str, label: str, series: Series, timestamps: list[int], pa
 
 
 def _fingerprint(queries: Any, start_s: float, end_s: float, descending: bool) -> str:
-    """What a NextToken is bound to: a token is only good for the request that gave it."""
-    text = json.dumps([queries, start_s, end_s, descending], sort_keys=True, default=str)
+    """What a GetMetricData NextToken is bound to: a token is only good for the request that gave it."""
+    return _fingerprint_of([queries, start_s, end_s, descending])
+
+
+def _fingerprint_of(request: Any) -> str:
+    text = json.dumps(request, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

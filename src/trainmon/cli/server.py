@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import logging
-import os
 import shlex
 import signal
 import socket
@@ -68,9 +67,8 @@ def cmd_credentials(args: argparse.Namespace) -> int:
             created = datetime.fromtimestamp(key.CreateDate, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
             print(f"{key.AccessKeyId}  {created}  {key.Description}".rstrip())
     elif args.action == "env":
-        keys = sorted(access_keys.load(home).values(), key=lambda key: key.CreateDate)
-        chosen = next((key for key in keys if key.AccessKeyId == args.key), None) if args.key else \
-            keys[0] if keys else access_keys.create(home, "made by trainmon credentials env")
+        chosen = access_keys.load(home).get(args.key) if args.key else \
+            access_keys.oldest(home) or access_keys.create(home, "made by trainmon credentials env")
         if chosen is None:
             raise ValidationException(f"there is no access key {args.key!r}; `trainmon credentials list` shows them.")
         url = args.url or _last_address(home)
@@ -98,7 +96,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     from ..server import auth
 
     home = args.home or config.home()
-    token, _ = auth.load_token(home, None) if (home / auth.TOKEN_FILE).exists() else (None, False)
+    token = auth.read_token(home)
     if token is None:
         raise ValidationException(f"there is no access token in {home} yet: `trainmon server` makes it on its first "
                                   "start")
@@ -171,10 +169,7 @@ def _credentials(home: Path, token_file: Path | None) -> tuple[str, bool]:
 
 def _write_address(home: Path, url: str) -> None:
     """Where this server listens, for `trainmon console` and `trainmon credentials env`."""
-    config.make_private_dir(home)
-    temporary = home / f".{ADDRESS_FILE}.{os.getpid()}"
-    temporary.write_text(url + "\n")
-    os.replace(temporary, home / ADDRESS_FILE)
+    config.write_private(home / ADDRESS_FILE, url + "\n")
 
 
 class _Stopped(Exception):

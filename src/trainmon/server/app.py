@@ -525,7 +525,7 @@ def _signed_in(request: Request, access: auth.Access) -> Response:
 async def login(request: Request) -> Response:
     """The sign-in page: a one-time link's code (``?code=``) or the token in the form sets the
     session cookie."""
-    access: auth.Access = request.app.state.access
+    access: auth.Access = request.app.state.settings.access
     if access.token is None:
         return RedirectResponse("/", 303)
     if request.method == "GET":
@@ -544,7 +544,7 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
-    access: auth.Access = request.app.state.access
+    access: auth.Access = request.app.state.settings.access
     response: Response = RedirectResponse("/login", 303)
     response.delete_cookie(access.cookie, httponly=True, samesite="strict")
     return response
@@ -629,7 +629,6 @@ def create_app(store: Store, settings: Settings) -> Any:
                     exception_handlers={404: not_found, 405: not_found, Exception: internal_error})
     app.state.store = store
     app.state.settings = settings
-    app.state.access = settings.access
     from .aws import Gateway
 
     return auth.Guard(app, Gateway(store, require_signatures=settings.access.credentials_required), settings.access)

@@ -88,6 +88,11 @@ def load_token(home: Path, token_file: Path | None) -> tuple[str, bool]:
     return token, False
 
 
+def read_token(home: Path) -> str | None:
+    """The data directory's token, or None when no server has made one yet."""
+    return load_token(home, None)[0] if (home / TOKEN_FILE).exists() else None
+
+
 # -- what the token signs ---------------------------------------------------------------------------
 
 
