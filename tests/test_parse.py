@@ -94,3 +94,21 @@ def test_a_definition_repeated_exactly_warns_and_gives_each_point_twice(tmp_path
     assert result.stderr.splitlines()[0] == (
         "trainmon: warning: MetricDefinitions[2] ('loss') repeats MetricDefinitions[1] exactly (same Name and Regex): "
         "both are kept, so each record they match gives 'loss' two equal points; remove one of them.")
+
+
+def test_a_regex_no_engine_bounds_on_long_records_is_warned_about_and_its_misses_are_not_called_absent() -> None:
+    """A lookahead (RE2 cannot run it) in a regex that Python's re is proven fast on for 57
+    characters only: warned about before any record is read, with the reason and the way out; each
+    long record it is stopped on is rejected, and the summary says that, not that no record
+    holds its literal."""
+    slow = r"\s.*\s.*loss=(?=\d)(\S+)"
+    lines = b"".join(b" ".join([b"w"] * 995) + b" loss=x\n" for _ in range(4))  # 2,000 characters: past the limit
+    result = run_cli("parse", "--metric", f"loss={slow}", "-", input=lines)
+    assert result.returncode == 0, result.stderr
+    warning, *_ = [line for line in result.stderr.splitlines() if "linear-time engine cannot run it" in line]
+    assert "(lookaround)" in warning and "at most 57 characters" in warning and "50 ms limit" in warning
+    assert "Rewrite it without lookaround" in warning
+    assert "loss: 0 points, 4 rejected (4 matching stopped after 50 ms" in result.stderr
+    assert "no record contains" not in result.stderr
+    quick = run_cli("parse", "--metric", r"loss=loss=(?=\d)(\S+)", "-", input=lines)  # linear: no warning
+    assert "linear-time engine" not in quick.stderr and "no record matched" not in quick.stderr

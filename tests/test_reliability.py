@@ -242,6 +242,123 @@ def test_output_left_waiting_when_the_job_ends_is_announced_then_stored(started,
         reader.close()
 
 
+ENDING_JOB = """
+import os, sys, time
+go, finished = sys.argv[1], sys.argv[2]
+for step in range(1, 51):
+    print(f"step {step} loss={1 / step:.6f}", flush=True)
+while not os.path.exists(go):  # until the test has stopped the store
+    time.sleep(0.02)
+print("last line loss=0.01", flush=True)
+open(finished, "w").write("yes")
+"""
+
+
+def _store_gone_at_the_end(started: list, tmp_path: Path, server, *extra: str) -> tuple[subprocess.Popen[str], Path,
+                                                                                         "queue.Queue[str]"]:
+    """A job that prints 50 metric lines, waits for the test to stop PostgreSQL for good, prints
+    one more line and exits 0; its `trainmon run`, and a queue of what that says on stderr."""
+    import queue
+    import threading
+
+    job, go, finished = tmp_path / "ending.py", tmp_path / "go", tmp_path / "finished"
+    job.write_text(ENDING_JOB)
+    home = tmp_path / "home"
+    env = {"TRAINMON_HOME": str(home), "TRAINMON_DATABASE_URL": server.url("gone")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainmon", "run", "--name", "gone", "--metric", r"loss=loss=(\S+)", *extra, "--", PY,
+         str(job), str(go), str(finished)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **env})
+    started.append(process)
+    said = queue.Queue[str]()
+
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            said.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    reader = open_store(home, database_url=env["TRAINMON_DATABASE_URL"])
+    try:
+        wait_for(lambda: sum(s.records for s in reader.streams()) >= 50, "the job's first 50 records")
+    finally:
+        reader.close()
+    server.stop()
+    go.touch()
+    return process, home, said
+
+
+def _said_until(said: "queue.Queue[str]", words: str) -> str:
+    """What trainmon said on stderr up to the line holding ``words`` (AssertionError after 120 s)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + 120
+    while not lines or words not in lines[-1]:
+        lines.append(said.get(timeout=max(0.0, deadline - time.monotonic())))
+    return "".join(lines)
+
+
+def _reaped_as_it_ended(home: Path, url: str, exited: float, store_back: float) -> None:
+    """The next command that reads jobs stores the spool's 51 records and points and records the
+    job's real end: Completed, at the time its process exited (after ``exited``, before the store
+    was back at ``store_back``)."""
+    env = {"TRAINMON_HOME": str(home), "TRAINMON_DATABASE_URL": url}
+    spool = home / "jobs" / "gone" / ".spool"
+    assert (spool / "ending.json").is_file() and (spool / "algo-1-stdout").is_file()
+    doc = describe("gone", env)
+    assert doc["TrainingJobStatus"] == "Completed", doc.get("FailureReason")
+    assert doc["SecondaryStatus"] == "Completed" and "FailureReason" not in doc
+    assert doc["FinalMetricDataList"][0]["Value"] == pytest.approx(0.01)
+    assert not spool.exists()
+    store = open_store(home, database_url=url)
+    try:
+        job = store.get_job("gone")
+        (stream,) = store.streams(job.id)
+        assert stream.records == 51
+        assert len(store.points(job.id)) == 51
+        assert [e.message for e in store.events(stream.id, after_seq=49)] == ["last line loss=0.01"]
+        ended = job.doc["TrainingEndTime"]
+    finally:
+        store.close()
+    assert exited <= ended < store_back  # when the job's process ended, not when it was reaped
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_store_gone_for_good_after_the_jobs_last_line_does_not_hold_run(started, tmp_path: Path, sig) -> None:
+    """PostgreSQL stopped for good after the job's last line: `trainmon run` says it waits for the
+    store; a SIGTERM (or Ctrl-C) ends it at once, leaving the output and the job's end in the spool;
+    once the store is back, the next command stores every record and the job ends Completed."""
+    pytest.importorskip("psycopg")
+    with postgres_cluster() as server:
+        server.admin("CREATE DATABASE gone TEMPLATE template0")
+        process, home, said = _store_gone_at_the_end(started, tmp_path, server)
+        _said_until(said, "the job has ended, and the store refuses writes")
+        process.send_signal(sig)
+        assert process.wait(timeout=60) == 1
+        rest = _said_until(said, "nothing is lost")
+        assert "job gone ended Completed, but trainmon was asked to stop waiting for the store" in rest
+        assert "trainmon describe gone" in rest and "Traceback" not in rest
+        store_back = time.time()
+        server.start()
+        _reaped_as_it_ended(home, server.url("gone"), (tmp_path / "finished").stat().st_mtime, store_back)
+
+
+@pytest.mark.timeout(600)
+def test_a_store_gone_for_good_is_waited_for_a_bounded_time(started, tmp_path: Path) -> None:
+    """With no signal, `trainmon run` ends by itself once the store has refused every write for
+    --store-wait-seconds (60 s by default), saying why and what to run later."""
+    pytest.importorskip("psycopg")
+    with postgres_cluster() as server:
+        server.admin("CREATE DATABASE gone TEMPLATE template0")
+        process, home, said = _store_gone_at_the_end(started, tmp_path, server, "--store-wait-seconds", "2")
+        assert process.wait(timeout=180) == 1
+        rest = _said_until(said, "nothing is lost")
+        assert "job gone ended Completed, but the store refused every write for 2 s (cannot reach the store" in rest
+        store_back = time.time()
+        server.start()
+        _reaped_as_it_ended(home, server.url("gone"), (tmp_path / "finished").stat().st_mtime, store_back)
+
+
 def test_readers_never_wait_for_a_writer(home: Path, script) -> None:
     """Another process holds SQLite's write lock for as long as it likes: describe, logs, list and
     metrics answer all the same, while it still holds it (WAL readers need no lock)."""

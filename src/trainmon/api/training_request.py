@@ -46,6 +46,7 @@ from ..rules import catalog
 from ..rules.configs import DEBUGGER_IMAGE
 from ..rules.profiler_setup import default_report
 from ..runtime import instances, notify, toolkit
+from ..runtime.retry import STORE_WAIT_S
 from ..store import objects, profiles
 from .shapes import Boolean, Integer, Json, ListOf, MapOf, Number, Problems, String, Structure, validate
 
@@ -156,6 +157,8 @@ SHAPE = Structure({
     "TrainmonConfig": Structure({
         "RecordMode": String(enum=tuple(m.value for m in Mode)),
         "StopGraceSeconds": Number(0, 3600, hint="seconds between SIGTERM and SIGKILL when the job stops"),
+        "StoreWaitSeconds": Number(0, 7 * 24 * 3600, hint="once the job has ended, how long it waits for a store "
+                                   "that refuses writes before it leaves the rest of its output for later"),
         "WorkingDirectory": String(1, 4096, to_process=True),
         "SystemMetricsIntervalSeconds": Integer(1, 60),
         "Interpreter": String(1, 4096, to_process=True, hint="the Python that runs a script-mode entry point"),
@@ -345,6 +348,7 @@ def _trainmon_config(given: dict[str, Any], algorithm: AlgorithmSpecification, h
         "Command": resolve_command(algorithm) if script is None else [],
         "RecordMode": given.get("RecordMode", Mode.TERMINAL.value),
         "StopGraceSeconds": given.get("StopGraceSeconds", DEFAULT_STOP_GRACE_S),
+        "StoreWaitSeconds": given.get("StoreWaitSeconds", STORE_WAIT_S),
         "WorkingDirectory": given.get("WorkingDirectory") or os.getcwd(),
         "SystemMetricsIntervalSeconds": given.get("SystemMetricsIntervalSeconds", 60),
     }

@@ -83,6 +83,9 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
     run.add_argument("--stop-grace-seconds", type=float, default=DEFAULT_STOP_GRACE_S, metavar="S",
                      help="SIGKILL this long after SIGTERM when stopping (default 120, as SageMaker)")
+    run.add_argument("--store-wait-seconds", type=float, default=None, metavar="S",
+                     help="once the job has ended, wait this long for a store that refuses writes, then leave the "
+                          "rest of its output for the next command to store (default 60)")
     run.add_argument("--output-path", metavar="PATH", help="where model.tar.gz goes: a directory, or an s3:// URI (default: <home>/output)")
     run.add_argument("--live-metrics", action=argparse.BooleanOptionalAction, default=None,
                      help="print each metric point as it is extracted (default: when stdout is a terminal)")
@@ -132,9 +135,14 @@ def _supervise(args: argparse.Namespace, request: dict[str, Any]) -> int:
     live = sys.stdout.isatty() if args.live_metrics is None else args.live_metrics
     print(f"trainmon: job {name} started ({args.instance_count} host{'s' if args.instance_count > 1 else ''}); "
           f"stop it with Ctrl-C or `trainmon stop {name}`", file=sys.stderr)
-    from ..runtime.supervisor import Supervisor  # capture, monitor, sampler: only a command that runs a job loads them
+    # capture, monitor, sampler: only a command that runs a job loads them
+    from ..runtime.supervisor import JobLeft, Supervisor
 
-    job = Supervisor(db, name, echo=True, live_metrics=live).run()
+    try:
+        job = Supervisor(db, name, echo=True, live_metrics=live).run()
+    except JobLeft as exc:
+        print(f"\ntrainmon: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
     print()
     print(describe_text(db, job.name))
     unstored = job.doc.get("UnstoredOutput")
@@ -201,6 +209,7 @@ def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDe
             for channel, path in pairs(args.channel, "--channel").items()
         ] or None,
         "TrainmonConfig": {"RecordMode": args.mode, "StopGraceSeconds": args.stop_grace_seconds,
+                           **({} if args.store_wait_seconds is None else {"StoreWaitSeconds": args.store_wait_seconds}),
                            "SystemMetricsIntervalSeconds": args.system_metrics_interval, **_launcher_settings(args)},
     }
     if args.disable_profiler:

@@ -246,6 +246,8 @@ def definition_report(stats: list[dict[str, Any]], definitions: list[dict[str, s
             if s.get("UnmatchedExamples"):
                 lines.append(f"      regex {regex} did not match records holding {shown}, e.g.:")
                 lines.extend(f"        {quoted(e)}" for e in s["UnmatchedExamples"])
+            elif rejected:
+                pass  # the records it found were rejected, and the line above says why
             elif literal:
                 lines.append(f"      no record contains {shown}: check the spelling in regex {regex}")
             else:

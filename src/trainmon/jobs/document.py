@@ -96,6 +96,7 @@ class TrainmonConfig(TypedDict):
     # a script-mode entry point
     RecordMode: str  # terminal, sagemaker or raw (trainmon.parsing.framing.Mode)
     StopGraceSeconds: float
+    StoreWaitSeconds: NotRequired[float]  # once the job has ended, how long it waits for a store that refuses writes
     WorkingDirectory: str  # not for script mode: its entry point runs in each host's code directory
     SystemMetricsIntervalSeconds: int
     Interpreter: NotRequired[str]  # the Python of a script-mode entry point

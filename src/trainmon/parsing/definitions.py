@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ValidationException
-from .engines import unsafe_reason
+from .engines import slow_reason, unsafe_reason
 
 MAX_DEFINITIONS = 40
 MAX_NAME_CHARS = 255
@@ -143,6 +143,9 @@ def definition_warnings(definitions: Sequence[MetricDefinition], *, escapes_cont
             )
         else:
             first_of[definition] = position
+        slow = slow_reason(definition.regex)
+        if slow:
+            warnings.append(f"{_label(position, definition)}: {slow}.")
         if escapes_control and ("\t" in definition.regex or "\\t" in definition.regex):
             warnings.append(
                 f"{_label(position, definition)}: its regex contains a tab, but log records show a tab as '#011' "

@@ -17,6 +17,11 @@ search at a time limit. So each definition gets:
   such as ``((\\d+)+)$`` or ``(?:a?a?)*``), which has no polynomial bound; if RE2 cannot run that
   regex either, it is refused when the definitions are validated (:func:`unsafe_reason`).
 
+A regex RE2 cannot run whose ``re`` bound is short of ``PYTHON_MAX_CHARS`` (``\\s.*\\s.*loss=(?=\\d)(\\S+)``:
+57 characters) is matched on longer records under the time limit, and a log of long lines can
+then cost the limit on every record, each one rejected: the definitions' warnings say so
+(:func:`slow_reason`), with what to change.
+
 Records hold no line break (every record mode cuts there). That lets a regex that starts with
 ``.*`` use ``re.match`` instead of ``re.search``: the same match, tried at one start instead of at
 every one, which keeps SageMaker's XGBoost definitions on ``re`` for the records they match.
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -94,6 +99,47 @@ def _timed_regex(regex: str) -> Any:
     import regex as timed
 
     return timed.compile(regex, timed.VERSION0)
+
+
+_RE2_LACKS = {_c.ASSERT: "lookaround", _c.ASSERT_NOT: "lookaround", _c.GROUPREF: "a back-reference",
+              _c.GROUPREF_EXISTS: "a conditional", _c.POSSESSIVE_REPEAT: "a possessive quantifier",
+              _c.ATOMIC_GROUP: "an atomic group"}
+
+
+def _lacking(items: Iterable[tuple[Any, Any]]) -> str | None:
+    """The first feature of a parse tree that RE2 lacks, by name."""
+    for op, arg in items:
+        if op in _RE2_LACKS:
+            return _RE2_LACKS[op]
+        for part in _subpatterns(arg):
+            found = _lacking(part.data)
+            if found:
+                return found
+    return None
+
+
+def _subpatterns(arg: Any) -> Iterator[Any]:
+    """The parts of a parse tree item's argument that are trees themselves."""
+    if hasattr(arg, "data"):
+        yield arg
+    elif isinstance(arg, (tuple, list)):
+        for part in arg:
+            yield from _subpatterns(part)
+
+
+def slow_reason(regex: str) -> str | None:
+    """Why a regex may cost the time limit on each long record (RE2 cannot run it and ``re`` is not
+    bounded beyond a short length), or None."""
+    if compile_re2(regex) is not None:
+        return None
+    chars = Bound(regex).python_chars()
+    if chars < 0 or chars >= PYTHON_MAX_CHARS:
+        return None
+    feature = _lacking(_parse(regex).data) or "a feature RE2 lacks"
+    return (f"the linear-time engine cannot run it ({feature}), and Python's re is proven fast on records of at "
+            f"most {chars} characters only; each longer record is matched under a {TIME_LIMIT_S * 1000:g} ms limit, "
+            f"and one it stops at is rejected. Rewrite it without {feature}, or with fewer unbounded parts "
+            "such as '.*'")
 
 
 def unsafe_reason(regex: str) -> str | None:

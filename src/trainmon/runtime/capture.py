@@ -42,7 +42,7 @@ from ..parsing.extract import Extractor, Hits
 from ..parsing.framing import Mode, decode, last_break_end
 from ..store import Batch, PointBlock, Store
 from . import launcher, spooler
-from .retry import FULL_DISK_TRIES, Backoff
+from .retry import FULL_DISK_TRIES, Backoff, Patience
 
 READ_BYTES = 1 << 20
 MAX_RECORD_BYTES = 16 << 20
@@ -64,6 +64,7 @@ STOP_WAIT_S = 5.0  # for the spooler process to end once told to
 SCAN_BYTES = 8 << 20  # consecutive reads of a pipe are matched together, up to this much
 SMALL_READS_BYTES = 64 << 10  # reads this small on average are read from the spool together
 NICER = 10  # how much less the threads that store the output (and judge it) are scheduled than the job
+LEAVE_WAIT_S = 15.0  # for a write in progress when the supervisor stops waiting for the store
 BATCH_WAIT_S = 0.05  # a batch of a few reads waits this long for more before it is stored (one transaction)
 
 
@@ -795,6 +796,7 @@ class BatchWriter(threading.Thread):
         self._changed = threading.Condition()
         self._finishing = False
         self._stopping = False
+        self._leaving = False
         self._backoff = Backoff()
 
     def put(self, batch: Batch, horizon_ms: int | None = None) -> None:
@@ -839,6 +841,13 @@ class BatchWriter(threading.Thread):
         if self.is_alive():
             self.join()
 
+    def leave(self) -> None:
+        """Store nothing more: the batches not stored stay in the spool (which recorded how far each
+        stored batch took it), for whoever reaps the job; the thread ends after its write in progress."""
+        with self._changed:
+            self._leaving = self._stopping = True
+            self._changed.notify_all()
+
     def run(self) -> None:
         yield_to_the_job()
         try:
@@ -853,7 +862,7 @@ class BatchWriter(threading.Thread):
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: self._queue or self._stopping)
-                if not self._queue:
+                if not self._queue or self._leaving:
                     return
                 batch = self._queue[0][0]
             try:
@@ -927,6 +936,7 @@ class Ingestor(threading.Thread):
         self.writer = BatchWriter(store, self.on_error)
         self.failure: BaseException | None = None
         self.loss = Loss()  # what was given up (a disk that stayed full after the job)
+        self.left = False  # what was not stored was left in the spool: the store was waited for long enough
         self._names = [d.name for d in extractor.definitions]
 
     @property
@@ -934,12 +944,21 @@ class Ingestor(threading.Thread):
         """Why the store refuses writes, while it does."""
         return self.writer.store_error
 
-    def finish(self) -> None:
-        """Drain what is left (once every reader ended) and wait for it: as long as the store takes to
-        come back, but a disk that stays full after the job is given up on (and counted)."""
+    def finish(self, patience: Patience | None = None) -> None:
+        """Drain what is left (once every reader ended) and wait for it: as long as ``patience``
+        lasts (as long as the store takes to come back, without it), but a disk that stays full
+        after the job is given up on (and counted). Once patience is lost, what is not stored is
+        left in the spool (:attr:`left`)."""
         self._finishing.set()
         self.wake.set()
-        self.join()
+        while self.is_alive():
+            self.join(0.25)
+            if patience is not None and self.is_alive() and patience.lost(self.store_error):
+                self.left = True
+                self.writer.leave()
+                self.wake.set()
+                self.join(LEAVE_WAIT_S)  # (a write in progress on a store gone: its connection's timeout)
+                return
 
     @property
     def stored_through_ms(self) -> int:
@@ -983,6 +1002,8 @@ class Ingestor(threading.Thread):
                 wait_s = self._batch_wait_s()  # a pending batch goes when it is due, reads or not
                 self.wake.wait(0.25 if wait_s <= 0 else min(0.25, wait_s))
             self.wake.clear()
+            if self.left:
+                return
             if self._finishing.is_set():
                 self.writer.finishing()
             if self.writer.gave_up:

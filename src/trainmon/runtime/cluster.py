@@ -33,6 +33,7 @@ from . import launcher as launch
 from .hosts import FAILURE_REASON_CHARS, HostsEnd
 from .jobstate import JobState
 from .profilewatch import ProfileTap
+from .retry import Patience
 from .rulewatch import evaluated_rules
 
 NAMESPACE = "trainmon"
@@ -297,7 +298,8 @@ class RayHosts:
 
     # -- the end ----------------------------------------------------------------------------
 
-    def finish(self) -> HostsEnd:
+    def finish(self, patience: Patience | None = None) -> HostsEnd:
+        """(Each node's host agent drains its own host's output, waiting for the store as long as it takes.)"""
         end = HostsEnd()
         answers = self._each("finish", timeout=None)
         if self.pulls:  # the rows of the monitors' last ticks, and the rest of the tensor files

@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,7 +48,7 @@ from .capture import (
 )
 from .monitor import SystemMonitor
 from .profilewatch import ProfileTap
-from .retry import retrying
+from .retry import Interrupted, Patience, retrying
 from .sampler import default_gpu_source
 
 PIPE_DRAIN_S = 5.0
@@ -98,8 +99,9 @@ class JobHosts(Protocol):
         """The time (epoch ms) every host's output read before it is stored by; None: not known."""
         ...
 
-    def finish(self) -> HostsEnd:
-        """The monitors stopped and the output drained (bounded) and stored: what was lost, and why."""
+    def finish(self, patience: Patience | None = None) -> HostsEnd:
+        """The monitors stopped and the output drained (bounded) and stored, for as long as
+        ``patience`` lasts: what was lost, and why, and whether some was left in the spool."""
         ...
 
     def failure_reason(self, host: str, code: int) -> str:
@@ -117,6 +119,7 @@ class JobHosts(Protocol):
 class HostsEnd:
     loss: Loss = field(default_factory=Loss)
     ingest_failure: str | None = None  # the output could not be stored at all
+    left: bool = False  # what was not stored waits in the job's spool (patience with the store was lost)
     warnings: list[str] = field(default_factory=list)  # a system monitor or profiler that failed
 
 
@@ -134,7 +137,8 @@ class LocalHosts:
 
     def __init__(self, store: Store, job: JobRow, names: list[str], peers: contract.Peers, *,
                  launcher: launch.Launcher | None = None, echo: bool = False, live_metrics: bool = False,
-                 environment: dict[str, str] | None = None) -> None:
+                 environment: dict[str, str] | None = None,
+                 interrupted: Callable[[], bool] = lambda: False) -> None:
         self.store = store
         self.job = job.name
         self.job_id = job.id
@@ -144,6 +148,7 @@ class LocalHosts:
         self.launcher = launcher or launch.LocalLauncher()
         self.tag = self.launcher.tag
         self.environment = environment or {}  # added to every host's
+        self.interrupted = interrupted  # the user asked the job to stop: waits for the store end
         settings = doc["TrainmonConfig"]
         self.mode = Mode(settings["RecordMode"])
         self.extractor = Extractor(validate_definitions(doc["AlgorithmSpecification"]["MetricDefinitions"]), self.mode)
@@ -203,7 +208,10 @@ class LocalHosts:
         script = settings.get("Script")
         for host in self.hosts:
             layout = host.layout
-            row = retrying(functools.partial(self._add_stream, host.name))
+            try:
+                row = retrying(functools.partial(self._add_stream, host.name), self.interrupted)
+            except Interrupted:
+                return None  # stopped while the store was away: the hosts started so far are stopped
             cwd = str(layout.code_dir) if script else settings.get("WorkingDirectory") or str(layout.root)
             spec = launch.HostSpec(host.name, settings["Command"], {**os.environ, **host.env, **self.environment}, cwd)
             try:
@@ -266,7 +274,7 @@ class LocalHosts:
                 pass
         return found
 
-    def finish(self) -> HostsEnd:
+    def finish(self, patience: Patience | None = None) -> HostsEnd:
         end = HostsEnd()
         if self.monitor is not None:
             self.monitor.stop()
@@ -281,14 +289,16 @@ class LocalHosts:
             if waiting >= BACKLOG_NOTICE_BYTES:
                 print(f"trainmon: the job has ended; storing the {waiting / 1e6:,.0f} MB of its output still waiting "
                       "in the spool", file=sys.stderr, flush=True)
-            self.ingestor.finish()
+            self.ingestor.finish(patience)
             self.ingestor.close()
             if self.ingestor.failure is not None:
                 end.ingest_failure = str(self.ingestor.failure)
             end.loss.add(self.ingestor.loss)
+            end.left = self.ingestor.left
         for _, output in self._outputs:
             end.loss.add(output.losses.loss)
-        shutil.rmtree(self.spool_dir, ignore_errors=True)  # all stored, or counted as lost: nothing to recover
+        if not end.left:
+            shutil.rmtree(self.spool_dir, ignore_errors=True)  # all stored, or counted as lost: nothing to recover
         return end
 
     def failure_reason(self, host: str, code: int) -> str:

@@ -5,21 +5,27 @@ through outages of the store.
 job: the statuses it enters are queued with the time they happened and written in order as soon
 as the store takes them, so that an outage of any length delays the record but never changes
 it, and never ends the job. Reading the job (a stop request) during an outage gives no news
-rather than an error.
+rather than an error. A supervisor that cannot wait any longer (the job has ended, the store
+stays gone) leaves the statuses it could not write in a file (:meth:`JobState.leave`), and
+whoever reaps the job writes them (:func:`replay`): the job's real end, not a guess.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
+from .. import config
 from ..errors import StoreError, StoreFull
+from ..jobs.document import UnstoredOutput
 from ..jobs.status import may_enter, transition
 from ..store import JobRow, Store
-from .retry import FULL_DISK_TRIES, Backoff
+from .retry import FULL_DISK_TRIES, Backoff, Patience
 
 
 def set_status(store: Store, name: str, status: str, message: str | None = None, *,
@@ -64,12 +70,14 @@ class JobState:
         self._retry_at = 0.0
         self._backoff = Backoff()
         self.row: JobRow | None = None  # the job as last written
+        self.interrupted = False  # set by the supervisor on Ctrl-C or SIGTERM: a stop request of its own
 
     def enter(self, status: str, message: str | None = None, *, stop_requested: str | None = None,
-              ended_at: float | None = None, **fields: Any) -> None:
-        """Enter a status now; written at once, or as soon as the store takes it."""
+              ended_at: float | None = None, write: bool = True, **fields: Any) -> None:
+        """Enter a status now; written at once (unless not ``write``), or as soon as the store takes it."""
         self._queue.append(_Change(status, message, time.time(), stop_requested, ended_at, fields))
-        self.flush()
+        if write:
+            self.flush()
 
     def flush(self) -> bool:
         """Write what is queued (unless the last try was too recent); whether everything is written."""
@@ -92,23 +100,36 @@ class JobState:
         return True
 
     def finish(self, status: str, message: str | None = None, *, ended_at: float | None = None,
-               **fields: Any) -> JobRow | None:
+               patience: Patience | None = None, **fields: Any) -> JobRow | None:
         """Enter the final status (with ``message``, else its usual one) and wait until it is written:
-        through an outage of any length, but not past ``FULL_DISK_TRIES`` tries on a disk that stays
-        full (None then)."""
+        through an outage as long as ``patience`` lasts (any length without it), but not past
+        ``FULL_DISK_TRIES`` tries on a disk that stays full. None when it was not written (it stays
+        queued, for :meth:`leave`)."""
         self.enter(status, message, ended_at=ended_at, **fields)
         tries = 0
         while not self.flush():
+            if patience is not None and patience.lost(self._failing):
+                return None
             if isinstance(self._failing, StoreFull):
                 tries += 1
                 if tries >= FULL_DISK_TRIES:
                     self.on_error(f"{self._failing.message}. The job ended {status}, but that could not be stored.")
                     return None
-            time.sleep(max(0.0, self._retry_at - time.monotonic()))
+            retry_at = self._retry_at
+            while time.monotonic() < retry_at and not (patience is not None and patience.lost(self._failing)):
+                time.sleep(min(0.25, retry_at - time.monotonic()))
         return self.row
 
+    def leave(self, path: Path) -> None:
+        """The statuses not written yet, kept in ``path`` for whoever reaps the job (:func:`replay`)."""
+        config.write_private(path, json.dumps([asdict(change) for change in self._queue]))
+        self._queue.clear()
+
     def stop_requested(self) -> str | None:
-        """Why the job was asked to stop, if it was; None too while the store cannot be read."""
+        """Why the job was asked to stop, if it was (Ctrl-C or SIGTERM to its supervisor counts); None
+        too while the store cannot be read."""
+        if self.interrupted:
+            return "Stopped"
         try:
             row = self.store.get_job(self.name)
         except StoreError as exc:
@@ -122,3 +143,25 @@ class JobState:
                           "the store is back.")
         self._failing = exc
         self._retry_at = time.monotonic() + self._backoff.next_delay()
+
+
+def replay(store: Store, name: str, path: Path, unstored: UnstoredOutput | None = None) -> JobRow | None:
+    """The statuses a supervisor left (:meth:`JobState.leave`) written in order, at the times they
+    happened, with ``unstored`` (what whoever reaps the job could not store) added to the last's;
+    None when it left none (no file, or an unreadable one)."""
+    try:
+        changes = [_Change(**change) for change in json.loads(path.read_text(encoding="utf-8"))]
+    except (OSError, ValueError, TypeError):
+        return None
+    if not changes:
+        return None
+    if unstored is not None:
+        last = changes[-1].fields
+        before = last.get("UnstoredOutput") or {"Records": 0, "Points": 0, "Bytes": 0, "Reason": unstored["Reason"]}
+        last["UnstoredOutput"] = {key: before[key] + unstored[key] for key in ("Records", "Points", "Bytes")} | {
+            "Reason": before["Reason"]}
+    row = None
+    for change in changes:
+        row = set_status(store, name, change.status, change.message, at=change.at, ended_at=change.ended_at,
+                         stop_requested=change.stop_requested, **change.fields)
+    return row

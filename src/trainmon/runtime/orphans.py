@@ -9,8 +9,10 @@ this machine whose supervisor is gone is reaped by the first command that notice
 2. what is left of the job's processes is killed: only processes whose environment carries the
    job's tag, each checked again after it is opened (never a bare process id);
 3. the output left in the job's spool is stored (:mod:`trainmon.runtime.recovery`);
-4. the job is marked Failed, with a reason that says so; its training time ends when its
-   processes did (at the last output, or now if some were still running), not when it was noticed.
+4. the job ends as its supervisor recorded beside the spool when it left a store that was gone
+   (:func:`~trainmon.runtime.jobstate.replay`: Completed, say, at the time it ended); else it is
+   marked Failed, with a reason that says so, and its training time ends when its processes did
+   (at the last output, or now if some were still running), not when it was noticed.
 
 Logs and metrics stored until then are kept. No daemon is needed.
 """
@@ -28,7 +30,7 @@ from ..errors import StoreError
 from ..jobs.document import SupervisorIdentity
 from ..jobs.status import ACTIVE
 from ..store import JobRow, Store
-from .jobstate import set_status
+from .jobstate import replay, set_status
 
 
 def identity(pid: int | None = None, *, tag: str = "") -> SupervisorIdentity:
@@ -82,15 +84,15 @@ def _reap(store: Store, job: JobRow, dead: SupervisorIdentity) -> bool:
     still_running = bool(tag) and launcher.kill_tagged(tag) > 0
     if tag:
         launcher.wait_for_spooler(tag)  # it spools what the pipes still held, then ends
-    loss = recovery.recover(store, job)
-    last_ms = recovery.last_activity_ms(store, job)
-    ended_at = time.time() if still_running or last_ms is None else last_ms / 1000
-    fields: dict[str, Any] = {"FailureReason": (
-        f"trainmon's supervising process (pid {dead['pid']}) ended without finishing the job: it was killed or "
-        "crashed. The output it had captured was stored; the job's processes were ended.")}
-    unstored = loss.unstored()
-    if unstored is not None:
-        fields["UnstoredOutput"] = unstored
-    set_status(store, job.name, "Failed", ended_at=ended_at, **fields)
-    shutil.rmtree(recovery.spool_dir(store, job.name), ignore_errors=True)
+    unstored = recovery.recover(store, job).unstored()
+    directory = recovery.spool_dir(store, job.name)
+    if still_running or replay(store, job.name, directory / recovery.ENDING, unstored) is None:
+        fields: dict[str, Any] = {} if unstored is None else {"UnstoredOutput": unstored}
+        last_ms = recovery.last_activity_ms(store, job)
+        ended_at = time.time() if still_running or last_ms is None else last_ms / 1000
+        fields["FailureReason"] = (
+            f"trainmon's supervising process (pid {dead['pid']}) ended without finishing the job: it was killed or "
+            "crashed. The output it had captured was stored; the job's processes were ended.")
+        set_status(store, job.name, "Failed", ended_at=ended_at, **fields)
+    shutil.rmtree(directory, ignore_errors=True)
     return True

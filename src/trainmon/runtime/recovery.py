@@ -1,4 +1,5 @@
-"""Output a dead supervisor left in its spool, stored by whoever reaps the job.
+"""Output a supervisor left in its spool (it died, or left a store that was gone), stored by
+whoever reaps the job.
 
 Each pipe's spool file holds every chunk the job wrote, framed with its read time, and each
 stored batch recorded how far each spool was consumed (``spool_progress``). What lies past that
@@ -43,8 +44,12 @@ class SpoolSource:
         self.eof.set()
 
 
+ENDING = "ending.json"  # in the spool directory: the statuses a supervisor that left could not write
+
+
 def spool_dir(store: Store, job: str) -> Path:
-    """Where the job's pipes are spooled (:func:`~trainmon.runtime.capture.spool_path`)."""
+    """Where the job's pipes are spooled (:func:`~trainmon.runtime.capture.spool_path`), and its
+    ending kept when the supervisor left before the store took it (:data:`ENDING`)."""
     return config.job_dir(store.home, job) / ".spool"
 
 

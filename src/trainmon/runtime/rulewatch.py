@@ -164,6 +164,7 @@ class RuleWatcher(threading.Thread):
         self._pending: list[dict[str, Any]] = []  # findings the store has not taken yet
         self._stopped = False
         self._final = False
+        self._abandoned = False
         self._signal = clock.stop_signal()
         self._concluded = threading.Event()  # the final statuses are written (or given up)
         self._job_ended = threading.Event()  # the job's own final status is written (job_ended)
@@ -175,6 +176,12 @@ class RuleWatcher(threading.Thread):
         self._signal.set()
         if self.is_alive():  # ProfilerReport's report is written after, on this thread: join() waits for it
             self._concluded.wait(timeout_s)
+
+    def abandon(self) -> None:
+        """No final verdict: the job's output was left in its spool, unstored (the rules stay
+        InProgress, and a job that ended shows them Stopped)."""
+        self._abandoned = True
+        self._signal.set()
 
     def job_ended(self) -> None:
         """The job's final status is written: ProfilerReport's report, made after it, shows the job
@@ -192,7 +199,7 @@ class RuleWatcher(threading.Thread):
             return
         try:
             deadline = self.clock.monotonic()
-            while True:
+            while not self._abandoned:
                 final = self._final
                 read = self._pass(store, final=final)
                 if final:

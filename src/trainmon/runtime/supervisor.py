@@ -6,6 +6,13 @@ any terminal), as SIGINT (Ctrl-C) or SIGTERM; every process of the job gets SIGT
 after the grace period. SIGHUP (a terminal that went away) is ignored: the job goes on, captured,
 and the echo to the terminal ends.
 
+Once the job's processes have ended, the supervisor stores what is left of their output and the
+job's end for as long as the store takes them, but not forever (:class:`~trainmon.runtime.retry.Patience`):
+a store that refuses every write for STORE_WAIT_S, or a Ctrl-C or SIGTERM, and it leaves. The
+output not stored stays in the job's spool and the statuses not written beside it
+(:meth:`~trainmon.runtime.jobstate.JobState.leave`); the first command that reads jobs once the
+store is back stores both (:mod:`trainmon.runtime.orphans`), so the job ends as it really did.
+
 The hosts, with their capture and system monitors, are :class:`~trainmon.runtime.hosts.JobHosts`:
 on this machine, or placed on a Ray cluster's nodes (:mod:`trainmon.runtime.cluster`). When the
 main process of every host has exited, whatever they left running is ended (as when a container
@@ -30,12 +37,13 @@ from ..jobs.document import SupervisorIdentity
 from ..jobs.status import ACTIVE, profiler_settings
 from ..rules.catalog import PROFILER_RULES
 from ..store import JobRow, Store, open_store
-from . import contract, notify, orphans
+from . import contract, notify, orphans, recovery
 from .capture import Loss
 from .hosts import FAILURE_REASON_CHARS, JobHosts, LocalHosts
 from .jobstate import JobState
 from .maintenance import Maintainer
 from .profilewatch import ProfileTap
+from .retry import STORE_WAIT_S, Patience
 from .rulewatch import RuleWatcher, evaluated_rules
 
 POLL_S = 0.05
@@ -43,6 +51,19 @@ STOP_POLL_S = 0.25
 ORPHAN_GRACE_S = 2.0
 REPORT_TIMEOUT_S = 600.0  # the profiling report, after the job's final status: its time, bounded
 SAME_INTERRUPT_S = 0.25  # a second SIGINT or SIGTERM sooner than this is the same request, sent to both processes
+
+
+class JobLeft(StoreError):
+    """The job has ended, but the store did not take its output and its end in time: both wait in
+    the job's spool for the first command that reads jobs once the store is back."""
+
+    def __init__(self, name: str, status: str, spool: Path, cause: str) -> None:
+        super().__init__(
+            f"job {name} ended {status}, but {cause}. Its output and its end are kept in {spool}; the first "
+            f"trainmon command that reads jobs once the store takes writes (`trainmon describe {name}`, say) "
+            "stores them, and nothing is lost.")
+        self.status = status
+        self.spool = spool
 
 
 class Supervisor:
@@ -60,16 +81,20 @@ class Supervisor:
         self.echo_enabled = echo
         self.live_metrics = live_metrics
         self.handle_signals = handle_signals
+        self.store_wait_s = STORE_WAIT_S  # the job's own, once it is read
         self.state = JobState(store, name)
         self.loss = Loss()
         self._stop_reason: str | None = None  # "Stopped" | "MaxRuntimeExceeded"
         self._stop_message: str | None = None  # what the final status says, when a rule stopped the job
         self._rule_stop: str | None = None  # set by the rules' thread: a StopTraining action fired
         self._interrupts = 0
+        self._interrupts_at_end = 0  # the count when the job's processes had ended
         self._interrupted_at = -SAME_INTERRUPT_S
         self.first_failure: str | None = None
         self.ended_at: float | None = None
         self._profile_tap: ProfileTap | None = None  # the monitor's profile rows, for the profiler rules
+        self._patience: Patience | None = None  # how long the end waits for the store, once the job has ended
+        self._left = False  # the output not stored waits in the spool: so does the job's end
         self.hosts: JobHosts | None = None
 
     # -- the whole life of a job ------------------------------------------------------------
@@ -80,6 +105,7 @@ class Supervisor:
         job = self.store.get_job(self.name)
         if job is None:
             raise TrainmonError(f"no job named {self.name!r} to supervise")
+        self.store_wait_s = float(job.doc["TrainmonConfig"].get("StoreWaitSeconds", STORE_WAIT_S))
         self.hosts = hosts = self._hosts(job)
         identity = orphans.identity(tag=hosts.tag)
 
@@ -105,8 +131,8 @@ class Supervisor:
             from .cluster import RayHosts  # Ray is an extra, loaded only for a job that asks for it
 
             return RayHosts(self.store, job, names, self.state)
-        return LocalHosts(self.store, job, names, contract.Peers.local(names),
-                          echo=self.echo_enabled, live_metrics=self.live_metrics)
+        return LocalHosts(self.store, job, names, contract.Peers.local(names), echo=self.echo_enabled,
+                          live_metrics=self.live_metrics, interrupted=lambda: self.state.interrupted)
 
     def _run(self, job: JobRow, hosts: JobHosts) -> JobRow:
         doc = job.doc
@@ -121,6 +147,9 @@ class Supervisor:
         if any(r.rule in PROFILER_RULES for r in evaluated_rules(doc)) and profiler_settings(doc):
             self._profile_tap = ProfileTap()
         start_failure = hosts.start(self._profile_tap)
+        if self.state.interrupted and self._stop_reason is None:  # while the hosts started (a store away, say)
+            start_failure = None
+            self._request_stop("Stopped")
         if start_failure is None:
             self.state.enter("Training")
         maintainer = Maintainer(self.store)
@@ -133,14 +162,20 @@ class Supervisor:
         else:
             self._terminate(hosts, grace_s)
         self._end_leftovers(hosts)
+        self._patience = self._patience_from_now()
         self.ended_at = time.time()  # the job's processes are gone: its training time ends here
         maintainer.stop()
-        end = hosts.finish()
+        end = hosts.finish(self._patience)
         for warning in end.warnings:
             print(f"trainmon: warning: system monitoring: {warning}; the job itself was not affected", file=sys.stderr)
         self.loss = end.loss  # everything not stored: the readers' drops and the ingestor's own
+        self._left = end.left
         if rules is not None:
-            rules.finish()  # the last pass, over everything stored, before the job's final status
+            if end.left:
+                rules.abandon()  # no verdict on output the store has not got
+                rules = None
+            else:
+                rules.finish()  # the last pass, over everything stored, before the job's final status
         row = self._conclude(job, hosts, exit_codes, start_failure, end.ingest_failure)
         if rules is not None:
             rules.job_ended()  # the report, made after this, shows the job as it ended
@@ -262,7 +297,7 @@ class Supervisor:
         if failed:
             return self._finish("Failed", FailureReason=hosts.failure_reason(failed[0], exit_codes[failed[0]]),
                                 **fields)
-        self.state.enter("Uploading")
+        self.state.enter("Uploading", write=not self._left)
         try:
             hosts.pack(job.doc)
         except OSError as exc:
@@ -270,11 +305,40 @@ class Supervisor:
                                 **fields)
         return self._finish("Completed", **fields)
 
+    def _patience_from_now(self) -> Patience:
+        """How long the end waits for the store from now: STORE_WAIT_S of refusals, or one more Ctrl-C."""
+        self._interrupts_at_end = self._interrupts
+
+        def waiting(refusal: StoreError) -> None:
+            print(f"trainmon: the job has ended, and the store refuses writes ({refusal.message}). Waiting up to "
+                  f"{self.store_wait_s:g} s for it; Ctrl-C stops waiting, and what it has not taken is kept for "
+                  "later.", file=sys.stderr, flush=True)
+
+        return Patience(self.store_wait_s, lambda: self._interrupts > self._interrupts_at_end, on_refusal=waiting)
+
     def _finish(self, status: str, message: str | None = None, **fields: Any) -> JobRow:
-        row = self.state.finish(status, message, ended_at=self.ended_at, **fields)
-        if row is None:
-            raise StoreError(f"the job ended {status}, but the store could not record it")
-        return row
+        if self._patience is None:  # the job ends before it started
+            self._patience = self._patience_from_now()
+        if self._left:  # the output waits in the spool: the job's end waits with it, to be stored after it
+            self.state.enter(status, message, ended_at=self.ended_at, write=False, **fields)
+        else:
+            row = self.state.finish(status, message, ended_at=self.ended_at, patience=self._patience, **fields)
+            if row is not None:
+                return row
+            if self._patience is None or self._patience.lost_by is None:  # a disk that stayed full
+                raise StoreError(f"the job ended {status}, but the store could not record it")
+        spool = recovery.spool_dir(self.store, self.name)
+        try:
+            self.state.leave(spool / recovery.ENDING)
+        except OSError as exc:
+            raise StoreError(f"the job ended {status}, but neither the store nor its spool ({spool}) could record it: "
+                             f"{exc.strerror or exc}") from None
+        patience = self._patience
+        if patience is not None and patience.lost_by == "store" and patience.refusal is not None:
+            cause = f"the store refused every write for {self.store_wait_s:g} s ({patience.refusal.message})"
+        else:
+            cause = "trainmon was asked to stop waiting for the store"
+        raise JobLeft(self.name, status, spool, cause)
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -288,7 +352,12 @@ class Supervisor:
                 return  # passes it on (launcher.supervise_in_a_session_of_its_own): one request, not "again"
             self._interrupted_at = now
             self._interrupts += 1
-            if self._interrupts == 1:
+            self.state.interrupted = True
+            if self.ended_at is not None:  # the job's processes are gone: what is left is its bookkeeping
+                if self._interrupts == self._interrupts_at_end + 1:
+                    print("\ntrainmon: the job has ended; trainmon stops waiting (what the store has not taken yet "
+                          "is kept for later)", file=sys.stderr)
+            elif self._interrupts == 1:
                 print("\ntrainmon: stopping the job (SIGTERM to its processes; Ctrl-C again to kill them now)",
                       file=sys.stderr)
 
@@ -309,7 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path)
     args = parser.parse_args(argv)
     store = open_store(args.home)
-    Supervisor(store, args.name, echo=False).run()
+    try:
+        Supervisor(store, args.name, echo=False).run()
+    except JobLeft as exc:
+        print(f"trainmon: {exc.message}", file=sys.stderr)
+        return 1
     return 0
 
 
