@@ -589,11 +589,11 @@ def fill(disk: Path) -> None:
 def test_full_disk_gives_a_clear_error_and_keeps_what_was_written(small_disk: Path, script) -> None:
     train = script(
         """
-        import time
+        import os, time
         print("first line loss=1", flush=True)
         time.sleep(0.5)
-        for i in range(60_000):
-            print(f"line {i} " + "x" * 100)
+        for i in range(120_000):  # 13 MB that compresses to about half: more than the 3 MB disk holds
+            print(f"line {i} " + os.urandom(50).hex())
         """
     )
     env = {"TRAINMON_HOME": str(small_disk)}

@@ -64,6 +64,7 @@ STOP_WAIT_S = 5.0  # for the spooler process to end once told to
 SCAN_BYTES = 8 << 20  # consecutive reads of a pipe are matched together, up to this much
 SMALL_READS_BYTES = 64 << 10  # reads this small on average are read from the spool together
 NICER = 10  # how much less the threads that store the output (and judge it) are scheduled than the job
+RELEASE_BYTES = 4 << 20  # a spool's stored blocks are freed this much at a time
 LEAVE_WAIT_S = 15.0  # for a write in progress when the supervisor stops waiting for the store
 BATCH_WAIT_S = 0.05  # a batch of a few reads waits this long for more before it is stored (one transaction)
 
@@ -521,6 +522,25 @@ def start_spool(output: PipeOutput, preamble: bytes) -> int:
     return FRAME.size + len(preamble) if preamble else 0
 
 
+def release_spool(path: Path, frame: int) -> None:
+    """Free a spool file's blocks before the frame at ``frame``, whose records are stored (no one
+    reads them again): a header at the start says where the frames go on (a negative read time),
+    and the bytes between are punched out, the file's size unchanged. A file system that cannot
+    punch keeps them (as every spool did before)."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.pwrite(fd, FRAME.pack(-frame, 0), 0)
+        if frame > FRAME.size:
+            spooler.punch(fd, FRAME.size, frame - FRAME.size)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _frame(path: Path, at: int, stamp: int, length: int) -> None:
     """The header of the frame at ``at``, written where it is still zeros (a frame the spooler began)."""
     with open(path, "r+b") as spool:
@@ -624,6 +644,9 @@ def spool_frames(path: Path, from_offset: int) -> Iterator[tuple[int, int, int]]
         while position + FRAME.size <= size:
             spool.seek(position)
             stamp, length = FRAME.unpack(spool.read(FRAME.size))
+            if stamp < 0 and -stamp > position:  # the frames before were released (release_spool): on from there
+                position = -stamp
+                continue
             start = position + FRAME.size
             if length == 0:  # a frame begun: what follows it is its read
                 if size > max(start, from_offset):
@@ -702,10 +725,22 @@ class Pipe:
     bytes_read: int = 0
     bytes_stored: int = 0
     spooled_to: int = 0  # the spool offset past the last spooled chunk taken
+    frames: deque[int] = field(default_factory=deque)  # where the spooled chunks taken begin their frames
+    released: int = 0  # the spool's blocks before this offset are freed (their records are stored)
 
     @property
     def name(self) -> str:
         return pipe_name(self.is_stderr)
+
+    def release_through(self, stored: int) -> None:
+        """The spool's records are stored up to offset ``stored``: free its blocks before the frame
+        that holds it, once that frees RELEASE_BYTES."""
+        frames = self.frames
+        while len(frames) > 1 and frames[1] <= stored:
+            frames.popleft()
+        if frames and frames[0] - self.released >= RELEASE_BYTES:
+            self.released = frames[0]
+            release_spool(self.reader.spool_path, frames[0])
 
     def consumed(self) -> tuple[int, bool]:
         """How far the spool is consumed into whole records: where recovery starts, and whether it
@@ -793,6 +828,7 @@ class BatchWriter(threading.Thread):
         self.failure: BaseException | None = None  # what ended the thread, if anything but finish() did
         self._queue: deque[tuple[Batch, int | None]] = deque()  # each batch, and the reads' horizon it completes
         self.stored_through_ms = 0  # every read made before this time (epoch ms) is stored
+        self.stored_spools: dict[tuple[int, str], tuple[int, bool]] = {}  # how far each spool's records are stored
         self._changed = threading.Condition()
         self._finishing = False
         self._stopping = False
@@ -885,6 +921,7 @@ class BatchWriter(threading.Thread):
             self._backoff.reset()
             with self._changed:
                 _, horizon_ms = self._queue.popleft()  # (the horizon may have moved meanwhile)
+                self.stored_spools = {**self.stored_spools, **batch.spools}
                 if horizon_ms is not None:
                     self.stored_through_ms = max(self.stored_through_ms, horizon_ms)
                 self._changed.notify_all()
@@ -920,6 +957,7 @@ class Ingestor(threading.Thread):
         on_error: Callable[[str], None] | None = None,
         *,
         budget: MemoryBudget | None = None,
+        release_spools: bool = True,
     ) -> None:
         super().__init__(name="trainmon-ingest", daemon=True)
         self.store = store
@@ -929,6 +967,7 @@ class Ingestor(threading.Thread):
         self.wake = wake
         self.echo = echo
         self.budget = budget  # the readers' in-memory chunks are taken from it (none in a spool left behind)
+        self.release_spools = release_spools  # free the spools' blocks as their records are stored
         self.on_error = on_error or (lambda message: print(f"trainmon: {message}", file=sys.stderr))
         self._finishing = threading.Event()
         self._pending = Batch(job_id)
@@ -1014,6 +1053,8 @@ class Ingestor(threading.Thread):
                 continue
             if self.writer.failure is not None:
                 raise self.writer.failure
+            if self.release_spools:
+                self._release()
             done = self._finishing.is_set() and all(pipe.reader.eof.is_set() for pipe in pipes)
             self._step(final=done)
             if done and not any(pipe.reader.chunks for pipe in pipes):  # (a step the writer held up left some)
@@ -1023,6 +1064,15 @@ class Ingestor(threading.Thread):
                 if self.writer.gave_up:
                     self._give_up()
                 return
+
+    def _release(self) -> None:
+        """Free the spools' blocks whose records are stored, so a spool holds the backlog only."""
+        stored = self.writer.stored_spools
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                progress = stored.get((stream.stream_id, pipe.name))
+                if progress is not None:
+                    pipe.release_through(progress[0])
 
     def _give_up(self) -> None:
         """The job has ended and the store stays full: count what is left as lost, and stop."""
@@ -1068,6 +1118,7 @@ class Ingestor(threading.Thread):
                 self.budget.give_back(chunk.length)
             return chunk.data
         pipe.spooled_to = chunk.start + chunk.length
+        pipe.frames.append(chunk.start - FRAME.size)
         if spooled is not None:
             at = chunk.start - spooled[0]
             return spooled[1][at:at + chunk.length]

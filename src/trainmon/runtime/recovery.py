@@ -83,7 +83,9 @@ def recover(store: Store, job: JobRow) -> Loss:
             pipes.append(pipe)
         streams.append(HostStream(stream.host, stream.id, pipes, next_seq=stream.records))
     # Quiet: the command that reaps the job is reading jobs; what could not be stored is counted.
-    ingestor = Ingestor(store, job.id, streams, extractor, threading.Event(), on_error=lambda message: None)
+    # (The spool goes once this is done: nothing to free as it goes, and a first chunk may start mid-frame.)
+    ingestor = Ingestor(store, job.id, streams, extractor, threading.Event(), on_error=lambda message: None,
+                        release_spools=False)
     ingestor.finish_in_this_thread()
     ingestor.close()
     return ingestor.loss

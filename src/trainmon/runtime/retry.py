@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ..backoff import FULL_DISK_TRIES, RETRY_FIRST_S, RETRY_MOST_S, Backoff
-from ..errors import StoreError
+from ..errors import StoreError, StoreFull
 
 __all__ = ["FULL_DISK_TRIES", "RETRY_FIRST_S", "RETRY_MOST_S", "STORE_WAIT_S", "Backoff", "Patience", "retrying"]
 
@@ -41,7 +41,8 @@ def retrying(write: Callable[[], T], interrupted: Callable[[], bool] = lambda: F
 
 class Patience:
     """How long the end of a job waits for its store: while the store takes writes, as long as
-    storing takes; once it refuses them, ``limit_s`` from the first refusal; and no longer once
+    storing takes; once it refuses them, ``limit_s`` from the first refusal (a full disk is not
+    counted: it is given up on after FULL_DISK_TRIES, and what it refused is counted as lost); and no longer once
     the user asks (``interrupted``: Ctrl-C or SIGTERM after the job ended). Once lost it stays lost:
     what is not stored then waits in the job's spool for whoever reaps the job."""
 
@@ -65,7 +66,7 @@ class Patience:
             self.refusal = refusal
         if self.interrupted():
             self.lost_by = "interrupted"
-        elif refusal is None:
+        elif refusal is None or isinstance(refusal, StoreFull):  # a full disk: its own bound, its loss counted
             self._refused_since = None
         else:
             now = self.clock()

@@ -22,9 +22,13 @@ file's new blocks more slowly than blocks reserved beforehand (a gigabyte splice
 1.4 to 2.1 s into new blocks, 0.7 to 1.2 s into reserved ones), and a flooding job waits on the
 spooler. What is reserved past the end is released when the pipe ends.
 
-When a spool file cannot be written (a full disk), the read's bytes go to the supervisor in the
-note itself (:data:`HELD`), to be held in memory or counted as lost there; the file is tried
-again every second. If this process dies, the supervisor reads the pipes itself from where the
+A spool never takes the room the store needs to keep the job's records: a spool file is not
+written (nor its blocks reserved ahead) while its file system's free space is short of
+:func:`store_reserve` (64 MiB, or a quarter of a small file system), and the supervisor frees
+the blocks of what is stored as it goes (:func:`punch`), so a spool holds the backlog, not the
+job's whole output. When a spool file cannot be written (a full disk, or room kept for the
+store), the read's bytes go to the supervisor in the note itself (:data:`HELD`), to be held in
+memory or counted as lost there; the file is tried again every second. If this process dies, the supervisor reads the pipes itself from where the
 spool files end (:class:`trainmon.runtime.capture.PipeReader`).
 
 Run as ``python -I -S spooler.py NOTES_FD CONTROL_FD PIPE_FD:OFFSET:PATH ...``.
@@ -32,6 +36,7 @@ Run as ``python -I -S spooler.py NOTES_FD CONTROL_FD PIPE_FD:OFFSET:PATH ...``.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -50,6 +55,9 @@ READ_BYTES = 1 << 20
 FLOOD_BYTES = 256 << 10  # a read this large: the pipe is flooded, and its file's blocks are reserved ahead
 RESERVE_BYTES = 16 << 20  # how far ahead (per flooded pipe; released at its end)
 KEEP_SIZE = 1  # fallocate's FALLOC_FL_KEEP_SIZE: blocks reserved past the end, the size unchanged
+PUNCH_HOLE = 2  # fallocate's FALLOC_FL_PUNCH_HOLE (with KEEP_SIZE): a range's blocks freed, read back as zeros
+STORE_RESERVE_BYTES = 64 << 20  # free space a spool leaves to the store (a quarter of a smaller file system)
+ROOM_CHECK_BYTES = 1 << 20  # a spool's file system's free space is checked again after this much is written
 RETRY_MS = 1000  # a spool file that could not be written is tried again this often
 _UNFINISHED = FRAME.pack(0, 0)  # a frame being written: a header of zeros until its length is known
 
@@ -62,9 +70,8 @@ _fallocate: Callable[[int, int, int, int], int] | None = None  # libc's, once lo
 _looked_up = False  # by the first flood: ctypes costs milliseconds that no other job needs
 
 
-def reserve(fd: int, offset: int, length: int) -> bool:
-    """Reserve a file's blocks from ``offset`` on without changing its size; False where that
-    cannot be done (no such call, a file system without it, a full disk)."""
+def _allocate(fd: int, mode: int, offset: int, length: int) -> bool:
+    """fallocate(2); False where it cannot be done (no such call, a file system without it, a full disk)."""
     global _fallocate, _looked_up
     if not _looked_up:
         _looked_up = True
@@ -77,7 +84,30 @@ def reserve(fd: int, offset: int, length: int) -> bool:
             _fallocate = function
         except (ImportError, OSError, AttributeError):  # not Linux, or no C library to be found
             pass
-    return _fallocate is not None and _fallocate(fd, KEEP_SIZE, offset, length) == 0
+    return _fallocate is not None and _fallocate(fd, mode, offset, length) == 0
+
+
+def reserve(fd: int, offset: int, length: int) -> bool:
+    """Reserve a file's blocks from ``offset`` on without changing its size; False where that cannot be done."""
+    return _allocate(fd, KEEP_SIZE, offset, length)
+
+
+def punch(fd: int, offset: int, length: int) -> bool:
+    """Free a range of a file's blocks (it reads back as zeros; the size is unchanged); False where
+    the file system cannot."""
+    return _allocate(fd, PUNCH_HOLE | KEEP_SIZE, offset, length)
+
+
+def store_reserve(total_bytes: int) -> int:
+    """The free space a spool leaves to the store on a file system of ``total_bytes``."""
+    return min(STORE_RESERVE_BYTES, total_bytes // 4)
+
+
+def room(fd: int) -> tuple[int, int]:
+    """(free bytes a spool may take, the store's reserve) on the file system of file ``fd``."""
+    found = os.fstatvfs(fd)
+    reserve_bytes = store_reserve(found.f_blocks * found.f_frsize)
+    return found.f_bavail * found.f_frsize - reserve_bytes, reserve_bytes
 
 
 class Spool:
@@ -89,11 +119,26 @@ class Spool:
         self.retry_ms = 0  # while the file fails: when to try it again
         self.flooded = False  # the last read was large: reserve the file's blocks ahead
         self.reserved = 0  # the file's blocks are reserved up to here (0: none past its end)
+        self.room = 0  # what the file may still take before its file system's free space is checked again
+        self.may_reserve = False  # whether blocks may be reserved ahead (far from the store's reserve)
 
     def open(self) -> None:
         self.file = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
         os.ftruncate(self.file, self.offset)  # a frame cut short by an earlier failure goes
         self.reserved = 0
+        self.room = 0
+
+    def _make_room(self) -> None:
+        """Room for one more read (OSError ENOSPC when taking it would eat into the store's reserve;
+        blocks reserved ahead count as taken)."""
+        if self.room >= FRAME.size + READ_BYTES:
+            return
+        free, reserve_bytes = room(self.file)
+        if free < FRAME.size + READ_BYTES:
+            raise OSError(errno.ENOSPC, f"the spool leaves the last {reserve_bytes >> 20} MiB of its file system's "
+                          "free space to the store")
+        self.room = min(free, ROOM_CHECK_BYTES)
+        self.may_reserve = free >= 2 * RESERVE_BYTES  # blocks reserved ahead only far from the store's reserve
 
     def _reserve(self) -> None:
         """Keep a flooded file's blocks reserved at least a read ahead of its end."""
@@ -125,7 +170,8 @@ class Spool:
                 self._failed(notes, exc, stamp)
         if self.file >= 0:
             try:
-                if self.flooded:
+                self._make_room()
+                if self.flooded and self.may_reserve:
                     self._reserve()
                 os.pwrite(self.file, _UNFINISHED, self.offset)  # the frame's room: a full disk fails here
                 moved = self._to_file()
@@ -170,6 +216,7 @@ class Spool:
             return True
         notes.send(NOTE.pack(self.index, SPOOLED, moved, stamp, self.offset))
         self.offset += FRAME.size + moved
+        self.room -= FRAME.size + moved
         self.flooded = moved >= FLOOD_BYTES
         return True
 
