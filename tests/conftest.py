@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -11,6 +13,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +35,30 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root.mkdir()
     monkeypatch.setenv("TRAINMON_HOME", str(root))
     return root
+
+
+TEST_MARK = "TRAINMON_TEST_MARK"
+
+
+@pytest.fixture(autouse=True)
+def _jobs_end_with_their_test(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every process a test's jobs started ends with the test, whether it passed, failed or timed
+    out: each inherits the test's mark, and those that are a job's processes or its spooler (they
+    carry the job's tag) are killed once the test's own fixtures are done."""
+    mark = uuid.uuid4().hex
+    monkeypatch.setenv(TEST_MARK, mark)
+    yield
+    marked = f"{TEST_MARK}={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone, or not ours
+            continue
+        if marked in environ and any(v.startswith((b"TRAINMON_PROCESS_TAG=", b"TRAINMON_SPOOLER_OF=")) for v in environ):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from trainmon import client as trainmon_client
+from trainmon.runtime import launcher
 from trainmon.store import open_store
 
 from .conftest import PY, run_cli, wait_for
@@ -251,9 +252,12 @@ def _end_started_runs():
 
 
 def _start(name: str, train: Path, *extra: str) -> subprocess.Popen[str]:
+    """`trainmon run` in a process group of its own in this session, as a shell starts a job: its
+    signals are then what they are in a terminal whatever runs the tests (in a process group the
+    kernel deems orphaned, as under a runner that made pytest a session leader, SIGTSTP is discarded)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "trainmon", "run", "--name", name, *extra, "--", PY, str(train)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
     )
     _STARTED.append(process)
     return process
@@ -405,6 +409,38 @@ def test_ctrl_z_stops_the_supervisor_with_the_command_and_fg_resumes_both(home: 
     go.touch()
     proc.communicate(timeout=120)
     assert proc.returncode == 0 and describe("paused")["TrainingJobStatus"] == "Completed"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_at_any_moment_of_the_start_stops_the_job_and_leaves_nothing(home: Path, script, sig) -> None:
+    """SIGINT or SIGTERM to `trainmon run` at moments spread over its start (before the fork, while
+    the two processes hand over, while the job is registered and its hosts start, once it runs):
+    every time, the command ends, the job (if it was made) is not left active, and no process of it
+    is left."""
+    train = script("import time; print('ready', flush=True); time.sleep(600)")
+    for step, delay_ms in enumerate([0, 20, 50, 100, 150, 200, 300, 400, 600, 900, 1500]):
+        name = f"storm-{sig}-{step}"
+        proc = _start(name, train)
+        deadline = time.monotonic() + delay_ms / 1000  # the moment is the variable: the outcome must not depend on it
+        while time.monotonic() < deadline:
+            time.sleep(0.001)
+        proc.send_signal(sig)
+        try:
+            proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"trainmon run went on after a signal {delay_ms} ms into it") from None
+        listing = run_cli("list", "--json", check=True)  # (it reaps a job whose supervisor is gone)
+        jobs = {job["TrainingJobName"]: job for job in json.loads(listing.stdout)}
+        if name in jobs:
+            assert jobs[name]["TrainingJobStatus"] in ("Stopped", "Failed"), (delay_ms, jobs[name])
+            store = open_store(home)
+            try:
+                tag = store.get_job(name).supervisor["tag"]
+            finally:
+                store.close()
+            if tag:
+                assert launcher.wait_for_spooler(tag, timeout_s=60) and not launcher.tagged_processes(tag), delay_ms
 
 
 def test_the_command_dies_of_the_signal_that_killed_its_supervisor(home: Path, script) -> None:

@@ -227,6 +227,21 @@ def supervise_in_a_session_of_its_own(supervise: Callable[[], int]) -> int:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
+_early: list[int] = []  # SIGINT and SIGTERM that reached a forked supervisor before it had handlers of its own
+
+
+def _noted_early(signum: int, _frame: object) -> None:
+    _early.append(signum)
+
+
+def early_signals() -> list[int]:
+    """The SIGINT and SIGTERM that reached this (forked) supervisor before its own handlers were in
+    place, taken: they count as if they came after."""
+    taken = _early[:]
+    _early.clear()
+    return taken
+
+
 def _supervise_apart(supervise: Callable[[], int], parent: int, blocked: set[int | signal.Signals]) -> NoReturn:
     code = 1
     try:
@@ -235,6 +250,10 @@ def _supervise_apart(supervise: Callable[[], int], parent: int, blocked: set[int
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             pass
+        # until the supervisor's own handlers: a Ctrl-C or SIGTERM is kept for it, a SIGHUP ignored as it will be
+        signal.signal(signal.SIGINT, _noted_early)
+        signal.signal(signal.SIGTERM, _noted_early)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if os.getppid() == parent:  # else it died before the line above could tie this process to it
             code = supervise()

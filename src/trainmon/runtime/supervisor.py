@@ -37,7 +37,7 @@ from ..jobs.document import SupervisorIdentity
 from ..jobs.status import ACTIVE, profiler_settings
 from ..rules.catalog import PROFILER_RULES
 from ..store import JobRow, Store, open_store
-from . import contract, notify, orphans, recovery
+from . import contract, launcher, notify, orphans, recovery
 from .capture import Loss
 from .hosts import FAILURE_REASON_CHARS, JobHosts, LocalHosts
 from .jobstate import JobState
@@ -363,6 +363,8 @@ class Supervisor:
 
         handlers: dict[int, Any] = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the terminal went; the job goes on
+        for signum in launcher.early_signals():  # come before these handlers (trainmon run's forked supervisor)
+            on_signal(signum, None)
         return handlers
 
     @staticmethod
