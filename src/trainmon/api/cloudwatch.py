@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import bisect
-import hashlib
 import json
 import re
 import time
@@ -52,7 +51,7 @@ from ..cloudwatch.statistics import (
 from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
 from ..runtime.maintenance import keep_maintained
 from ..store import Store
-from .shapes import Problems, String, refuse_unknown
+from .shapes import Problems, String, keyset_token, keyset_values, refuse_unknown, request_fingerprint
 from .times import as_datetime
 
 LIST_PAGE = 500
@@ -285,7 +284,7 @@ def list_metrics(
     if RecentlyActive not in (None, "PT3H"):
         raise InvalidParameterValue("The parameter RecentlyActive must be PT3H.")
     since_ms = (time.time() - RECENT_S) * 1000 if RecentlyActive else None
-    fingerprint = _fingerprint_of([Namespace, MetricName, wanted, RecentlyActive])
+    fingerprint = request_fingerprint([Namespace, MetricName, wanted, RecentlyActive])
     place = _list_place(NextToken, fingerprint) if NextToken is not None else None
     metrics: list[dict[str, Any]] = []
     more = True
@@ -303,13 +302,8 @@ def list_metrics(
                     break
     result: dict[str, Any] = {"Metrics": metrics}
     if more and place is not None:
-        result["NextToken"] = _token_of(place, fingerprint)
+        result["NextToken"] = keyset_token(place, fingerprint)
     return result
-
-
-def _token_of(place: tuple[str, str, int], fingerprint: str) -> str:
-    raw = json.dumps({"p": list(place), "r": fingerprint}, separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode()
 
 
 def _list_place(token: Any, fingerprint: str) -> tuple[str, str, int]:
@@ -318,17 +312,11 @@ def _list_place(token: Any, fingerprint: str) -> tuple[str, str, int]:
         problems = Problems()
         String().check(token, "nextToken", problems)
         problems.raise_if_any(InvalidParameterValue)
-    if len(token) > 4096:
+    place = keyset_values(token, fingerprint, (str, str, int))
+    if place is None:
         raise InvalidParameterValue("The parameter NextToken is not one a ListMetrics page of this request gave.")
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        namespace, name, id_ = data["p"]
-        if data["r"] == fingerprint and isinstance(namespace, str) and isinstance(name, str) and \
-                isinstance(id_, int) and not isinstance(id_, bool):
-            return namespace, name, id_
-    except (AttributeError, ValueError, TypeError, KeyError):
-        pass
-    raise InvalidParameterValue("The parameter NextToken is not one a ListMetrics page of this request gave.")
+    namespace, name, id_ = place
+    return namespace, name, id_
 
 
 def _statistics(statistics: list[str] | None, extended: list[str] | None) -> tuple[list[str], list[str]]:
@@ -592,12 +580,7 @@ def _result(query_id: str, label: str, series: Series, timestamps: list[int], pa
 
 def _fingerprint(queries: Any, start_s: float, end_s: float, descending: bool) -> str:
     """What a GetMetricData NextToken is bound to: a token is only good for the request that gave it."""
-    return _fingerprint_of([queries, start_s, end_s, descending])
-
-
-def _fingerprint_of(request: Any) -> str:
-    text = json.dumps(request, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return request_fingerprint([queries, start_s, end_s, descending])
 
 
 def _token(last: tuple[int, int], fingerprint: str) -> str:

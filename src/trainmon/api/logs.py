@@ -19,7 +19,8 @@ from ..errors import InvalidParameterException, LogResourceNotFound
 from ..jobs.document import ACCOUNT, REGION
 from ..parsing.framing import escape, holds_control
 from ..store import EventRow, Store, StreamRow
-from .shapes import offset_page, refuse_unknown
+from ..store.base import stream_place
+from .shapes import keyset_place, keyset_token, refuse_unknown, request_fingerprint
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 MAX_EVENTS = 10_000
@@ -46,15 +47,15 @@ def describe_log_streams(
     if logStreamNamePrefix and orderBy == "LastEventTime":
         raise InvalidParameterException("Cannot order by LastEventTime with a logStreamNamePrefix.")
     limit = _limit(limit, 50)
-    streams = store.streams(prefix=logStreamNamePrefix)
-    if orderBy == "LastEventTime":
-        streams.sort(key=lambda s: s.last_event_ms or 0)
-    if descending:
-        streams.reverse()
-    page, token = offset_page(streams, nextToken, limit, InvalidParameterException, "nextToken")
-    result: dict[str, Any] = {"logStreams": [_stream(s) for s in page]}
-    if token is not None:  # only when more remain: the SageMaker SDK loops on a stale token
-        result["nextToken"] = token
+    by_last_event, prefix = orderBy == "LastEventTime", logStreamNamePrefix or None
+    fingerprint = request_fingerprint([prefix, by_last_event, bool(descending)])
+    place = keyset_place(nextToken, fingerprint, (int, str) if by_last_event else (str,), InvalidParameterException,
+                         "nextToken")
+    streams = store.streams_after(place, limit + 1, prefix=prefix, by_last_event=by_last_event,
+                                  descending=bool(descending))
+    result: dict[str, Any] = {"logStreams": [_stream(s) for s in streams[:limit]]}
+    if len(streams) > limit:  # only when more remain: the SageMaker SDK loops on a stale token
+        result["nextToken"] = keyset_token(stream_place(streams[limit - 1], by_last_event), fingerprint)
     return result
 
 

@@ -21,7 +21,19 @@ from ..jobs.status import TERMINAL, description, transition
 from ..runtime import orphans
 from ..runtime.jobstate import set_status
 from ..store import JobRow, Store
-from .shapes import Integer, ListOf, String, Structure, offset_page, refuse_unknown, validate_members
+from ..store.base import job_place
+from .shapes import (
+    Integer,
+    ListOf,
+    String,
+    Structure,
+    keyset_place,
+    keyset_token,
+    offset_page,
+    refuse_unknown,
+    request_fingerprint,
+    validate_members,
+)
 from .times import as_datetimes, epoch_s
 from .training_request import JOB_NAME_PATTERN, job_document
 
@@ -29,6 +41,7 @@ _JOB_NAME = String(1, 63, JOB_NAME_PATTERN, hint="1 to 63 letters, digits and hy
 STATUSES = ("InProgress", "Completed", "Failed", "Stopping", "Stopped")
 """TrainingJobStatus in SageMaker's order (its API reference's, the CLI's ``--status`` choices):
 jobs.status's ACTIVE and TERMINAL."""
+_SORT_KINDS = {"Name": str, "CreationTime": float, "Status": str}  # each SortBy's sort value, in a NextToken
 
 
 def create_training_job(store: Store, **request: Any) -> dict[str, Any]:
@@ -103,16 +116,16 @@ def list_training_job_rows(store: Store, *, NextToken: Any = None, MaxResults: A
         raise ValidationException(f"StatusEquals must be one of {', '.join(STATUSES)}.")
     if NameContains is not None and not isinstance(NameContains, str):
         raise ValidationException("NameContains must be a string.")
+    after_s = epoch_s(CreationTimeAfter, "CreationTimeAfter") if CreationTimeAfter is not None else None
+    before_s = epoch_s(CreationTimeBefore, "CreationTimeBefore") if CreationTimeBefore is not None else None
+    descending = SortOrder == "Descending"
+    fingerprint = request_fingerprint([StatusEquals, NameContains or None, after_s, before_s, SortBy, descending])
+    place = keyset_place(NextToken, fingerprint, (_SORT_KINDS[SortBy], int))
     orphans.reap_orphans(store)
-    rows = store.list_jobs(
-        status=StatusEquals,
-        name_contains=NameContains,
-        created_after=epoch_s(CreationTimeAfter, "CreationTimeAfter") if CreationTimeAfter is not None else None,
-        created_before=epoch_s(CreationTimeBefore, "CreationTimeBefore") if CreationTimeBefore is not None else None,
-        sort_by=SortBy,
-        descending=SortOrder == "Descending",
-    )
-    return offset_page(rows, NextToken, MaxResults)
+    rows = store.jobs_after(place, MaxResults + 1, status=StatusEquals, name_contains=NameContains,
+                            created_after=after_s, created_before=before_s, sort_by=SortBy, descending=descending)
+    page = rows[:MaxResults]  # (and one more: whether any remain; the SageMaker SDK loops on a stale token)
+    return page, keyset_token(job_place(page[-1], SortBy), fingerprint) if len(rows) > MaxResults else None
 
 
 def summary(row: JobRow) -> dict[str, Any]:

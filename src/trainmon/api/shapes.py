@@ -16,9 +16,12 @@ Strings that reach a process (arguments, environment) refuse NUL, which no proce
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -256,16 +259,79 @@ def offset_page(items: list[_T], token: Any, size: int, error: type[TrainmonErro
     left off, and the next page's token (None when no items remain: a client that loops until the
     token stops advancing must get none). A token that is not a string is ``error`` in AWS's
     words, and so is one that is no offset this paging gave: never a silent restart."""
-    if token is not None and not isinstance(token, str):
-        problems = Problems()
-        String().check(token, member_path("", member), problems)
-        problems.raise_if_any(error)
-    if token and not (token.isdecimal() and token.isascii() and len(token) <= 18):
-        raise error(f"The {member} {token[:40]!r} is not one this service gave: pass a page's {member} as it "
-                    "came, or none for the first page.")
-    start = int(token) if token else 0
+    given = _token_text(token, error, member)
+    if given and not (given.isdecimal() and given.isascii() and len(given) <= 18):
+        raise _foreign(given, error, member)
+    start = int(given) if given else 0
     end = start + size
     return items[start:end], str(end) if end < len(items) else None
+
+
+def request_fingerprint(request: Any) -> str:
+    """What a page token is bound to (a request's filters and order): a token is only good for the
+    request that gave it."""
+    text = json.dumps(request, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def keyset_token(place: Sequence[Any], fingerprint: str) -> str:
+    """The token of a keyset page's end: the sort key of its last item (its ``place``), and the
+    fingerprint of the request."""
+    raw = json.dumps({"p": list(place), "r": fingerprint}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def keyset_place(token: Any, fingerprint: str, kinds: Sequence[type], error: type[TrainmonError] = ValidationException,
+                 member: str = "NextToken") -> tuple[Any, ...] | None:
+    """Where the keyset page a token asks for starts: the place :func:`keyset_token` put in it
+    (None for the first page: no token, or an empty one). A token that is not a string, or that no
+    page of this request gave, is ``error`` in :func:`offset_page`'s words."""
+    given = _token_text(token, error, member)
+    if not given:
+        return None
+    place = keyset_values(given, fingerprint, kinds)
+    if place is None:
+        raise _foreign(given, error, member)
+    return place
+
+
+def keyset_values(token: str, fingerprint: str, kinds: Sequence[type]) -> tuple[Any, ...] | None:
+    """The place in a :func:`keyset_token` made for ``fingerprint``, when it holds a value of each
+    of ``kinds`` (str, int: 64-bit, float: any finite number, given as a float); None otherwise."""
+    if len(token) > 4096:
+        return None
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        place, made_for = data["p"], data["r"]
+    except (AttributeError, ValueError, TypeError, KeyError, RecursionError):
+        return None
+    if made_for != fingerprint or not isinstance(place, list) or len(place) != len(kinds) or \
+            not all(map(_of_kind, place, kinds)):
+        return None
+    return tuple(float(value) if kind is float else value for value, kind in zip(place, kinds, strict=True))
+
+
+def _of_kind(value: Any, kind: type) -> bool:
+    if isinstance(value, str) or kind is str:
+        return isinstance(value, kind)
+    if isinstance(value, float):
+        return kind is float and math.isfinite(value)
+    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
+
+
+def _token_text(token: Any, error: type[TrainmonError], member: str) -> str | None:
+    """A page token as given; ``error`` in AWS's words when it is not a string."""
+    if token is None or isinstance(token, str):
+        return token
+    problems = Problems()
+    String().check(token, member_path("", member), problems)
+    problems.raise_if_any(error)
+    raise AssertionError("unreachable")
+
+
+def _foreign(token: str, error: type[TrainmonError], member: str) -> TrainmonError:
+    return error(f"The {member} {token[:40]!r} is not one this service gave: pass a page's {member} as it came, "
+                 "or none for the first page.")
 
 
 def validate(shape: Structure, request: Mapping[str, Any]) -> dict[str, Any]:

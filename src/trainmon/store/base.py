@@ -58,6 +58,8 @@ JOB_COLUMNS = "id, name, status, creation_time, last_modified_time, doc, supervi
 STREAM_COLUMNS = (
     "id, job_id, host, name, creation_ms, first_event_ms, last_event_ms, last_ingestion_ms, records, stored_bytes"
 )
+JOB_ORDERS = {"Name": "name", "CreationTime": "creation_time", "Status": "status"}  # ListTrainingJobs' SortBy
+STREAM_ORDERS = {False: ("name",), True: ("coalesce(last_event_ms, 0)", "name")}  # by name; by last event
 
 
 class Store(Protocol):
@@ -99,7 +101,26 @@ class Store(Protocol):
         sort_by: str = "CreationTime",
         descending: bool = True,
         limit: int | None = None,
-    ) -> list[JobRow]: ...
+    ) -> list[JobRow]:
+        """Jobs matching every filter given, in the order of ``sort_by`` (Name, CreationTime or
+        Status) then id; at most ``limit``."""
+        ...
+
+    def jobs_after(
+        self,
+        after: tuple[Any, ...] | None,
+        limit: int,
+        *,
+        status: str | None = None,
+        name_contains: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        sort_by: str = "CreationTime",
+        descending: bool = True,
+    ) -> list[JobRow]:
+        """A page of :meth:`list_jobs`: up to ``limit`` jobs after ``after``, the place of the last
+        job of an earlier page (:func:`job_place`); its cost is independent of the total."""
+        ...
 
     def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:
         """Read, change and write one job atomically; ``mutate`` edits the row in place."""
@@ -110,7 +131,16 @@ class Store(Protocol):
     # -- log streams
     def add_stream(self, job_id: int, host: str, name: str, creation_ms: int) -> StreamRow: ...
 
-    def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]: ...
+    def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]:
+        """Log streams (of a job, with a name that starts with ``prefix``) by name."""
+        ...
+
+    def streams_after(self, after: tuple[Any, ...] | None, limit: int, *, prefix: str | None = None,
+                      by_last_event: bool = False, descending: bool = False) -> list[StreamRow]:
+        """A page of streams by name, or ``by_last_event`` (its time, 0 when none yet, then name): up
+        to ``limit`` after ``after``, the place of the last stream of an earlier page
+        (:func:`stream_place`); its cost is independent of the total."""
+        ...
 
     def stream(self, name: str) -> StreamRow | None: ...
 
@@ -384,15 +414,37 @@ class SqlStore:
         descending: bool = True,
         limit: int | None = None,
     ) -> list[JobRow]:
-        where = (Where().add("status = ?", status or None).any_of("status", statuses)
-                 .add(f"{self._find}(lower(name), lower(?)) > 0", name_contains or None)
-                 .add("creation_time > ?", created_after).add("creation_time < ?", created_before))
-        column = {"Name": "name", "Status": "status"}.get(sort_by, "creation_time")
-        order = "DESC" if descending else "ASC"
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {where.sql} ORDER BY {column} {order}, id {order}"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return [job_from_row(row) for row in self._read(sql, where.args)]
+        where = self._job_filter(status, name_contains, created_after, created_before).any_of("status", statuses)
+        return self._jobs(where, sort_by, descending, None, limit)
+
+    def jobs_after(
+        self,
+        after: tuple[Any, ...] | None,
+        limit: int,
+        *,
+        status: str | None = None,
+        name_contains: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        sort_by: str = "CreationTime",
+        descending: bool = True,
+    ) -> list[JobRow]:
+        """Up to ``limit`` jobs in :meth:`list_jobs`' order after ``after``: a range of the index on
+        the order's columns (``jobs_by_*_in_order``), however many jobs come before it."""
+        where = self._job_filter(status, name_contains, created_after, created_before)
+        return self._jobs(where, sort_by, descending, after, limit)
+
+    def _job_filter(self, status: str | None, name_contains: str | None, created_after: float | None,
+                    created_before: float | None) -> Where:
+        return (Where().add("status = ?", status or None)
+                .add(f"{self._find}(lower(name), lower(?)) > 0", name_contains or None)
+                .add("creation_time > ?", created_after).add("creation_time < ?", created_before))
+
+    def _jobs(self, where: Where, sort_by: str, descending: bool, after: tuple[Any, ...] | None,
+              limit: int | None) -> list[JobRow]:
+        columns = (JOB_ORDERS.get(sort_by, "creation_time"), "id")
+        rows = self._page(f"SELECT {JOB_COLUMNS} FROM jobs", where, columns, after, descending, limit)
+        return [job_from_row(row) for row in rows]
 
     def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:
         """Read, change and write one job atomically; ``mutate`` edits the row in place."""
@@ -425,11 +477,48 @@ class SqlStore:
         return StreamRow(rows[0][0], job_id, host, name, creation_ms, None, None, None, 0, 0)
 
     def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]:
-        where = Where().add("job_id = ?", job_id)
-        if prefix:
-            where.add("substr(name, 1, ?) = ?", len(prefix), prefix)
-        rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE {where.sql} ORDER BY name", where.args)
+        return self._streams(_stream_filter(prefix).add("job_id = ?", job_id), False, False, None, None)
+
+    def streams_after(self, after: tuple[Any, ...] | None, limit: int, *, prefix: str | None = None,
+                      by_last_event: bool = False, descending: bool = False) -> list[StreamRow]:
+        """Up to ``limit`` streams after ``after``: a range of the index on names (a prefix's
+        streams are a range of it too) or on last event times (``log_streams_by_last_event``)."""
+        return self._streams(_stream_filter(prefix), by_last_event, descending, after, limit)
+
+    def _streams(self, where: Where, by_last_event: bool, descending: bool, after: tuple[Any, ...] | None,
+                 limit: int | None) -> list[StreamRow]:
+        rows = self._page(f"SELECT {STREAM_COLUMNS} FROM log_streams", where, STREAM_ORDERS[by_last_event], after,
+                          descending, limit)
         return [StreamRow(*row) for row in rows]
+
+    def _page(self, select: str, where: Where, columns: Sequence[str], after: Sequence[Any] | None, descending: bool,
+              limit: int | None) -> list[tuple[Any, ...]]:
+        """The rows of ``select`` (SELECT ... FROM a table) that match ``where``, in the order of
+        ``columns`` (together unique), after ``after`` (the last row of an earlier page's values of
+        them), at most ``limit``. After a place, they are read as ranges of the index on ``columns``
+        in one snapshot: first those tied with it on every column but the last, then on one column
+        fewer, and so on (not one row-value comparison: in SQLite, one that holds the rowid or an
+        expression bounds no range of an index)."""
+        direction, beyond = (" DESC", "<") if descending else ("", ">")
+
+        def order(by: Sequence[str]) -> str:
+            return " ORDER BY " + ", ".join(column + direction for column in by)
+
+        if after is None:
+            return self._read(f"{select} WHERE {where.sql}{order(columns)}{_limit(limit)}", where.args)
+
+        def read(sql: Sql) -> list[tuple[Any, ...]]:
+            rows: list[tuple[Any, ...]] = []
+            for tied in reversed(range(len(columns))):  # the rows tied with ``after`` on the most columns first
+                bounds = [f"{column} = ?" for column in columns[:tied]] + [f"{columns[tied]} {beyond} ?"]
+                rows += sql.rows(f"{select} WHERE {' AND '.join([*where.conditions, *bounds])}{order(columns[tied:])}"
+                                 f"{_limit(None if limit is None else limit - len(rows))}",
+                                 [*where.args, *after[:tied + 1]])
+                if limit is not None and len(rows) >= limit:
+                    break
+            return rows
+
+        return self._reading(read)
 
     def stream(self, name: str) -> StreamRow | None:
         rows = self._read(f"SELECT {STREAM_COLUMNS} FROM log_streams WHERE name = ?", (name,))
@@ -871,6 +960,39 @@ class Where:
     @property
     def sql(self) -> str:
         return " AND ".join(self.conditions) or "TRUE"
+
+
+def _limit(rows: int | None) -> str:
+    return "" if rows is None else f" LIMIT {int(rows)}"
+
+
+def _stream_filter(prefix: str | None) -> Where:
+    """Streams whose name starts with ``prefix`` (every one for none): a range of names, which the
+    index on them serves (both backends compare names by code point)."""
+    where = Where()
+    if prefix:
+        where.add("name >= ?", prefix).add("name < ?", prefix_end(prefix))
+    return where
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string after every string that starts with ``prefix`` (None: there is none)."""
+    kept = prefix.rstrip(chr(0x10FFFF))
+    if not kept:
+        return None
+    code = ord(kept[-1]) + 1
+    return kept[:-1] + chr(0xE000 if 0xD800 <= code <= 0xDFFF else code)  # (surrogates are no characters)
+
+
+def job_place(row: JobRow, sort_by: str) -> tuple[Any, int]:
+    """A job's place in the order of ``sort_by``: what :meth:`Store.jobs_after` goes on after."""
+    value = {"Name": row.name, "Status": row.status}.get(sort_by, row.creation_time)
+    return value, row.id
+
+
+def stream_place(row: StreamRow, by_last_event: bool) -> tuple[Any, ...]:
+    """A stream's place in its order: what :meth:`Store.streams_after` goes on after."""
+    return (row.last_event_ms or 0, row.name) if by_last_event else (row.name,)
 
 
 def _pages() -> Iterator[int]:

@@ -224,6 +224,17 @@ _MIGRATIONS.append("""
 _MIGRATIONS.append("ALTER TABLE log_chunks ADD COLUMN packing SMALLINT NOT NULL DEFAULT 0")
 # ListMetrics pages by (namespace, name, id): a page's cost is the same whatever the total.
 _MIGRATIONS.append("CREATE INDEX IF NOT EXISTS series_in_order ON series (namespace, name, id)")
+# ListTrainingJobs and DescribeLogStreams page by keyset too: an index on each order's columns (a
+# job's id breaks ties; stream names are unique), so a page costs the same whatever comes before it.
+# The one on (status, creation_time, id) serves what jobs_by_status did.
+_MIGRATIONS.append("""
+    CREATE INDEX IF NOT EXISTS jobs_by_name_in_order ON jobs (name, id);
+    CREATE INDEX IF NOT EXISTS jobs_by_time_in_order ON jobs (creation_time, id);
+    CREATE INDEX IF NOT EXISTS jobs_by_status_in_order ON jobs (status, id);
+    CREATE INDEX IF NOT EXISTS jobs_by_status_time_in_order ON jobs (status, creation_time, id);
+    DROP INDEX IF EXISTS jobs_by_status;
+    CREATE INDEX IF NOT EXISTS log_streams_by_last_event ON log_streams ((coalesce(last_event_ms, 0)), name)
+    """)
 # ``metrics.dimensions`` can be longer than a btree entry may be (30 dimensions of 1 KiB values),
 # so its uniqueness is that of its SHA-256.
 

@@ -213,6 +213,17 @@ _MIGRATIONS.append(lambda db: _add_overviews(db))
 _MIGRATIONS.append("ALTER TABLE log_chunks ADD COLUMN packing INTEGER NOT NULL DEFAULT 0")
 # ListMetrics pages by (namespace, name, id): a page's cost is the same whatever the total.
 _MIGRATIONS.append("CREATE INDEX IF NOT EXISTS series_in_order ON series (namespace, name, id)")
+# ListTrainingJobs and DescribeLogStreams page by keyset too: an index on each order's columns (a
+# job's id breaks ties; stream names are unique), so a page costs the same whatever comes before it.
+# The one on (status, creation_time, id) serves what jobs_by_status did.
+_MIGRATIONS.append("""
+    CREATE INDEX IF NOT EXISTS jobs_by_name_in_order ON jobs (name, id);
+    CREATE INDEX IF NOT EXISTS jobs_by_time_in_order ON jobs (creation_time, id);
+    CREATE INDEX IF NOT EXISTS jobs_by_status_in_order ON jobs (status, id);
+    CREATE INDEX IF NOT EXISTS jobs_by_status_time_in_order ON jobs (status, creation_time, id);
+    DROP INDEX IF EXISTS jobs_by_status;
+    CREATE INDEX IF NOT EXISTS log_streams_by_last_event ON log_streams ((coalesce(last_event_ms, 0)), name)
+    """)
 
 OPEN_TIMEOUT_S = 30.0
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass
