@@ -198,8 +198,6 @@ def test_output_left_waiting_when_the_job_ends_is_announced_then_stored(started,
     """The store is held locked while the job prints 64 MB and exits: the output waits in the spool,
     ``trainmon run`` says how much of it it is still storing, and once the store takes writes again
     every record is stored."""
-    import queue
-    import threading
 
     home = tmp_path / "home"
     open_store(home).close()
@@ -216,20 +214,12 @@ def test_output_left_waiting_when_the_job_ends_is_announced_then_stored(started,
     )
     process = start_run(started, "backlog", job, env={"TRAINMON_HOME": str(home)})
     ready, _ = echo_watch(process, "ready\n")  # (the echo of 64 MB, read as it comes)
-    lines = queue.Queue[str]()
-
-    def said() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.put(line)
-
-    threading.Thread(target=said, daemon=True).start()
+    said = stderr_lines(process)
     assert ready.wait(120), "the job's first line was not echoed"
     with sqlite_locked(home):  # every writer waits
         with open(go, "w"):
             pass  # the job goes on
-        while "still waiting in the spool" not in (line := lines.get(timeout=120)):
-            pass
+        line = _said_until(said, "still waiting in the spool").splitlines()[-1]
         waiting_mb = int(line.split("storing the ")[1].split(" MB")[0])
         assert 32 <= waiting_mb <= 64
     assert process.wait(timeout=300) == 0
@@ -259,7 +249,6 @@ def _store_gone_at_the_end(started: list, tmp_path: Path, server, *extra: str) -
                                                                                          queue.Queue[str]]:
     """A job that prints 50 metric lines, waits for the test to stop PostgreSQL for good, prints
     one more line and exits 0; its `trainmon run`, and a queue of what that says on stderr."""
-    import threading
 
     job, go, finished = tmp_path / "ending.py", tmp_path / "go", tmp_path / "finished"
     job.write_text(ENDING_JOB)
@@ -270,14 +259,7 @@ def _store_gone_at_the_end(started: list, tmp_path: Path, server, *extra: str) -
          str(job), str(go), str(finished)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **env})
     started.append(process)
-    said = queue.Queue[str]()
-
-    def read() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            said.put(line)
-
-    threading.Thread(target=read, daemon=True).start()
+    said = stderr_lines(process)
     reader = open_store(home, database_url=env["TRAINMON_DATABASE_URL"])
     try:
         wait_for(lambda: sum(s.records for s in reader.streams()) >= 50, "the job's first 50 records")
@@ -286,6 +268,21 @@ def _store_gone_at_the_end(started: list, tmp_path: Path, server, *extra: str) -
     server.stop()
     go.touch()
     return process, home, said
+
+
+def stderr_lines(process: subprocess.Popen[str]) -> queue.Queue[str]:
+    """The lines ``process`` writes on stderr, as they come (read by a thread, to its end)."""
+    import threading
+
+    lines = queue.Queue[str]()
+
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
 
 
 def _said_until(said: queue.Queue[str], words: str) -> str:

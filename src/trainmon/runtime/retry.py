@@ -55,7 +55,7 @@ class Patience:
         self.on_refusal = on_refusal  # told once, at the first refusal: the wait that is bounded begins
         self.lost_by: str | None = None  # why the wait ended early: "interrupted" or "store"
         self.refusal: StoreError | None = None  # the store's last refusal
-        self.refusals = 0  # the times the store began refusing
+        self._told = False  # on_refusal was called
         self._refused_since: float | None = None
 
     def lost(self, refusal: StoreError | None) -> bool:
@@ -71,9 +71,9 @@ class Patience:
         else:
             now = self.clock()
             if self._refused_since is None:
-                if self.refusals == 0:
+                if not self._told:
+                    self._told = True
                     self.on_refusal(refusal)
-                self.refusals += 1
                 self._refused_since = now
             if now - self._refused_since >= self.limit_s:
                 self.lost_by = "store"
