@@ -404,7 +404,7 @@ def test_the_job_shares_its_supervisors_session_and_never_a_shells(tmp_path: Pat
 
     # from a terminal: the same, and the terminal stays with this process, whose Ctrl-C stops the job
     child = pexpect.spawn(command[0], [*command[1:], "wait"], env=env("tty"), encoding="utf-8", timeout=120)
-    child.expect(r"ids ([0-9 ]+)")
+    child.expect(r"ids ([0-9 ]+)\r\n")  # the whole line: a pty may hand it over in pieces
     pid, group, session, parent, parents_session, _, tty = map(int, child.match.group(1).split())
     assert group == pid != session == parents_session == parent != child.pid and tty == 0
     child.sendintr()
