@@ -208,7 +208,7 @@ def test_pathological_regexes_on_adversarial_records_are_matched_in_bounded_time
         return
     extractor = Extractor(definitions)
     for record in data.draw(_adversarial_records(extractor._matchers[0].python_chars)):
-        start = time.perf_counter()
+        start = time.thread_time()  # this thread's CPU time: what the match costs, whatever else the machine runs
         extractor.scan(record + b"\n")
-        elapsed = time.perf_counter() - start
-        assert elapsed < 3.0, (regex, record[:80], len(record), elapsed)  # the unbounded case takes minutes
+        spent = time.thread_time() - start
+        assert spent < 3.0, (regex, record[:80], len(record), spent)  # the unbounded case takes minutes

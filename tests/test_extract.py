@@ -128,9 +128,9 @@ def test_definitions_sharing_a_name_each_get_their_own_bounded_engine() -> None:
     defs = [("loss", r"loss=(\d+);"), ("loss", r"loss=a*a*a*a*a*a*a*a*(\d)")]
     extractor = Extractor(validate_definitions([{"Name": n, "Regex": r} for n, r in defs]))
     assert [m.python_chars for m in extractor._matchers] == [1024, 4]
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: the match's cost, not the machine's load
     found, extractor = points(b"loss=12;\nloss=" + b"a" * 60 + b"7\n", defs)
-    assert time.perf_counter() - start < 5
+    assert time.thread_time() - start < 5
     assert [(p[0], p[3]) for p in found] == [(1, 12.0), (1, 1.0), (2, 7.0)]  # both match record 1
     assert [s.matches for s in extractor.stats] == [1, 2]
 
@@ -302,9 +302,9 @@ def test_five_megabyte_line_with_a_quadratic_regex_is_matched_whole() -> None:
 def test_overlapping_repeats_on_a_short_record_are_matched_quickly() -> None:
     # Several repeats in a row, none nested: Python's re takes about 100 s on this 65-character line.
     regex = r"loss=a*a*a*a*a*a*a*a*(\d)"
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: the match's cost, not the machine's load
     found, extractor = points(b"loss=" + b"a" * 60 + b"\nloss=aa5\n", [("loss", regex)])
-    assert time.perf_counter() - start < 5
+    assert time.thread_time() - start < 5
     assert [(p[0], p[3]) for p in found] == [(2, 5.0)]
     assert extractor.stats[0].unmatched_examples == ["loss=" + "a" * 60]
 
@@ -315,9 +315,9 @@ def test_long_records_for_backtracking_only_regex_are_matched_under_a_time_limit
     assert [(p[0], p[3]) for p in found] == [(1, 12.0), (2, 3.0)]
     assert extractor.stats[0].rejected == {}
     runaway = r"(?<=v)a*a*a*a*(\d)"  # polynomial backtracking of a high power: stopped at the limit
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: the match's cost, not the machine's load
     found, extractor = points(b"v" + b"a" * 3000 + b"\nva7\n", [("v", runaway)])
-    assert time.perf_counter() - start < 5
+    assert time.thread_time() - start < 5
     assert [(p[0], p[3]) for p in found] == [(2, 7.0)]
     assert extractor.stats[0].rejected == {TIME_LIMIT_REASON: 1}
     assert extractor.stats[0].rejected_examples == ["v" + "a" * 199]
