@@ -395,14 +395,14 @@ def start_server(home: Path, *args: str, database_url: str = "", env: dict[str, 
         assert process.stdout is not None
         for line in process.stdout:
             output.append(line)
-            if re.search(r"http://\S+/ ", line):
+            if re.search(r"https?://\S+/ ", line):
                 ready.set()
         ready.set()  # it ended
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     ready.wait(60)
-    found = next((re.search(r"(http://\S+)/ ", line) for line in output if "http://" in line), None)
+    found = next((re.search(r"(https?://\S+)/ ", line) for line in output if "://" in line), None)
     started = ServerProcess(found.group(1) if found else "", home, process, output, reader)
     if found is None:
         started.process.kill()

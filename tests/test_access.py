@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -228,6 +229,78 @@ def test_without_credentials_only_by_choice_and_still_not_for_other_sites(home: 
         assert cross.status_code == 403
     finally:
         started.stop()
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and localhost, signed by its own key, as an operator makes one."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+                   .not_valid_after(now + datetime.timedelta(days=30))
+                   .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                               x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                  critical=False)
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                   .sign(key, hashes.SHA256()))
+    (directory / "cert.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (directory / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    return directory / "cert.pem", directory / "key.pem"
+
+
+def test_https_with_the_operators_certificate(home: Path, tmp_path: Path,
+                                              cli: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    """``--tls-cert``/``--tls-key``: the console, the API and the AWS doors over HTTPS, the session
+    cookie sent over HTTPS only; a wrong file is told before anything listens."""
+    cert, key = _self_signed(tmp_path)
+    for wrong, said in ((["--tls-cert", str(key)], "no certificate with its unencrypted private key"),
+                        (["--tls-cert", str(cert)], "no certificate with its unencrypted private key"),
+                        (["--tls-key", str(key)], "--tls-key needs --tls-cert"),
+                        (["--tls-cert", str(tmp_path / "none.pem")], "no such file")):
+        refused = cli("server", "--port", "0", *wrong, timeout=120)
+        assert refused.returncode == 2 and said in refused.stderr, (wrong, refused.stderr)
+    started = start_server(home, "--tls-cert", str(cert), "--tls-key", str(key))
+    try:
+        assert started.url.startswith("https://127.0.0.1:")
+        wait_for(lambda: "AWS clients" in "".join(started.output), "the lines on credentials")
+        assert f"{started.url}/login?code=" in "".join(started.output)
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            httpx.get(started.url + "/api/jobs", timeout=60)  # TLS for real: an unknown issuer is refused
+        plain = "http" + started.url.removeprefix("https")
+        with pytest.raises(httpx.TransportError):
+            httpx.get(plain + "/api/jobs", headers=started.headers, timeout=60)
+        with httpx.Client(verify=ssl.create_default_context(cafile=cert), timeout=60) as browser_like:
+            signed_in = browser_like.get(cli("console", check=True).stdout.split()[0])
+            assert signed_in.status_code == 303 and "; secure" in signed_in.headers["set-cookie"].lower()
+            assert browser_like.get(started.url + "/api/jobs").status_code == 200
+        listed = subprocess.run(["bash", "-c", 'eval "$(trainmon credentials env)" && '
+                                 f'{PY} -m awscli sagemaker list-training-jobs'], capture_output=True, text=True,
+                                timeout=120, env={**os.environ, "TRAINMON_HOME": str(home),
+                                                  "AWS_CA_BUNDLE": str(cert), "AWS_CONFIG_FILE": "/nonexistent",
+                                                  "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"})
+        assert listed.returncode == 0 and '"TrainingJobSummaries": []' in listed.stdout, listed.stderr
+    finally:
+        started.stop()
+
+
+def test_behind_a_loopback_proxy_that_ended_tls_the_cookie_is_secure(server: ServerProcess) -> None:
+    """A reverse proxy on this machine that says the request came over HTTPS gets a ``Secure``
+    cookie; over plain HTTP, with no such word, the cookie stays usable there."""
+    for forwarded, secure in (({"X-Forwarded-Proto": "https"}, True), ({}, False)):
+        signed_in = httpx.get(server.sign_in_url(), headers=forwarded, timeout=60)
+        assert signed_in.status_code == 303
+        assert ("; secure" in signed_in.headers["set-cookie"].lower()) is secure, forwarded
 
 
 # -- in a real browser --------------------------------------------------------------------------------

@@ -29,6 +29,10 @@ def register(commands: Commands) -> None:
     command.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                          help="a name the server answers to besides its addresses, localhost and this machine's "
                               "name (a reverse proxy's, say); repeat for more; '*' for any name")
+    command.add_argument("--tls-cert", type=Path, metavar="FILE",
+                         help="serve HTTPS with this certificate (PEM, its chain after it); with --tls-key")
+    command.add_argument("--tls-key", type=Path, metavar="FILE",
+                         help="the certificate's private key (PEM; default: in --tls-cert's file)")
     command.add_argument("--no-credentials", action="store_true",
                          help="serve every request without credentials: anyone who reaches the port may run "
                               "commands as this user (warned at every start)")
@@ -118,6 +122,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ValidationException(f"--port must be from 0 to 65535, not {args.port}.")
     home = args.home or config.home()
+    tls = _tls(args.tls_cert, args.tls_key)
     token, made = _credentials(home, args.token_file) if not args.no_credentials else (None, False)
     listener = _listen(args.host, args.port)
     db = store(args)
@@ -125,7 +130,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     shown = f"[{host}]" if ":" in host else host
     if host in ("0.0.0.0", "::"):
         shown = "127.0.0.1"  # the address this machine's browser and clients reach it by
-    url = f"http://{shown}:{port}"
+    url = f"{'https' if tls else 'http'}://{shown}:{port}"
     print(f"trainmon server: {url}/ (data in {db.database_url or db.home})", flush=True)
     _write_address(home, url)
     hosts, any_host = auth.allowed_hosts(args.allow_host)
@@ -144,7 +149,8 @@ def cmd_server(args: argparse.Namespace) -> int:
     settings = Settings(access)
     logging.basicConfig(level=logging.WARNING, format="trainmon server: %(levelname)s %(name)s: %(message)s")
     server = uvicorn.Server(uvicorn.Config(create_app(db, settings), log_level="warning", lifespan="on",
-                                           timeout_graceful_shutdown=2))
+                                           timeout_graceful_shutdown=2, ssl_certfile=tls and tls[0],
+                                           ssl_keyfile=tls and tls[1]))
     previous = signal.signal(signal.SIGTERM, _stopped)  # uvicorn shuts down gracefully, then raises it again
     try:
         server.run(sockets=[listener])
@@ -153,6 +159,26 @@ def cmd_server(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _tls(cert: Path | None, key: Path | None) -> tuple[str, str | None] | None:
+    """The certificate and key files of ``--tls-cert``/``--tls-key`` (None: plain HTTP), checked here so that a wrong file is
+    told as such before anything listens."""
+    import ssl
+
+    if cert is None:
+        if key is not None:
+            raise ValidationException("--tls-key needs --tls-cert: the certificate the key belongs to.")
+        return None
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key, password=lambda: b"")  # never a prompt
+    except FileNotFoundError as exc:
+        raise ValidationException(f"cannot read {exc.filename}: no such file") from None
+    except (OSError, ssl.SSLError) as exc:
+        which = f"{cert} and {key}" if key else str(cert)
+        raise ValidationException(f"{which} hold no certificate with its unencrypted private key in PEM ({exc.strerror or exc}); "
+                                  "--tls-cert takes the certificate (and its chain), --tls-key its key") from None
+    return str(cert), str(key) if key else None
 
 
 def _credentials(home: Path, token_file: Path | None) -> tuple[str, bool]:
