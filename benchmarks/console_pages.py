@@ -29,7 +29,7 @@ def _jobs(home: Path, points: int) -> None:
     import numpy as np
 
     from trainmon.api.sagemaker import register_job
-    from trainmon.runtime.jobstate import set_status
+    from trainmon.runtime.job.jobstate import set_status
     from trainmon.store import Batch, open_store
 
     store = open_store(home)

@@ -118,7 +118,7 @@ def child_monitor(pgid: int, seconds: float, work: Path) -> dict[str, Any]:
     import pyarrow.parquet  # noqa: F401
 
     import trainmon
-    from trainmon.runtime.monitor import SystemMonitor
+    from trainmon.runtime.watch.monitor import SystemMonitor
     from trainmon.store import open_store
     from trainmon.store.profiles import ProfileWriter
 
@@ -275,7 +275,7 @@ def synthetic_rows(ticks: int, seed: int = 20240601) -> Iterator[tuple[int, dict
     """
     import numpy as np
 
-    from trainmon.runtime.sampler import CLOCK_TICKS, PAGE_BYTES, cpu_pct, rate
+    from trainmon.runtime.watch.sampler import CLOCK_TICKS, PAGE_BYTES, cpu_pct, rate
 
     rng = np.random.default_rng(seed)
     n = ticks + 1  # counters at n moments make ticks intervals

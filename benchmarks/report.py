@@ -75,7 +75,7 @@ def _job(store: Any, location: str, first_ms: int, last_ms: int, name: str = JOB
     """The job that names the profile: profiled at 100 ms, its steps and loss every second, two rules, a finding."""
     from trainmon.api.sagemaker import register_job
     from trainmon.jobs import rulestatus
-    from trainmon.runtime.jobstate import set_status
+    from trainmon.runtime.job.jobstate import set_status
     from trainmon.store import Batch
 
     row = register_job(store, {

@@ -94,7 +94,9 @@ def _task_cpu_s(native_id: int) -> float | None:
 
 def child(work: Path, steps: int) -> dict[str, Any]:
     from trainmon.api.sagemaker import register_job
-    from trainmon.runtime.supervisor import Supervisor
+    from trainmon.report import write_job_report
+    from trainmon.runtime.job.supervisor import Supervisor
+    from trainmon.runtime.launchers import registry
     from trainmon.store import open_store
 
     store = open_store(work / "home")
@@ -120,7 +122,7 @@ def child(work: Path, steps: int) -> dict[str, Any]:
     sampler.start()
     started = time.monotonic()
     process_before = time.process_time()
-    row = Supervisor(store, NAME, echo=False, handle_signals=False).run()
+    row = Supervisor(store, NAME, hosts=registry.job_hosts, report=write_job_report, echo=False, handle_signals=False).run()
     wall_s = time.monotonic() - started
     process_s = time.process_time() - process_before
     done.set()
@@ -153,8 +155,10 @@ def _thread_cpu(done: threading.Event, cpu: dict[tuple[str, int], float]) -> Non
 def profiled_child(work: Path, steps: int) -> dict[str, Any]:
     """The profiler rules' job: its threads' CPU, its rule statuses and how many datapoints they judged."""
     from trainmon.api.sagemaker import register_job
+    from trainmon.report import write_job_report
     from trainmon.rules.profiler_setup import REPORT_RULES
-    from trainmon.runtime.supervisor import Supervisor
+    from trainmon.runtime.job.supervisor import Supervisor
+    from trainmon.runtime.launchers import registry
     from trainmon.store import open_store
     from trainmon.store.profiles import Profile
 
@@ -181,7 +185,7 @@ def profiled_child(work: Path, steps: int) -> dict[str, Any]:
     done = threading.Event()
     sampler = threading.Thread(target=_thread_cpu, args=(done, cpu), daemon=True)
     sampler.start()
-    row = Supervisor(store, PROFILED_NAME, echo=False, handle_signals=False).run()
+    row = Supervisor(store, PROFILED_NAME, hosts=registry.job_hosts, report=write_job_report, echo=False, handle_signals=False).run()
     done.set()
     sampler.join()
     statuses = {s["RuleConfigurationName"]: (s["RuleEvaluationStatus"], s.get("StatusDetails", ""))
@@ -204,7 +208,7 @@ def _replay(frame: Any, rules: list[dict[str, Any]]) -> tuple[float, int]:
     """The CPU seconds fresh rules take over ``REPLAYED_DATAPOINTS`` of the job's profile rows (again
     and again, later each time), and how many they took."""
     from trainmon.rules import catalog
-    from trainmon.runtime.profilewatch import ProfilerRules, ProfileTap
+    from trainmon.runtime.watch.profilewatch import ProfilerRules, ProfileTap
 
     table_ = frame.pivot_table(index="timestamp", columns="metric", values="value")
     stamps = [int(stamp.timestamp() * 1000) for stamp in table_.index]

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from trainmon.runtime.capture import FLUSH_POINTS
+from trainmon.runtime.capture.writer import FLUSH_POINTS
 
 from .common import Report, best_of, checkpointed_bytes, heading, ms, rate, ratio_text, scratch_dir, table
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from trainmon.runtime.sampler import NvmlSource, visible_gpus
+from trainmon.runtime.watch.gpu import NvmlSource, visible_gpus
 
 JOB = """
 import time

@@ -22,7 +22,7 @@ MAX_LINES = 800
 
 # From the bottom up: a package may import from its own layer's packages and the layers below.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "clock", "plainjson", "backoff", "config", "access_keys"),
+    ("errors", "units", "clock", "plainjson", "backoff", "config", "access_keys", "shapes"),
     ("jobs", "parsing", "cloudwatch", "rules", "debug"),
     ("store",),
     ("read",),

@@ -26,8 +26,8 @@ from trainmon.clock import ManualClock
 from trainmon.cloudwatch import alarms as model
 from trainmon.cloudwatch.model import JOB_NAMESPACE
 from trainmon.errors import TrainmonError
-from trainmon.runtime import notify
-from trainmon.runtime.maintenance import Maintainer
+from trainmon.runtime.watch import notify
+from trainmon.runtime.watch.maintenance import Maintainer
 from trainmon.store import Store
 
 from .conftest import PY, StoreTarget, run_cli, start_server

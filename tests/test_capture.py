@@ -10,24 +10,15 @@ from pathlib import Path
 
 import pytest
 
-import trainmon.runtime.capture as capture
 from trainmon.errors import StoreError, StoreFull
 from trainmon.parsing.definitions import validate_definitions
 from trainmon.parsing.framing import Mode
-from trainmon.runtime.capture import (
-    FRAME,
-    Loss,
-    LossCounter,
-    MemoryBudget,
-    PipeOutput,
-    PipeReader,
-    RecordCutter,
-    Spooler,
-    spool_files,
-    spool_frames,
-    spool_path,
-)
-from trainmon.runtime.procfs import descendants, parse_process_stat, read_process_stat
+from trainmon.runtime.capture import pipes, records, spool
+from trainmon.runtime.capture.loss import Loss, LossCounter
+from trainmon.runtime.capture.pipes import MemoryBudget, PipeOutput, PipeReader, Spooler
+from trainmon.runtime.capture.records import RecordCutter
+from trainmon.runtime.capture.spool import FRAME, spool_files, spool_frames, spool_path
+from trainmon.runtime.processes.procfs import descendants, parse_process_stat, read_process_stat
 from trainmon.runtime.retry import Backoff
 from trainmon.store.sql import store_error
 
@@ -112,7 +103,7 @@ def _output(path: Path, wake: threading.Event | None = None) -> PipeOutput:
 
 
 def test_a_spool_that_could_not_be_opened_is_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(capture, "SPOOL_RETRY_MS", 0)
+    monkeypatch.setattr(pipes, "SPOOL_RETRY_MS", 0)
     directory = tmp_path / "spool"  # missing at first: the spool cannot be opened
     path = spool_path(directory, "algo-1", False)
     read_end, write_end = os.pipe()
@@ -142,7 +133,7 @@ def test_the_spooler_process_frames_every_read_and_notes_where(tmp_path: Path) -
     (the first after a preamble trainmon wrote), a pipe's end noted."""
     pipes = [os.pipe(), os.pipe()]
     outputs = [_output(spool_path(tmp_path, "algo-1", is_stderr)) for is_stderr in (False, True)]
-    offsets = [capture.start_spool(outputs[0], b"trainmon: about the job\n"), capture.start_spool(outputs[1], b"")]
+    offsets = [spool.start_spool(outputs[0], b"trainmon: about the job\n"), spool.start_spool(outputs[1], b"")]
     spooled = Spooler([(read_end, output, offset) for (read_end, _), output, offset in
                        zip(pipes, outputs, offsets, strict=True)])
     spooled.start()
@@ -167,7 +158,7 @@ def test_the_spooler_process_frames_every_read_and_notes_where(tmp_path: Path) -
 def test_a_flooded_pipes_spool_has_its_blocks_reserved_ahead_until_the_pipe_ends(tmp_path: Path) -> None:
     """Reads of a megabyte (a flood) make the spooler reserve the file's blocks ahead of its end,
     its size unchanged; the pipe's end releases them. A small read reserves nothing."""
-    from trainmon.runtime import spooler
+    from trainmon.runtime.capture import spooler
 
     probe = os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT)
     can_reserve = spooler.reserve(probe, 0, 1 << 20)  # not every file system can
@@ -175,7 +166,7 @@ def test_a_flooded_pipes_spool_has_its_blocks_reserved_ahead_until_the_pipe_ends
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)  # as the launcher's pipes
     output = _output(spool_path(tmp_path, "algo-1", False))
-    spooled = Spooler([(read_end, output, capture.start_spool(output, b""))])
+    spooled = Spooler([(read_end, output, spool.start_spool(output, b""))])
     spooled.start()
 
     def allocated() -> int:
@@ -209,7 +200,7 @@ def test_a_flooded_pipes_spool_has_its_blocks_reserved_ahead_until_the_pipe_ends
 def test_when_the_spooler_process_dies_this_one_reads_on_losing_nothing(tmp_path: Path) -> None:
     read_end, write_end = os.pipe()
     output = _output(spool_path(tmp_path, "algo-1", False))
-    spooled = Spooler([(read_end, output, capture.start_spool(output, b""))])
+    spooled = Spooler([(read_end, output, spool.start_spool(output, b""))])
     spooled.start()
     assert spooled.process is not None
     os.write(write_end, b"before\n")
@@ -231,7 +222,7 @@ def test_a_spool_the_spooler_cannot_write_sends_its_reads_to_be_held(tmp_path: P
     directory = tmp_path / "spool"
     read_end, write_end = os.pipe()
     output = _output(spool_path(directory, "algo-1", False))
-    spooled = Spooler([(read_end, output, capture.start_spool(output, b""))])
+    spooled = Spooler([(read_end, output, spool.start_spool(output, b""))])
     spooled.start()
     os.write(write_end, b"held in memory\n")
     wait_for(lambda: output.chunks, "the first read")
@@ -278,11 +269,12 @@ def test_a_record_cut_at_the_size_limit_stays_whole_among_reads_of_its_milliseco
     """Reads of one millisecond are stored as one block, but a record cut at MAX_RECORD_BYTES ends
     without a break: the read after it starts a record of its own, however the reads are joined."""
     from trainmon.parsing.extract import Extractor
-    from trainmon.runtime.capture import HostStream, Ingestor, Pipe, RecordCutter
-    from trainmon.runtime.recovery import SpoolSource
+    from trainmon.runtime.capture.ingestor import HostStream, Ingestor, Pipe
+    from trainmon.runtime.capture.records import RecordCutter
+    from trainmon.runtime.capture.recovery import SpoolSource
     from trainmon.store import SqliteStore
 
-    monkeypatch.setattr(capture, "MAX_RECORD_BYTES", 100)
+    monkeypatch.setattr(records, "MAX_RECORD_BYTES", 100)
     reads = [b"loss=1\n", b"x" * 150, b"loss=2\n", b"loss=3\n"]
     spool = tmp_path / "algo-1-stdout"
     with spool.open("wb") as handle:
@@ -316,8 +308,9 @@ def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_
 
     from trainmon.parsing.extract import Extractor
     from trainmon.parsing.framing import decode, split_text
-    from trainmon.runtime.capture import HostStream, Ingestor, Pipe, RecordCutter
-    from trainmon.runtime.recovery import SpoolSource
+    from trainmon.runtime.capture.ingestor import HostStream, Ingestor, Pipe
+    from trainmon.runtime.capture.records import RecordCutter
+    from trainmon.runtime.capture.recovery import SpoolSource
     from trainmon.store import SqliteStore
 
     rng = random.Random(5)

@@ -428,7 +428,7 @@ def test_a_host_that_never_ran_has_no_records_and_a_host_the_job_lacks_is_an_err
     """A job can end before any host starts (a Ray job with no room, an input gone): asking for a host of it
     is no error; asking for a host it never had is."""
     from trainmon.api.training_request import job_document
-    from trainmon.runtime.jobstate import set_status
+    from trainmon.runtime.job.jobstate import set_status
     from trainmon.store import open_store
 
     store = open_store(home)

@@ -22,7 +22,8 @@ import pytest
 from trainmon.debug import Hook, hook, records
 from trainmon.debug.reductions import reduce
 from trainmon.rules.tensor import TensorRecord
-from trainmon.runtime.tensors import TensorFile, prepare_host
+from trainmon.runtime.contract.tensors import prepare_host
+from trainmon.runtime.watch.tensorfeed import TensorFile
 
 
 @pytest.fixture(autouse=True)

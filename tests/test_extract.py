@@ -352,7 +352,7 @@ def test_regex_that_no_engine_can_bound_is_refused() -> None:
 
 
 def test_record_cutter_keeps_a_leading_cr_from_joining_two_lines() -> None:
-    from trainmon.runtime.capture import RecordCutter
+    from trainmon.runtime.capture.records import RecordCutter
 
     cutter = RecordCutter(Mode.TERMINAL)
     blocks = [cutter.feed(b"\repoch 1 [####] 100%"), cutter.feed(b"\nTrain_error=0.5;\n"), cutter.finish()]

@@ -11,7 +11,7 @@ import subprocess
 import psutil
 import pytest
 
-from trainmon.runtime import launcher
+from trainmon.runtime.processes import tags
 
 from .conftest import PY, process_ends
 
@@ -38,14 +38,14 @@ time.sleep(600)
 
 
 def bystander(tag: str | None) -> subprocess.Popen[bytes]:
-    env = dict(os.environ) | ({launcher.TAG_VARIABLE: tag} if tag else {})
+    env = dict(os.environ) | ({tags.TAG_VARIABLE: tag} if tag else {})
     return subprocess.Popen([PY, "-c", "import time; time.sleep(600)"], env=env, start_new_session=True)
 
 
 @pytest.mark.parametrize("how", ["killed", "close"])
 def test_the_hosts_processes_end_with_their_agent_and_nothing_else(how: str) -> None:
-    tag = launcher.new_tag()
-    others = [bystander(launcher.new_tag()), bystander(None)]  # another job's process, and one of nobody's
+    tag = tags.new_tag()
+    others = [bystander(tags.new_tag()), bystander(None)]  # another job's process, and one of nobody's
     agent = subprocess.Popen([PY, "-c", AGENT, tag, how, HOST], stdout=subprocess.PIPE, text=True)
     try:
         host, daemon = map(int, agent.stdout.readline().split())  # type: ignore[union-attr]
@@ -64,5 +64,5 @@ def test_the_hosts_processes_end_with_their_agent_and_nothing_else(how: str) -> 
             process.kill()
             process.wait()
         agent.stdout.close()  # type: ignore[union-attr]
-        launcher.kill_tagged(tag)
+        tags.kill_tagged(tag)
 

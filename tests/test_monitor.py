@@ -23,19 +23,18 @@ import pytest
 import trainmon
 from trainmon.clock import ManualClock, RealClock
 from trainmon.cloudwatch.model import JOB_NAMESPACE, MetricKey
-from trainmon.runtime.monitor import SystemMonitor
-from trainmon.runtime.sampler import (
+from trainmon.runtime.watch.gpu import GpuReading, visible_gpus
+from trainmon.runtime.watch.monitor import SystemMonitor
+from trainmon.runtime.watch.sampler import (
     CLOCK_TICKS,
     IDLE_READ_S,
     PAGE_BYTES,
-    GpuReading,
     HostParser,
     ProcessTree,
     ProcReader,
     parse_cpu,
     parse_host,
     parse_memory,
-    visible_gpus,
 )
 from trainmon.store import Store, open_store
 from trainmon.store.profiles import ProfileWriter

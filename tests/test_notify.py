@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from trainmon.runtime import notify
+from trainmon.runtime.watch import notify
 
 from .conftest import free_port
 

@@ -47,12 +47,12 @@ from trainmon.rules.profiler import (
 from trainmon.rules.profiler import (
     ProfilerRule as StateMachine,
 )
-from trainmon.runtime import notify, tensors
-from trainmon.runtime.fakegpu import FakeGpuSource
-from trainmon.runtime.monitor import _row_names
-from trainmon.runtime.profilewatch import ProfilerRules, ProfileTap
-from trainmon.runtime.rulewatch import RuleWatcher
-from trainmon.runtime.sampler import GpuReading, default_gpu_source
+from trainmon.runtime.contract import tensors
+from trainmon.runtime.watch import notify
+from trainmon.runtime.watch.gpu import FakeGpuSource, GpuReading, default_gpu_source
+from trainmon.runtime.watch.monitor import _row_names
+from trainmon.runtime.watch.profilewatch import ProfilerRules, ProfileTap
+from trainmon.runtime.watch.rulewatch import RuleWatcher
 from trainmon.store import Batch, JobPoints, Store
 
 from .conftest import PY, echo_watch, run_cli, sqlite_locked

@@ -27,8 +27,8 @@ from trainmon.cloudwatch.datapoints import _plain, parse_datapoints
 from trainmon.cloudwatch.model import MetricKey, parse_put
 from trainmon.cloudwatch.retention import Retention, parse
 from trainmon.errors import InvalidParameterValue, MissingParameter, StoreError, Throttling, TrainmonError
-from trainmon.runtime import maintenance
-from trainmon.runtime.maintenance import FIRST_AFTER_S, Maintainer
+from trainmon.runtime.watch import maintenance
+from trainmon.runtime.watch.maintenance import FIRST_AFTER_S, Maintainer
 from trainmon.sdk.clients import CloudWatchClient
 from trainmon.store import Store, WriteBehind, open_store
 from trainmon.store.buffer import of_database

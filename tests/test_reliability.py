@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import pytest
 
-from trainmon.runtime import launcher
+from trainmon.runtime.processes import tags
 from trainmon.store import open_store
 
 from .conftest import PY, echo_watch, postgres_cluster, run_cli, sqlite_locked, wait_for
@@ -729,7 +729,7 @@ def test_a_dead_supervisors_spool_is_stored_by_whoever_reaps_the_job(home: Path,
     finally:
         reader.close()
     # the spooler ends once it has spooled the pipes to their end: what is still in a pipe dies with the supervisor
-    assert launcher.wait_for_spooler(tag, timeout_s=120), "the spooler did not end"
+    assert tags.wait_for_spooler(tag, timeout_s=120), "the spooler did not end"
     process.kill()
     process.communicate()
     run_cli("list", check=True)
@@ -753,9 +753,10 @@ def test_a_supervisor_takes_a_job_over_only_from_its_submitter_and_only_while_it
     """A Ray job's supervisor comes after the process that submitted it: it runs the job only if that
     process is still the job's supervisor (a submission that gave up has marked the job Failed), once."""
     from trainmon.api.training_request import job_document
-    from trainmon.runtime import orphans
-    from trainmon.runtime.jobstate import set_status
-    from trainmon.runtime.supervisor import Supervisor
+    from trainmon.runtime.job import orphans
+    from trainmon.runtime.job.jobstate import set_status
+    from trainmon.runtime.job.supervisor import Supervisor
+    from trainmon.runtime.launchers import registry
 
     marker = tmp_path / "ran"
     store = open_store(home)
@@ -766,13 +767,13 @@ def test_a_supervisor_takes_a_job_over_only_from_its_submitter_and_only_while_it
                 "TrainingInputMode": "File", "ContainerEntrypoint": [PY, "-c", f"open({str(marker)!r}, 'a').write('x')"]}}
             store.create_job(name, job_document(request, time.time(), home=home), time.time(), supervisor=submitter)
         set_status(store, "gave-up", "Failed", FailureReason="InternalServerError: the submission gave up")
-        ended = Supervisor(store, "gave-up", echo=False, handle_signals=False).run(taking_over=submitter)
+        ended = Supervisor(store, "gave-up", hosts=registry.job_hosts, echo=False, handle_signals=False).run(taking_over=submitter)
         assert ended.status == "Failed" and ended.supervisor == submitter and not marker.exists()
-        done = Supervisor(store, "taken", echo=False, handle_signals=False).run(taking_over=submitter)
+        done = Supervisor(store, "taken", hosts=registry.job_hosts, echo=False, handle_signals=False).run(taking_over=submitter)
         assert done.status == "Completed" and marker.read_text() == "x"
         other = orphans.identity(os.getppid())  # another process took "again" first
         store.update_job("again", lambda row: setattr(row, "supervisor", other))
-        untouched = Supervisor(store, "again", echo=False, handle_signals=False).run(taking_over=submitter)
+        untouched = Supervisor(store, "again", hosts=registry.job_hosts, echo=False, handle_signals=False).run(taking_over=submitter)
         assert untouched.status == "InProgress" and untouched.supervisor == other and marker.read_text() == "x"
     finally:
         store.close()

@@ -25,7 +25,7 @@ from trainmon.report.gather import gather
 from trainmon.report.page import SECTIONS
 from trainmon.report.sources import read_system_metrics
 from trainmon.report.text import clock as clock_text
-from trainmon.runtime.jobstate import set_status
+from trainmon.runtime.job.jobstate import set_status
 from trainmon.store import Batch, Store, profiles
 
 from .conftest import PY, run_cli
@@ -361,7 +361,7 @@ def test_a_report_of_hostile_readings_is_written_whole(store: Store, tmp_path: P
 def test_a_tensor_rules_chart_draws_the_tensor_it_found_issues_with(store: Store) -> None:
     from trainmon import config
     from trainmon.debug import Hook
-    from trainmon.runtime.tensors import tensor_dir
+    from trainmon.runtime.contract.tensors import tensor_dir
 
     register_job(store, {
         "TrainingJobName": "hooked", "ProfilerConfig": {"DisableProfiler": True},

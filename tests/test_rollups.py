@@ -22,7 +22,7 @@ from trainmon.cloudwatch.retention import CLOUDWATCH, parse
 from trainmon.cloudwatch.sketch import MAPPING, RELATIVE_ACCURACY, ZERO_KEY, Rollups, keys
 from trainmon.cloudwatch.statistics import STATISTICS, Sample
 from trainmon.errors import ValidationException
-from trainmon.runtime.maintenance import Maintainer
+from trainmon.runtime.watch.maintenance import Maintainer
 from trainmon.sdk.clients import CloudWatchClient
 from trainmon.store import Batch, Store, series
 from trainmon.store.codec import pack, seal, unpack

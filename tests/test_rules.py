@@ -32,8 +32,8 @@ from trainmon.rules.metric import (
     Record,
     StalledTraining,
 )
-from trainmon.runtime import notify
-from trainmon.runtime.rulewatch import RuleWatcher
+from trainmon.runtime.watch import notify
+from trainmon.runtime.watch.rulewatch import RuleWatcher
 from trainmon.store import Batch, Store
 
 from .conftest import PY, ServerProcess, run_cli
@@ -459,7 +459,7 @@ def _write(store: Store, row: Any, stream: Any, seq: int, timestamp_ms: int, val
 def test_the_runner_reads_many_points_a_window_at_a_time_each_once(store: Store, monkeypatch) -> None:
     """However many points a job stored since the last pass, they are read a window of time at a
     time (memory stays bounded), each record once, its points together."""
-    from trainmon.runtime import rulewatch
+    from trainmon.runtime.watch import rulewatch
 
     monkeypatch.setattr(rulewatch, "WINDOW_POINTS", 40)
     definitions = [{"Name": "train_loss", "Regex": "t=(.*)"}, {"Name": "eval_loss", "Regex": "e=(.*)"}]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from trainmon import client as trainmon_client
-from trainmon.runtime import launcher
+from trainmon.runtime.processes import tags
 from trainmon.store import open_store
 
 from .conftest import PY, run_cli, wait_for
@@ -440,7 +440,7 @@ def test_a_stop_signal_at_any_moment_of_the_start_stops_the_job_and_leaves_nothi
             finally:
                 store.close()
             if tag:
-                assert launcher.wait_for_spooler(tag, timeout_s=60) and not launcher.tagged_processes(tag), delay_ms
+                assert tags.wait_for_spooler(tag, timeout_s=60) and not tags.tagged_processes(tag), delay_ms
 
 
 def test_the_command_dies_of_the_signal_that_killed_its_supervisor(home: Path, script) -> None:
@@ -728,7 +728,7 @@ def test_a_deleted_jobs_files_do_not_leak_into_a_new_job_of_the_same_name(home: 
 
 def test_a_stop_request_is_never_undone_by_a_later_status(store) -> None:
     from trainmon.api import sagemaker
-    from trainmon.runtime.jobstate import set_status
+    from trainmon.runtime.job.jobstate import set_status
 
     sagemaker.register_job(store, {"TrainingJobName": "early", "AlgorithmSpecification": {"ContainerEntrypoint": ["true"]}})
     sagemaker.stop_training_job(store, TrainingJobName="early")

@@ -15,7 +15,7 @@ import pytest
 
 import trainmon
 from trainmon.errors import ValidationException
-from trainmon.runtime import toolkit
+from trainmon.runtime.contract import toolkit
 from trainmon.store.objects import ObjectStore, parse_uri
 
 from .conftest import PY

@@ -34,9 +34,10 @@ from trainmon.rules.tensor import (
     WeightUpdateRatio,
     allclose,
 )
-from trainmon.runtime import tensors
-from trainmon.runtime.rulewatch import RuleWatcher
-from trainmon.runtime.tensors import TensorFeed, TensorFile
+from trainmon.runtime.contract import tensors
+from trainmon.runtime.watch import tensorfeed
+from trainmon.runtime.watch.rulewatch import RuleWatcher
+from trainmon.runtime.watch.tensorfeed import TensorFeed, TensorFile
 from trainmon.store import Batch, Store
 
 from .conftest import PY, run_cli
@@ -357,7 +358,7 @@ def test_the_reader_never_blocks_nor_raises_on_what_the_job_made_of_its_file(tmp
 
 
 def test_the_first_line_after_an_over_long_one_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tensors, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr(tensorfeed, "MAX_LINE_BYTES", 100)
     path = tmp_path / "algo-1.jsonl"
     path.write_text(_lines((0, 1)) + "x" * 500, encoding="utf-8")  # a good line, and a partial one too long
     reader = TensorFile(path)
@@ -368,7 +369,7 @@ def test_the_first_line_after_an_over_long_one_is_read(tmp_path: Path, monkeypat
 
 def test_a_step_split_between_two_reads_is_fed_once_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = _lines((0, 3), (1, 3), update=1e-12)  # every update too small
-    monkeypatch.setattr(tensors, "MAX_READ_BYTES", len(_lines((0, 2), update=1e-12)) + 10)  # a read ends in line 3
+    monkeypatch.setattr(tensorfeed, "MAX_READ_BYTES", len(_lines((0, 2), update=1e-12)) + 10)  # a read ends in line 3
     path = tmp_path / "algo-1.jsonl"
     path.write_text(text, encoding="utf-8")
     reader = TensorFile(path)
@@ -383,7 +384,7 @@ def test_a_step_split_between_two_reads_is_fed_once_whole(tmp_path: Path, monkey
 def test_the_final_pass_reads_the_backlog_in_chunks_within_its_time(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     line = len(_lines((0, 1)))
-    monkeypatch.setattr(tensors, "MAX_READ_BYTES", line * 2)  # two records a chunk
+    monkeypatch.setattr(tensorfeed, "MAX_READ_BYTES", line * 2)  # two records a chunk
     path = tmp_path / "algo-1.jsonl"
     path.write_text(_lines(*[(step, 2) for step in range(10)]), encoding="utf-8")
     now = [0.0]

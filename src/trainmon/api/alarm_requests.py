@@ -7,7 +7,7 @@ one of them returned), against a static threshold. What trainmon cannot do is re
 anomaly detection bands, PromQL and Metrics Insights alarms, extended statistics other than
 percentiles, and actions that are CloudWatch's ARNs (SNS topics, Auto Scaling policies, EC2,
 Lambda, Systems Manager): an action here is a notification target of
-:mod:`trainmon.runtime.notify`, ``exec:<command line>`` or an ``http://``/``https://`` URL.
+:mod:`trainmon.runtime.watch.notify`, ``exec:<command line>`` or an ``http://``/``https://`` URL.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def _refuse_unsupported(config: Mapping[str, Any]) -> None:
 
 
 def _check_actions(value: Any, field: str) -> None:
-    from ..runtime import notify
+    from ..runtime.watch import notify
 
     if not isinstance(value, list) or len(value) > MAX_ACTIONS:
         raise InvalidParameterValue(f"The collection {field} must be a list of at most {MAX_ACTIONS} actions.")

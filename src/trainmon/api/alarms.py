@@ -7,7 +7,7 @@ Evaluation itself is :mod:`trainmon.cloudwatch.alarms` (pure); this module fetch
 datapoints with GetMetricData's machinery (``api/cloudwatch.py``: a MetricStat's statistic per
 period, or the alarm's Metrics computed as GetMetricData computes them), writes the new states
 with their history, and hands each state change to the alarm's actions
-(:func:`trainmon.runtime.notify.deliver`: an action is ``exec:<command line>`` or an
+(:func:`trainmon.runtime.watch.notify.deliver`: an action is ``exec:<command line>`` or an
 ``http(s)://`` URL, the payload CloudWatch's SNS notification JSON).
 """
 
@@ -38,10 +38,10 @@ from ..errors import (
     MissingParameter,
 )
 from ..jobs.document import ACCOUNT, REGION
+from ..shapes import refuse_unknown
 from ..store import AlarmHistoryRow, AlarmRow, Store
 from . import alarm_requests as requests
 from . import cloudwatch
-from .shapes import refuse_unknown
 from .times import as_datetime
 
 DESCRIBE_PAGE, HISTORY_PAGE = 50, 100
@@ -343,7 +343,7 @@ class AlarmPass:
 
     evaluated: int = 0
     changed: int = 0  # alarms whose state (or evaluation state) the pass wrote
-    actions: int = 0  # deliveries handed to trainmon.runtime.notify
+    actions: int = 0  # deliveries handed to trainmon.runtime.watch.notify
     failed: int = 0  # alarms whose data could not be read; tried again at their next slot
     expired_history: int = 0
 
@@ -502,7 +502,7 @@ def _new_state(alarm: AlarmRow, new: model.State, now_ms: int, *,
 def _deliver(store: Store, deliveries: list[Delivery]) -> None:
     """Hand the deliveries over (they run off this thread); each one's Action history item is
     written once it has ended, saying whether it succeeded."""
-    from ..runtime import notify
+    from ..runtime.watch import notify
 
     for name, target, changed_ms, payload in deliveries:
         def done(error: str | None, name: str = name, target: str = target, changed_ms: int = changed_ms,

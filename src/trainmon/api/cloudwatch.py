@@ -49,9 +49,9 @@ from ..cloudwatch.statistics import (
     percentile_of,
 )
 from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
-from ..runtime.maintenance import keep_maintained
+from ..runtime.watch.maintenance import keep_maintained
+from ..shapes import Problems, String, keyset_token, keyset_values, refuse_unknown, request_fingerprint
 from ..store import Store
-from .shapes import Problems, String, keyset_token, keyset_values, refuse_unknown, request_fingerprint
 from .times import as_datetime
 
 LIST_PAGE = 500

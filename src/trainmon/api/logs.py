@@ -18,9 +18,9 @@ from typing import Any, NamedTuple
 from ..errors import InvalidParameterException, LogResourceNotFound
 from ..jobs.document import ACCOUNT, REGION
 from ..parsing.framing import escape, holds_control
+from ..shapes import keyset_place, keyset_token, refuse_unknown, request_fingerprint
 from ..store import EventRow, Store, StreamRow
 from ..store.base import stream_place
-from .shapes import keyset_place, keyset_token, refuse_unknown, request_fingerprint
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 MAX_EVENTS = 10_000

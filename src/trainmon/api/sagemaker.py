@@ -4,7 +4,7 @@ StopTrainingJob, DeleteTrainingJob, and a job's tags (AddTags, ListTags, DeleteT
 Each takes the store and the request's members as keyword arguments, named and shaped as in
 boto3, and returns the response as boto3 would (times as timezone-aware datetimes). Errors carry
 SageMaker's codes. Every operation that reads jobs first reaps the jobs of this machine whose
-supervising process died (:func:`trainmon.runtime.orphans.reap_orphans`).
+supervising process died (:func:`trainmon.runtime.job.orphans.reap_orphans`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ from .. import config
 from ..errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
 from ..jobs.document import Description, SupervisorIdentity
 from ..jobs.status import TERMINAL, description, transition
-from ..runtime import orphans
-from ..runtime.jobstate import set_status
-from ..store import JobRow, Store
-from ..store.base import job_place
-from .shapes import (
+from ..runtime.job import orphans
+from ..runtime.job.jobstate import set_status
+from ..shapes import (
     Integer,
     ListOf,
     String,
@@ -34,6 +32,8 @@ from .shapes import (
     request_fingerprint,
     validate_members,
 )
+from ..store import JobRow, Store
+from ..store.base import job_place
 from .times import as_datetimes, epoch_s
 from .training_request import JOB_NAME_PATTERN, job_document
 
@@ -47,11 +47,11 @@ _SORT_KINDS = {"Name": str, "CreationTime": float, "Status": str}  # each SortBy
 def create_training_job(store: Store, **request: Any) -> dict[str, Any]:
     """Validate and record the job, and start its supervisor as a process of its own (it runs the
     hosts); returns at once, as SageMaker does."""
-    from ..runtime import detached  # starting processes: only this operation needs it
+    from ..runtime.job import detached
 
     job = register_job(store, request)
     try:
-        detached.start(store, job.name, ray=job.doc["TrainmonConfig"].get("Launcher") == "ray")
+        detached.start(store, job.name)
     except OSError as exc:  # no process could be started: the job must not wait for one forever
         reason = f"InternalServerError: trainmon could not start the job's supervising process: {exc}"
         set_status(store, job.name, "Failed", FailureReason=reason)

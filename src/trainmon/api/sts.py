@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..jobs.document import ACCOUNT
+from ..shapes import refuse_unknown
 from ..store import Store
-from .shapes import refuse_unknown
 
 
 def get_caller_identity(store: Store, **unsupported: Any) -> dict[str, Any]:

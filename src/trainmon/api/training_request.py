@@ -11,7 +11,7 @@ What the inputs named is recorded in ``TrainmonConfig`` (``ChannelPaths``, ``Scr
 the supervisor reads local files; the model archive of an s3:// output path becomes an object. A
 request shaped as the SageMaker SDK's framework estimators send it (HyperParameters
 ``sagemaker_program`` and ``sagemaker_submit_directory``, a framework image) runs in script mode
-(:mod:`trainmon.runtime.toolkit`).
+(:mod:`trainmon.runtime.contract.toolkit`).
 """
 
 from __future__ import annotations
@@ -45,19 +45,18 @@ from ..parsing.framing import Mode
 from ..rules import catalog
 from ..rules.configs import DEBUGGER_IMAGE
 from ..rules.profiler_setup import default_report
-from ..runtime import instances, notify, toolkit
+from ..runtime.contract import toolkit
+from ..runtime.launchers import registry
 from ..runtime.retry import STORE_WAIT_S
+from ..runtime.watch import notify
+from ..shapes import Boolean, Integer, Json, ListOf, MapOf, Number, Problems, String, Structure, validate
 from ..store import objects, profiles
-from .shapes import Boolean, Integer, Json, ListOf, MapOf, Number, Problems, String, Structure, validate
 
 JOB_NAME_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 DEFAULT_MAX_RUNTIME_S = 86_400
 MAX_RUNTIME_LIMIT_S = 28 * 86_400
 DEFAULT_STOP_GRACE_S = 120.0
 MAX_INSTANCES = 64
-LAUNCHERS = ("local", "ray")
-RAY_ADDRESS_VARIABLE = "RAY_ADDRESS"
-DEFAULT_RESOURCE_WAIT_S = 3600  # a busy cluster: the job queues for an hour before it fails for capacity
 MAX_HYPERPARAMETER_JSON_BYTES = 100_000  # SM_HPS holds them all; Linux caps one variable at 128 KiB
 
 _S3_URI = String(max=1024)
@@ -162,14 +161,9 @@ SHAPE = Structure({
         "WorkingDirectory": String(1, 4096, to_process=True),
         "SystemMetricsIntervalSeconds": Integer(1, 60),
         "Interpreter": String(1, 4096, to_process=True, hint="the Python that runs a script-mode entry point"),
-        "Launcher": String(enum=LAUNCHERS, hint="local: the hosts are processes of this machine; ray: each host on "
-                           "a node of a Ray cluster"),
-        "RayAddress": String(1, 1024, hint="the Ray cluster's address (ray start --head prints it), e.g. 10.0.0.1:6379"),
-        "HostResources": MapOf(String(1, 128, r"[A-Za-z0-9_.:/-]+"), Number(0, 1_000_000), max=16,
-                               hint="the Ray resources each host takes, e.g. {\"CPU\": 8, \"GPU\": 1}"),
-        "ResourceWaitSeconds": Integer(0, 7 * 24 * 3600, hint="how long the job waits for room on the cluster"),
-        "WaitForNodes": Boolean(hint="wait (ResourceWaitSeconds) for nodes to join when too few could ever hold "
-                                "the hosts, instead of failing at once"),
+        "Launcher": String(enum=tuple(registry.KINDS), hint="; ".join(
+            f"{kind.name}: {kind.about}" for kind in registry.KINDS.values())),
+        **{name: shape for kind in registry.KINDS.values() for name, shape in kind.members.items()},
     }),
 }, required=("TrainingJobName",))
 
@@ -186,8 +180,8 @@ def job_document(request: Mapping[str, Any], now: float, *, home: Path | None = 
     needs a shared store (``database_url``, PostgreSQL)."""
     root = home or config.home()
     checked = validate(SHAPE, request)
-    if checked.get("TrainmonConfig", {}).get("Launcher") == "ray":
-        _check_ray_job(checked, database_url, root)
+    launcher = registry.kind(checked.get("TrainmonConfig", {}).get("Launcher"))
+    launcher.check(checked, database_url, root)
     name: str = checked["TrainingJobName"]
     algorithm = _algorithm(checked.get("AlgorithmSpecification", {}))
     hyperparameters: dict[str, str] = checked.get("HyperParameters", {})
@@ -196,15 +190,15 @@ def job_document(request: Mapping[str, Any], now: float, *, home: Path | None = 
                                   "the job receives them all in one environment variable (SM_HPS); pass large "
                                   "values in a file through an input channel instead.")
     output = {"S3OutputPath": config.output_dir(root).as_uri(), **checked.get("OutputDataConfig", {})}
-    on_ray = checked.get("TrainmonConfig", {}).get("Launcher") == "ray"
-    artifacts_uri, artifacts_path = _model_artifacts(output["S3OutputPath"], name, root, through_s3=on_ray)
+    artifacts_uri, artifacts_path = _model_artifacts(output["S3OutputPath"], name, root,
+                                                     through_s3=not launcher.files_here)
     channels: list[Channel] = checked.get("InputDataConfig", [])
     instance_type = checked.get("ResourceConfig", {}).get("InstanceType", "local")
     settings = _trainmon_config(checked.get("TrainmonConfig", {}), algorithm, hyperparameters, root, instance_type)
     settings["ChannelPaths"] = _channel_paths(channels, root)
     if artifacts_path is not None:
         settings["ModelArtifactsPath"] = str(artifacts_path)
-    elif on_ray and artifacts_uri.startswith("s3://"):
+    elif not launcher.files_here and artifacts_uri.startswith("s3://"):
         settings["ArtifactsToS3"] = True
     doc: dict[str, Any] = {
         "TrainingJobName": name,
@@ -355,8 +349,10 @@ def _trainmon_config(given: dict[str, Any], algorithm: AlgorithmSpecification, h
     if not Path(settings["WorkingDirectory"]).is_dir():
         raise ValidationException(f"TrainmonConfig.WorkingDirectory {settings['WorkingDirectory']!r} is not a "
                                   "directory.")
-    if given.get("Launcher", "local") == "ray":
-        _ray_settings(settings, given, instance_type)
+    launcher = registry.kind(given.get("Launcher"))
+    if launcher.name != registry.DEFAULT:
+        settings["Launcher"] = launcher.name
+        launcher.complete(cast(dict[str, Any], settings), given, instance_type)
     if script is not None:
         interpreter = _interpreter(given.get("Interpreter"))
         user = toolkit.split(hyperparameters).user
@@ -364,57 +360,6 @@ def _trainmon_config(given: dict[str, Any], algorithm: AlgorithmSpecification, h
         settings["Interpreter"] = interpreter
         settings["Command"] = toolkit.command(script["Program"], interpreter, toolkit.to_cmd_args(user))
     return settings
-
-
-def _ray_settings(settings: TrainmonConfig, given: dict[str, Any], instance_type: str) -> None:
-    """A Ray job's settings, completed in ``settings``: the cluster's address (RAY_ADDRESS when not given) and what
-    each host takes (from the instance type when not given)."""
-    address = given.get("RayAddress") or os.environ.get(RAY_ADDRESS_VARIABLE, "").strip()
-    if not address:
-        raise ValidationException("TrainmonConfig.RayAddress: a Ray job needs the address of a running Ray "
-                                  f"cluster: give it (trainmon run --ray-address ADDR) or set {RAY_ADDRESS_VARIABLE}; "
-                                  "`ray start --head` prints it.")
-    resources = given.get("HostResources") or instances.host_resources(instance_type)
-    if resources is None:
-        raise ValidationException(f"ResourceConfig.InstanceType {instance_type!r} is not in trainmon's table of "
-                                  "instance types (docs/cluster.md): give what each host takes in "
-                                  "TrainmonConfig.HostResources, e.g. {\"CPU\": 8, \"GPU\": 1}.")
-    settings["Launcher"] = "ray"
-    settings["RayAddress"] = address
-    settings["HostResources"] = dict(resources)
-    settings["ResourceWaitSeconds"] = given.get("ResourceWaitSeconds", DEFAULT_RESOURCE_WAIT_S)
-    settings["WaitForNodes"] = given.get("WaitForNodes", False)
-
-
-def _check_ray_job(request: dict[str, Any], database_url: str | None, root: Path) -> None:
-    """What a job whose hosts run on other machines needs: Ray, a store they all reach, and places
-    they all reach for what they read and write (a shared file system, not this machine's objects)."""
-    import importlib.util
-
-    if importlib.util.find_spec("ray") is None:
-        raise ValidationException("TrainmonConfig.Launcher 'ray' needs Ray on this machine and every node: "
-                                  "pip install 'trainmon[ray]'.")
-    if not database_url:
-        raise ValidationException(
-            "TrainmonConfig.Launcher 'ray': the hosts of a Ray job run on other machines and write to the store "
-            "from there, which the embedded SQLite store cannot take: set TRAINMON_DATABASE_URL to a PostgreSQL "
-            "server every node reaches (postgresql://USER:PASSWORD@HOST:PORT/DATABASE); see docs/cluster.md.")
-    for channel in request.get("InputDataConfig", []):
-        uri = channel.get("DataSource", {}).get("S3DataSource", {}).get("S3Uri", "")
-        if uri.startswith("s3://"):
-            raise ValidationException(
-                f"InputDataConfig.{channel['ChannelName']} {uri!r}: the hosts of a Ray job read their channels on "
-                "their own nodes: give a directory every node reaches (a shared file system).")
-    # the archives of an s3:// output path are written from algo-1's node with boto3, and the profiler's
-    # files with fsspec: to S3, or to an S3-compatible service the nodes' AWS configuration names, but
-    # not into trainmon's own object store, which is this machine's
-    for field, uri in (("OutputDataConfig.S3OutputPath", request.get("OutputDataConfig", {}).get("S3OutputPath", "")),
-                       ("ProfilerConfig.S3OutputPath", request.get("ProfilerConfig", {}).get("S3OutputPath", ""))):
-        if profiles.in_own_bucket(uri, root) is not None:
-            raise ValidationException(
-                f"{field} {uri!r}: the objects of trainmon's object store live on this machine, which a Ray job's "
-                "nodes cannot write: give a directory every node reaches (a shared file system), or a bucket of S3 "
-                "or of an S3-compatible service that the nodes' AWS configuration names (docs/cluster.md).")
 
 
 def _script_mode(algorithm: AlgorithmSpecification, hyperparameters: dict[str, str], root: Path) -> ScriptMode | None:

@@ -29,9 +29,9 @@ from ..parsing.definitions import MetricDefinition, definition_warnings, validat
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
 from ..rules import catalog
+from ..shapes import refuse_unknown
 from ..store import JobRow, Store, profiles
 from .sagemaker import describe, job
-from .shapes import refuse_unknown
 from .times import as_datetime, as_datetimes
 
 LOG_PAGE_RECORDS = 10_000

@@ -214,7 +214,7 @@ def _set_state(args: argparse.Namespace) -> int:
     if args.reason_data is not None:
         request["StateReasonData"] = args.reason_data
     alarms.set_alarm_state(store(args), **request)
-    from ..runtime import notify
+    from ..runtime.watch import notify
 
     notify.flush()  # the actions a change of state started get their chance to finish before the command exits
     return 0

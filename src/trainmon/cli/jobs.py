@@ -18,7 +18,8 @@ from ..jobs.status import TERMINAL
 from ..parsing.definitions import MetricDefinition, definition_warnings, validate_definitions
 from ..parsing.framing import Mode
 from ..rules import catalog
-from ..runtime import orphans
+from ..runtime.job import orphans
+from ..runtime.launchers import registry
 from ..store import Store
 from . import render
 from .common import EXIT_FAILED, Commands, exit_status, handled, pairs, print_json, read_text, store, warn
@@ -68,16 +69,11 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--instance-type", default="local", metavar="TYPE",
                      help="ResourceConfig.InstanceType; on Ray, what each host takes (ml.g5.xlarge: 4 CPUs, 1 GPU; "
                      "see docs/cluster.md; default local: 1 CPU)")
-    run.add_argument("--launcher", choices=("local", "ray"), default="local",
-                     help="local: the hosts are processes of this machine (default); ray: each host on its own node "
-                     "of a Ray cluster, writing to a shared PostgreSQL store (TRAINMON_DATABASE_URL)")
-    run.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster (default: RAY_ADDRESS)")
-    run.add_argument("--host-resources", metavar="JSON",
-                     help='the Ray resources each host takes, e.g. \'{"CPU": 8, "GPU": 1}\' (default: the instance type\'s)')
-    run.add_argument("--resource-wait-seconds", type=int, metavar="S",
-                     help="how long a Ray job waits for room on the cluster before it fails (default 3600)")
-    run.add_argument("--wait-for-nodes", action="store_true",
-                     help="when too few Ray nodes could ever hold the hosts, wait for more to join instead of failing")
+    run.add_argument("--launcher", choices=tuple(registry.KINDS), default=registry.DEFAULT,
+                     help="; ".join(f"{kind.name}: {kind.about}" + (" (default)" if kind.name == registry.DEFAULT else "")
+                                    for kind in registry.KINDS.values()))
+    for kind in registry.KINDS.values():
+        kind.options(run)
     run.add_argument("--max-runtime-seconds", type=int, default=DEFAULT_MAX_RUNTIME_S, metavar="S",
                      help="stop the job after S seconds (MaxRuntimeExceeded; default one day)")
     run.add_argument("--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
@@ -116,13 +112,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in catalog.warnings(request):
         warn(warning)
     name = request["TrainingJobName"]
-    if args.launcher == "ray" and not args.detach:
-        return _run_on_ray(store(args), request)
+    if registry.kind(args.launcher).submit is not None and not args.detach:
+        return _run_elsewhere(store(args), request, registry.kind(args.launcher).elsewhere)
     if args.detach:
         sagemaker.create_training_job(store(args), **request)
         print(f"trainmon: job {name} started in the background; follow it with: trainmon logs {name} --follow")
         return 0
-    from ..runtime.launcher import supervise_in_a_session_of_its_own
+    from ..runtime.processes.sessions import supervise_in_a_session_of_its_own
 
     return supervise_in_a_session_of_its_own(lambda: handled(args, lambda: _supervise(args, request)))
 
@@ -136,10 +132,12 @@ def _supervise(args: argparse.Namespace, request: dict[str, Any]) -> int:
     print(f"trainmon: job {name} started ({args.instance_count} host{'s' if args.instance_count > 1 else ''}); "
           f"stop it with Ctrl-C or `trainmon stop {name}`", file=sys.stderr)
     # capture, monitor, sampler: only a command that runs a job loads them
-    from ..runtime.supervisor import JobLeft, Supervisor
+    from ..report import write_job_report
+    from ..runtime.job.supervisor import JobLeft, Supervisor
 
     try:
-        job = Supervisor(db, name, echo=True, live_metrics=live).run()
+        job = Supervisor(db, name, hosts=registry.job_hosts, report=write_job_report, echo=True,
+                         live_metrics=live).run()
     except JobLeft as exc:
         print(f"\ntrainmon: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
@@ -153,15 +151,15 @@ def _supervise(args: argparse.Namespace, request: dict[str, Any]) -> int:
     return exit_status(job.status)
 
 
-def _run_on_ray(db: Store, request: dict[str, Any]) -> int:
-    """A Ray job in the foreground: its supervisor runs in the cluster; this follows its output from
-    the store until it ends. Ctrl-C asks it to stop (a second one leaves it stopping)."""
+def _run_elsewhere(db: Store, request: dict[str, Any], elsewhere: str) -> int:
+    """A job handed over to a supervisor elsewhere (a Ray job's, in its cluster), in the foreground:
+    this follows its output from the store until it ends. Ctrl-C asks it to stop (a second one leaves it stopping)."""
     from .logs import follow
 
     name = request["TrainingJobName"]
     sagemaker.create_training_job(db, **request)
     count = request["ResourceConfig"]["InstanceCount"]
-    print(f"trainmon: job {name} submitted to the Ray cluster ({count} host{'s' if count > 1 else ''}); stop it with "
+    print(f"trainmon: job {name} submitted to {elsewhere} ({count} host{'s' if count > 1 else ''}); stop it with "
           f"Ctrl-C or `trainmon stop {name}`", file=sys.stderr)
     stopping = False
     while True:
@@ -170,7 +168,7 @@ def _run_on_ray(db: Store, request: dict[str, Any]) -> int:
             break
         except KeyboardInterrupt:
             if stopping:
-                print(f"\ntrainmon: job {name} goes on stopping in the cluster", file=sys.stderr)
+                print(f"\ntrainmon: job {name} goes on stopping in {elsewhere}", file=sys.stderr)
                 return EXIT_FAILED
             stopping = True
             sagemaker.stop_training_job(db, TrainingJobName=name)
@@ -232,25 +230,16 @@ def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDe
 
 
 def _launcher_settings(args: argparse.Namespace) -> dict[str, Any]:
-    if args.launcher == "local":
-        given = [flag for flag, value in (("--ray-address", args.ray_address), ("--host-resources", args.host_resources),
-                                          ("--resource-wait-seconds", args.resource_wait_seconds),
-                                          ("--wait-for-nodes", args.wait_for_nodes)) if value]
+    """TrainmonConfig's members of the launcher chosen; a flag of another launcher's is refused."""
+    chosen = registry.kind(args.launcher)
+    for kind in registry.KINDS.values():
+        given = kind.given(args) if kind is not chosen else []
         if given:
-            raise ValidationException(f"{given[0]} is for a job on a Ray cluster: add --launcher ray.")
+            raise ValidationException(f"{given[0]} is for {kind.where or 'a ' + kind.name + ' job'}: add --launcher "
+                                      f"{kind.name}.")
+    if chosen.name == registry.DEFAULT:
         return {}
-    settings: dict[str, Any] = {"Launcher": "ray", "WaitForNodes": args.wait_for_nodes}
-    if args.ray_address:
-        settings["RayAddress"] = args.ray_address
-    if args.resource_wait_seconds is not None:
-        settings["ResourceWaitSeconds"] = args.resource_wait_seconds
-    if args.host_resources:
-        try:
-            settings["HostResources"] = json.loads(args.host_resources)
-        except json.JSONDecodeError as exc:
-            raise ValidationException(f"--host-resources is not valid JSON: {exc.msg} at column {exc.colno}; "
-                                      'give an object such as \'{"CPU": 8, "GPU": 1}\'.') from None
-    return settings
+    return {"Launcher": chosen.name, **chosen.from_options(args)}
 
 
 def _hyperparameters(args: argparse.Namespace) -> dict[str, str]:

@@ -12,12 +12,12 @@ from typing import Any
 
 from .. import units
 from ..api import cloudwatch, sagemaker, trainmon
-from ..api.shapes import snake_case
 from ..api.times import as_datetime
 from ..api.trainmon import metric_host
 from ..cloudwatch.model import MetricKey, job_metric_key
 from ..cloudwatch.statistics import Point, auto_period_s, check_period, least_period, period_table
 from ..errors import CloudWatchError, InvalidParameterValue, ValidationException
+from ..shapes import snake_case
 from ..store import Store
 from . import render
 from .common import Commands, json_number, pairs, print_json, read_text, store, timestamp

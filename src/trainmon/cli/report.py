@@ -17,7 +17,7 @@ def register(commands: Commands) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .. import report  # numpy and the charts: only this command loads them
+    from .. import report
 
     where = report.write_job_report(store(args), args.name, args.output)
     print(where)

@@ -80,7 +80,7 @@ def last_break_end(data: bytes, mode: Mode) -> int:
     """Index just past the last record break in ``data`` (0 if there is none).
 
     A ``\\r`` at the very end counts as a break in the splitting modes; the caller must then
-    skip a ``\\n`` that may begin the next piece (see :class:`trainmon.runtime.capture.RecordCutter`).
+    skip a ``\\n`` that may begin the next piece (see :class:`trainmon.runtime.capture.records.RecordCutter`).
     """
     newline = data.rfind(b"\n")
     if not mode.splits_on_cr:

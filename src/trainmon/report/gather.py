@@ -279,7 +279,8 @@ def _tensors(store: Store, job_name: str, rules: list[RuleView]) -> dict[tuple[s
     if not wanted:
         return found
     from ..debug import records
-    from ..runtime.tensors import TensorFile, tensor_dir
+    from ..runtime.contract.tensors import tensor_dir
+    from ..runtime.watch.tensorfeed import TensorFile
 
     for host in sorted({host for host, _ in wanted}):
         try:

@@ -6,7 +6,7 @@ and checked), :mod:`.metric` (each rule's evaluation: metric values in, findings
 :mod:`.profiler` and :mod:`.profiler_setup` (the profiler rules: profile datapoints in, findings out),
 :mod:`.tensor` (the tensor rules: the reductions trainmon.debug records in, findings out) and
 :mod:`.configs` (configurations from Python: ``Rule.sagemaker(rule_configs.overfit())``). The
-runtime evaluates them as a job runs (:mod:`trainmon.runtime.rulewatch`); see docs/rules.md.
+runtime evaluates them as a job runs (:mod:`trainmon.runtime.watch.rulewatch`); see docs/rules.md.
 """
 
 from __future__ import annotations

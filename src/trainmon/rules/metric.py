@@ -4,7 +4,7 @@ Each rule is a small state machine for one host. :meth:`observe` takes one log r
 values (a :class:`Record`: every point that one record gave, by metric name) and returns the
 findings that record brought; :class:`StalledTraining` is asked instead, with the time now and
 the time of the host's last record, whether the host has been silent too long. No rule reads a
-file, the store or the clock: the runner (:mod:`trainmon.runtime.rulewatch`) feeds them.
+file, the store or the clock: the runner (:mod:`trainmon.runtime.watch.rulewatch`) feeds them.
 
 A rule reports a condition when it starts (the value that crossed the threshold), not again on
 every later record while it holds; once the condition clears, the rule can fire again. Steps, where

@@ -11,7 +11,7 @@ StepOutlier and MaxInitializationTime read the job's steps: ``step_metric`` (a m
 whose value is the step), by default the first definition named like a step (:data:`STEP_NAMES`),
 otherwise each point of the job's training loss is a step (``loss_metric``, resolved as the metric
 rules resolve it). The tensor hook's step ends (:mod:`trainmon.debug`) win over the loss's points
-once they come, never over a step metric (:class:`trainmon.runtime.profilewatch.ProfilerRules`).
+once they come, never over a step metric (:class:`trainmon.runtime.watch.profilewatch.ProfilerRules`).
 :func:`evaluators` makes a configuration's state machines (:mod:`.profiler`) for one host, each
 with where its steps come from.
 """

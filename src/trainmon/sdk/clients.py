@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import api
-from ..api.shapes import snake_case
 from ..errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException, WaiterError
+from ..shapes import snake_case
 from ..store import Store, open_store
 
 

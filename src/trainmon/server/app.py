@@ -31,9 +31,9 @@ from starlette.staticfiles import StaticFiles
 
 from .. import api
 from ..api import sagemaker, trainmon
-from ..api.shapes import snake_case
 from ..cloudwatch.model import job_metric_key
 from ..errors import MethodNotAllowed, NotFound, TrainmonError, ValidationException
+from ..shapes import snake_case
 from ..store import Store, profiles
 from . import auth, downsample, live, prometheus, typecheck
 from .jsonio import body, error_reply, parse, reply
@@ -613,7 +613,7 @@ def create_app(store: Store, settings: Settings) -> Any:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         nonlocal maintainer
         if settings.maintain:
-            from ..runtime.maintenance import Maintainer
+            from ..runtime.watch.maintenance import Maintainer
 
             maintainer = Maintainer(store, alarms=True)  # alarms are evaluated by servers
             maintainer.start()

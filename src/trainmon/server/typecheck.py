@@ -14,8 +14,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ..api.shapes import Problems, member_path
 from ..errors import TrainmonError, ValidationException
+from ..shapes import Problems, member_path
 
 # The botocore model of each service of the operations layer that AWS has.
 MODELS = {"sagemaker": "sagemaker", "cloudwatch": "cloudwatch", "logs": "logs", "sts": "sts"}

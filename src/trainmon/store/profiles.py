@@ -128,13 +128,13 @@ class ProfileWriter:
     def flush(self) -> None:
         rows, self._rows, self._due = self._rows, {}, self.clock.monotonic() + self.rotate_s
         if rows and self.failed is None:
-            self._writer.submit(self._write_all, rows)
+            self._writer.submit(self.write_all, rows)
 
     def close(self) -> None:
         self.flush()
         self._writer.shutdown(wait=True)
 
-    def _write_all(self, rows: dict[str, list[tuple[int, dict[str, float]]]]) -> None:
+    def write_all(self, rows: dict[str, list[tuple[int, dict[str, float]]]]) -> None:
         try:
             fs, root = _filesystem(self.location)
             for host, host_rows in rows.items():

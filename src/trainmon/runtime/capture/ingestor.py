@@ -1,0 +1,477 @@
+"""From a job's pipes to stored log records and metric points.
+
+TODO docstring: part of trainmon.runtime.capture."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+import numpy as np
+
+from ...errors import StoreError
+from ...parsing.extract import Extractor, Hits
+from ...parsing.framing import decode
+from ...store import Batch, PointBlock, Store
+from ..retry import Patience
+from .loss import Loss, count_block
+from .pipes import Chunk, MemoryBudget
+from .records import Echo, RecordCutter, ends_record, stored_text
+from .spool import FRAME, RELEASE_BYTES, now_ms, pipe_name, release_spool
+from .writer import BATCH_WAIT_S, FLUSH_BYTES, FLUSH_POINTS, LEAVE_WAIT_S, BatchWriter, batch_loss, yield_to_the_job
+
+STDERR_TAIL_RECORDS = 20
+
+
+STDERR_TAIL_BYTES = 64 << 10  # of a block, what the stderr tail is taken from
+
+
+NOTE_SLACK_MS = 1000  # a read is noted to the ingestor within this (milliseconds, mostly): see Ingestor._step
+
+
+SCAN_BYTES = 8 << 20  # consecutive reads of a pipe are matched together, up to this much
+
+
+SMALL_READS_BYTES = 64 << 10  # reads this small on average are read from the spool together
+
+
+def _run_end(work: list[tuple[int, int, HostStream, Pipe, Chunk]], start: int) -> int:
+    """Where the run of work items from ``start`` ends: reads of one pipe, one after another in the
+    work's order (another pipe's read between them ends it, as does a drop), up to SCAN_BYTES."""
+    pipe = work[start][3]
+    end, size = start + 1, work[start][4].length
+    if work[start][4].cut:
+        return end
+    while end < len(work) and work[end][3] is pipe and not work[end][4].cut and size < SCAN_BYTES:
+        size += work[end][4].length
+        end += 1
+    return end
+
+
+def _split_hits(hits: Hits, counts: list[int]) -> list[tuple[Hits, int]]:
+    """The points of blocks matched together, block by block (``counts``: each block's records),
+    their records counted from each block's first."""
+    if len(counts) == 1:
+        return [(hits, counts[0])]
+    firsts = np.cumsum([0, *counts])
+    cuts = np.searchsorted(hits.records, firsts)
+    return [(Hits(*(column[cuts[k]:cuts[k + 1]] for column in hits))._replace(
+        records=hits.records[cuts[k]:cuts[k + 1]] - firsts[k]), counts[k]) for k in range(len(counts))]
+
+
+def _joined(parts: list[bytes]) -> bytes:
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class ChunkSource(Protocol):
+    """Where the ingestor takes a pipe's chunks from: a :class:`PipeReader`, or a spool left behind."""
+
+    spool_path: Path
+    chunks: deque[Chunk]
+    eof: threading.Event
+
+
+@dataclass
+class Pipe:
+    reader: ChunkSource
+    cutter: RecordCutter
+    is_stderr: bool
+    spool: BinaryIO | None = None
+    bytes_read: int = 0
+    bytes_stored: int = 0
+    spooled_to: int = 0  # the spool offset past the last spooled chunk taken
+    frames: deque[int] = field(default_factory=deque)  # where the spooled chunks taken begin their frames
+    released: int = 0  # the spool's blocks before this offset are freed (their records are stored)
+
+    @property
+    def name(self) -> str:
+        return pipe_name(self.is_stderr)
+
+    def release_through(self, stored: int) -> None:
+        """The spool's records are stored up to offset ``stored``: free its blocks before the frame
+        that holds it, once that frees RELEASE_BYTES."""
+        frames = self.frames
+        while len(frames) > 1 and frames[1] <= stored:
+            frames.popleft()
+        if frames and frames[0] - self.released >= RELEASE_BYTES:
+            self.released = frames[0]
+            release_spool(self.reader.spool_path, frames[0])
+
+    def consumed(self) -> tuple[int, bool]:
+        """How far the spool is consumed into whole records: where recovery starts, and whether it
+        starts just after a "\\r"."""
+        return max(0, self.spooled_to - self.cutter.pending_bytes), self.cutter.after_cr
+
+
+@dataclass
+class HostStream:
+    host: str
+    stream_id: int
+    pipes: list[Pipe]
+    next_seq: int = 0
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_RECORDS))
+
+
+class Ingestor(threading.Thread):
+    """Turns the readers' chunks into stored records and points, in batches (written by a
+    :class:`BatchWriter`, one batch behind); outlasts any store outage."""
+
+    def __init__(
+        self,
+        store: Store,
+        job_id: int,
+        streams: list[HostStream],
+        extractor: Extractor,
+        wake: threading.Event,
+        echo: Echo | None = None,
+        on_error: Callable[[str], None] | None = None,
+        *,
+        budget: MemoryBudget | None = None,
+        release_spools: bool = True,
+    ) -> None:
+        super().__init__(name="trainmon-ingest", daemon=True)
+        self.store = store
+        self.job_id = job_id
+        self.streams = streams
+        self.extractor = extractor
+        self.wake = wake
+        self.echo = echo
+        self.budget = budget  # the readers' in-memory chunks are taken from it (none in a spool left behind)
+        self.release_spools = release_spools  # free the spools' blocks as their records are stored
+        self.on_error = on_error or (lambda message: print(f"trainmon: {message}", file=sys.stderr))
+        self._finishing = threading.Event()
+        self._pending = Batch(job_id)
+        self._pending_since: float | None = None  # when the pending batch took its first block (monotonic)
+        self.writer = BatchWriter(store, self.on_error)
+        self.failure: BaseException | None = None
+        self.loss = Loss()  # what was given up (a disk that stayed full after the job)
+        self.left = False  # what was not stored was left in the spool: the store was waited for long enough
+        self._names = [d.name for d in extractor.definitions]
+
+    @property
+    def store_error(self) -> StoreError | None:
+        """Why the store refuses writes, while it does."""
+        return self.writer.store_error
+
+    def finish(self, patience: Patience | None = None) -> None:
+        """Drain what is left (once every reader ended) and wait for it: as long as ``patience``
+        lasts (as long as the store takes to come back, without it), but a disk that stays full
+        after the job is given up on (and counted). Once patience is lost, what is not stored is
+        left in the spool (:attr:`left`)."""
+        self._finishing.set()
+        self.wake.set()
+        while self.is_alive():
+            self.join(0.25)
+            if patience is not None and self.is_alive() and patience.lost(self.store_error):
+                self.left = True
+                self.writer.leave()
+                self.wake.set()
+                self.join(LEAVE_WAIT_S)  # (a write in progress on a store gone: its connection's timeout)
+                return
+
+    @property
+    def stored_through_ms(self) -> int:
+        """Every read of the job's output made before this time (epoch ms) is stored: what rules that
+        join the output with other data (the profile) may judge up to."""
+        return self.writer.stored_through_ms
+
+    def waiting_bytes(self) -> int:
+        """The output in the spools that is not taken yet (about: read from another thread)."""
+        waiting = 0
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                try:
+                    waiting += max(0, os.stat(pipe.reader.spool_path).st_size - pipe.spooled_to)
+                except OSError:  # no spool (yet, or the disk refused it: the output is in memory)
+                    pass
+        return waiting
+
+    def finish_in_this_thread(self) -> None:
+        """:meth:`finish`, without a thread of its own: every source has ended already."""
+        self._finishing.set()
+        self.wake.set()
+        self.run()
+
+    def run(self) -> None:
+        yield_to_the_job()
+        self.writer.start()
+        try:
+            self._loop()
+        except BaseException as exc:  # reported by the supervisor; the readers keep draining
+            self.failure = exc
+            self.on_error(f"log ingestion stopped: {exc}")
+        finally:
+            self.writer.finish()
+            self.loss.add(self.writer.loss)
+
+    def _loop(self) -> None:
+        pipes = [pipe for stream in self.streams for pipe in stream.pipes]
+        while True:
+            if not any(pipe.reader.chunks for pipe in pipes):  # (work put back while the writer was behind: at once)
+                wait_s = self._batch_wait_s()  # a pending batch goes when it is due, reads or not
+                self.wake.wait(0.25 if wait_s <= 0 else min(0.25, wait_s))
+            self.wake.clear()
+            if self.left:
+                return
+            if self._finishing.is_set():
+                self.writer.finishing()
+            if self.writer.gave_up:
+                self._give_up()
+                return
+            if self.writer.waiting() > 1:  # the writer is a batch behind already (a slow or failing store):
+                self.writer.wait_until_at_most(1, 0.25)  # the backlog waits in the spool
+                continue
+            if self.writer.failure is not None:
+                raise self.writer.failure
+            if self.release_spools:
+                self._release()
+            done = self._finishing.is_set() and all(pipe.reader.eof.is_set() for pipe in pipes)
+            self._step(final=done)
+            if done and not any(pipe.reader.chunks for pipe in pipes):  # (a step the writer held up left some)
+                self.writer.finish()
+                if self.writer.failure is not None:
+                    raise self.writer.failure
+                if self.writer.gave_up:
+                    self._give_up()
+                return
+
+    def _release(self) -> None:
+        """Free the spools' blocks whose records are stored, so a spool holds the backlog only."""
+        stored = self.writer.stored_spools
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                progress = stored.get((stream.stream_id, pipe.name))
+                if progress is not None:
+                    pipe.release_through(progress[0])
+
+    def _give_up(self) -> None:
+        """The job has ended and the store stays full: count what is left as lost, and stop."""
+        reason = self.writer.loss.reason or "the store refused the writes"
+        self.loss.add(batch_loss(self._pending, reason))
+        self._pending, self._pending_since = Batch(self.job_id), None
+        for _, _, _, pipe, chunk in self._take_work():
+            self.loss.add(count_block(self.extractor, self._records(pipe, chunk)[0]))
+            self.loss.bytes += chunk.length
+            if chunk.cut:
+                pipe.cutter.restart(after_cr=chunk.after_cr)
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                self.loss.add(count_block(self.extractor, pipe.cutter.finish()))
+        self.on_error(f"{reason}. Gave up storing the rest of the job's output; how much is recorded on the job.")
+
+    def _take_work(self) -> list[tuple[int, int, HostStream, Pipe, Chunk]]:
+        """Every chunk the readers have noted, in read-time order."""
+        work: list[tuple[int, int, HostStream, Pipe, Chunk]] = []
+        order = 0
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                while pipe.reader.chunks:
+                    chunk = pipe.reader.chunks.popleft()
+                    work.append((chunk.timestamp_ms, order, stream, pipe, chunk))
+                    order += 1
+        work.sort(key=lambda item: (item[0], item[1]))
+        return work
+
+    def _records(self, pipe: Pipe, chunk: Chunk, spooled: tuple[int, bytes] | None = None) -> tuple[bytes, bytes]:
+        """A chunk through its pipe's cutter: the whole records it completes, and the bytes it brought
+        (none for a cut: output was dropped there, so the record in progress ends). ``spooled``: the
+        spool's bytes from an offset, read once for the reads of a run (:meth:`_spooled`)."""
+        if chunk.cut:
+            return pipe.cutter.finish(), b""
+        data = self._chunk_bytes(pipe, chunk, spooled)
+        pipe.bytes_read += len(data)
+        return pipe.cutter.feed(data), data
+
+    def _chunk_bytes(self, pipe: Pipe, chunk: Chunk, spooled: tuple[int, bytes] | None) -> bytes:
+        if chunk.data is not None:
+            if self.budget is not None:
+                self.budget.give_back(chunk.length)
+            return chunk.data
+        pipe.spooled_to = chunk.start + chunk.length
+        pipe.frames.append(chunk.start - FRAME.size)
+        if spooled is not None:
+            at = chunk.start - spooled[0]
+            return spooled[1][at:at + chunk.length]
+        return self._read_span(pipe, chunk.start, chunk.length)
+
+    def _step(self, *, final: bool) -> None:
+        horizon = now_ms() - NOTE_SLACK_MS  # every read made before this was noted by now: this step takes it
+        work = self._take_work()
+        index = 0
+        while index < len(work):
+            end = _run_end(work, index)
+            ingested = self._ingest_run(work[index:end])
+            index = end
+            if not ingested:
+                self._put_back(work[index:])  # the writer is behind: the rest waits where it was
+                return
+        if final:
+            stamp = now_ms()
+            for stream in self.streams:
+                for pipe in stream.pipes:
+                    block = pipe.cutter.finish()
+                    if block:
+                        self._ingest(stream, pipe, [(block, stamp, b"")])
+        if work or final:
+            self._pending.diagnostics = [s.to_json() for s in self.extractor.stats]
+            self._note_progress()
+        if self._pending and self._pending_since is None:
+            self._pending_since = time.monotonic()
+        if not self._pending:
+            self.writer.stored_through(horizon)
+        elif final or self._batch_wait_s() <= 0:
+            self._flush(horizon)
+
+    def _batch_wait_s(self) -> float:
+        """How long the pending batch may still wait for more reads: a job printing a line at a time
+        costs a transaction every BATCH_WAIT_S, not one a line, and its points are still stored
+        within a fraction of a second."""
+        if self._pending_since is None:
+            return 0.0
+        return self._pending_since + BATCH_WAIT_S - time.monotonic()
+
+    def _ingest_run(self, run: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> bool:
+        """Consecutive reads of one pipe, each through its cutter, then matched together. Reads of
+        the same millisecond are one block while each ends a record: their records have one time,
+        and a job printing a line at a time costs a block per millisecond, not one per line."""
+        stream, pipe = run[0][2], run[0][3]
+        groups: list[tuple[int, list[bytes], list[bytes]]] = []  # (time, its reads' blocks, their bytes)
+        spooled = self._spooled(pipe, [chunk for _, _, _, _, chunk in run])
+        for stamp, _, _, _, chunk in run:
+            block, data = self._records(pipe, chunk, spooled)
+            last = groups[-1][1][-1] if groups and groups[-1][0] == stamp else None
+            if last is not None and (not last or ends_record(last[-1:], self.extractor.mode)):
+                groups[-1][1].append(block)
+                groups[-1][2].append(data)
+            else:
+                groups.append((stamp, [block], [data]))
+            if chunk.cut:  # the output after the drop starts a record (once the one in progress is stored)
+                pipe.cutter.restart(after_cr=chunk.after_cr)
+        return self._ingest(stream, pipe, [(_joined(blocks), stamp, _joined(data)) for stamp, blocks, data in groups])
+
+    @staticmethod
+    def _put_back(work: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> None:
+        for _, _, _, pipe, chunk in reversed(work):
+            pipe.reader.chunks.appendleft(chunk)
+
+    def _note_progress(self) -> None:
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                self._pending.spools[(stream.stream_id, pipe.name)] = pipe.consumed()
+
+    def _spooled(self, pipe: Pipe, chunks: list[Chunk]) -> tuple[int, bytes] | None:
+        """The spool's bytes under a run of small spooled reads, read at once (a read per line costs
+        a job that prints a line at a time more than matching them does), and the offset they start
+        at; None for large reads, each read on its own (no second copy of a flood)."""
+        spooled = [chunk for chunk in chunks if chunk.data is None and not chunk.cut]
+        if len(spooled) < 2:
+            return None
+        start = spooled[0].start
+        span = spooled[-1].start + spooled[-1].length - start
+        if span > SMALL_READS_BYTES * len(spooled):
+            return None
+        return start, self._read_span(pipe, start, span)
+
+    def _read_span(self, pipe: Pipe, start: int, length: int) -> bytes:
+        if pipe.spool is None:
+            pipe.spool = open(pipe.reader.spool_path, "rb")  # noqa: SIM115 - closed in close()
+        pipe.spool.seek(start)
+        return pipe.spool.read(length)
+
+    def _ingest(self, stream: HostStream, pipe: Pipe, pieces: list[tuple[bytes, int, bytes]]) -> bool:
+        """Add blocks of records (each with the time of the read that completed it, and the bytes that
+        read brought, for the echo) to the pending batch; False when the writer is behind. Blocks
+        that follow one another are matched at once: many small reads cost what one large does."""
+        batch = self._pending
+        for (block, stamp, raw), (hits, count, crlf) in zip(pieces, self._matched([block for block, _, _ in pieces]),
+                                                            strict=True):
+            self._add(stream, pipe, block, stamp, raw, hits, count, crlf)
+        if batch.text_bytes >= FLUSH_BYTES or batch.point_count >= FLUSH_POINTS:
+            self._note_progress()
+            return self._flush()
+        return True
+
+    def _matched(self, blocks: list[bytes]) -> list[tuple[Hits, int, bool | None]]:
+        """Each block's points and records, the blocks matched together (those between which a
+        record may not run on: each ends with a break, but a record cut at MAX_RECORD_BYTES)."""
+        extractor = self.extractor
+        found: list[tuple[Hits, int, bool | None]] = []
+        start = 0
+        while start < len(blocks):
+            end = start + 1
+            while end < len(blocks) and (not blocks[end - 1] or ends_record(blocks[end - 1][-1:], extractor.mode)):
+                end += 1
+            group = blocks[start:end]
+            joined = _joined(group)
+            hits = extractor.scan_columns(joined)
+            crlf = extractor.holds_crlf(joined)  # (no break of a group's spans two of its blocks)
+            counts = extractor.record_counts(joined, group)
+            found.extend((split, count, crlf) for split, count in _split_hits(hits, counts))
+            start = end
+        return found
+
+    def _add(self, stream: HostStream, pipe: Pipe, block: bytes, stamp: int, raw: bytes, hits: Hits,
+             count: int, crlf: bool | None) -> None:
+        """One block of records (``count`` of them, holding ``hits``) into the pending batch."""
+        if not block:
+            if self.echo and raw and not self.echo.prefix_hosts:
+                self.echo.passthrough(pipe.is_stderr, raw)
+            return
+        text = stored_text(block, self.extractor.mode, crlf)
+        first = stream.next_seq
+        batch = self._pending
+        batch.chunks.append((stream.stream_id, first, count, stamp, text))
+        batch.text_bytes += len(block)
+        host = stream.host
+        if len(hits.records):
+            seqs = hits.records + first
+            batch.add_points(PointBlock(self._names, stamp, host, stream.stream_id, seqs, hits.definitions, hits.values))
+            if self.echo and self.echo.live_metrics:
+                for seq, definition, value in zip(seqs.tolist(), hits.definitions.tolist(), hits.values.tolist(),
+                                                  strict=True):
+                    self.echo.point(self._names[definition], value, host, seq)
+        if self.echo:
+            if self.echo.prefix_hosts:
+                self.echo.records(host, pipe.is_stderr, decode(bytes(text)).split("\n"))
+            elif raw:
+                self.echo.passthrough(pipe.is_stderr, raw)
+            else:
+                self.echo.flush_points()
+        stream.next_seq += count
+        previous = batch.stream_stats.get(stream.stream_id, (0, 0, stamp))
+        batch.stream_stats[stream.stream_id] = (previous[0] + count, previous[1] + self._unstored_bytes(pipe),
+                                                stamp)
+        if pipe.is_stderr:
+            tail = bytes(text[-STDERR_TAIL_BYTES:]).rsplit(b"\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:]
+            stream.stderr_tail.extend(decode(line) for line in tail)
+
+    @staticmethod
+    def _unstored_bytes(pipe: Pipe) -> int:
+        """Bytes read from the pipe since the last stored block (what was read, "\r\n" split or not)."""
+        counted = pipe.bytes_read - pipe.bytes_stored
+        pipe.bytes_stored = pipe.bytes_read
+        return counted
+
+    def _flush(self, horizon_ms: int | None = None) -> bool:
+        """Hand the pending batch to the writer (``horizon_ms``: it holds every read made before then
+        that is not stored); False when the writer is behind (the caller takes no more work)."""
+        if self._pending:
+            self.writer.put(self._pending, horizon_ms)
+            self._pending = Batch(self.job_id)
+        self._pending_since = None
+        return self.writer.waiting() <= 1
+
+    def close(self) -> None:
+        """Close the spool files; the supervisor removes them once the job's end is stored."""
+        for stream in self.streams:
+            for pipe in stream.pipes:
+                if pipe.spool is not None:
+                    pipe.spool.close()
+                    pipe.spool = None

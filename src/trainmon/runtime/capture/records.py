@@ -1,0 +1,128 @@
+"""From a job's pipes to stored log records and metric points.
+
+TODO docstring: part of trainmon.runtime.capture."""
+
+from __future__ import annotations
+
+import sys
+
+from ...parsing.framing import Mode, last_break_end
+
+MAX_RECORD_BYTES = 16 << 20
+
+
+def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | memoryview:
+    """A block of whole records as a log chunk holds them: joined by "\\n" (a "\\r" or "\\r\\n" break is
+    one too in the modes that split there), without the last record's break (a view: no copy).
+    ``crlf=False``: the block is known to hold no "\\r\\n" (a search for it costs what the rest does)."""
+    if mode.splits_on_cr and b"\r" in block:
+        if crlf is not False:
+            block = block.replace(b"\r\n", b"\n")
+        block = block.replace(b"\r", b"\n")
+    return memoryview(block)[:-1] if block.endswith(b"\n") else block
+
+
+def ends_record(last: bytes, mode: Mode) -> bool:
+    return last == b"\n" or (last == b"\r" and mode.splits_on_cr)
+
+
+class RecordCutter:
+    """Cuts a byte stream into blocks of whole records, keeping the unfinished tail."""
+
+    def __init__(self, mode: Mode, *, after_cr: bool = False) -> None:
+        self.mode = mode
+        self._pending: list[bytes] = []
+        self.pending_bytes = 0
+        self._skip_newline = after_cr
+
+    @property
+    def after_cr(self) -> bool:
+        """The last block ended with a "\\r" whose "\\n" may come next (and is then no record break)."""
+        return self._skip_newline
+
+    def feed(self, data: bytes) -> bytes:
+        if self._skip_newline and data:
+            self._skip_newline = False
+            if data[:1] == b"\n":  # the second half of a "\r\n" split across two reads
+                data = data[1:]
+        cut = last_break_end(data, self.mode)
+        if cut == 0:
+            self._pending.append(data)
+            self.pending_bytes += len(data)
+            if self.pending_bytes < MAX_RECORD_BYTES:
+                return b""
+            return self.finish()
+        if not self._pending and cut == len(data):
+            block, rest = data, b""
+        else:  # one copy: the records' bytes are joined from a view of the read
+            block, rest = b"".join([*self._pending, memoryview(data)[:cut]]), data[cut:]
+        self._pending = [rest] if rest else []
+        self.pending_bytes = len(rest)
+        if self.mode.splits_on_cr and not rest and block[-1:] == b"\r":
+            self._skip_newline = True  # the read ended on "\r": a "\n" may follow in the next one
+        return block
+
+    def finish(self) -> bytes:
+        block = b"".join(self._pending)
+        self._pending, self.pending_bytes = [], 0
+        return block
+
+    def restart(self, *, after_cr: bool = False) -> None:
+        """Start again at the beginning of a record, what is pending dropped (as a new cutter would);
+        ``after_cr``: just after a "\\r", so a "\\n" that comes first is no record break."""
+        self._pending, self.pending_bytes = [], 0
+        self._skip_newline = after_cr
+
+
+class Echo:
+    """Shows the job's output on the terminal (host-prefixed when several) and, optionally, each
+    point right after the line it came from (never in the middle of a progress bar). A terminal
+    that went away (a closed ssh session) ends the echo, not the capture."""
+
+    def __init__(self, *, prefix_hosts: bool, live_metrics: bool) -> None:
+        self.prefix_hosts = prefix_hosts
+        self.live_metrics = live_metrics
+        self.color = sys.stdout.isatty()
+        self.closed = False
+        self._at_line_start = True
+        self._pending_points: list[str] = []
+
+    def records(self, host: str, is_stderr: bool, records: list[str]) -> None:
+        """Several hosts: whole records, each prefixed by its host, then the points."""
+        self._write(is_stderr, "".join(f"{host} | {record}\n" for record in records).encode())
+        self.flush_points()
+
+    def passthrough(self, is_stderr: bool, data: bytes) -> None:
+        """One host: the bytes as the job wrote them; points go after the last complete line."""
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            self._write(is_stderr, data[:cut])
+            if not is_stderr:
+                self._at_line_start = True
+        self.flush_points()
+        if cut < len(data):
+            self._write(is_stderr, data[cut:])
+            if not is_stderr:
+                self._at_line_start = False
+
+    def _write(self, is_stderr: bool, data: bytes) -> None:
+        if self.closed:
+            return
+        target = sys.stderr if is_stderr else sys.stdout
+        try:
+            target.flush()
+            target.buffer.write(data)
+            target.flush()
+        except (OSError, ValueError):
+            self.closed = True  # a closed terminal must not stop the capture
+
+    def point(self, name: str, value: float, host: str, seq: int) -> None:
+        if not self.live_metrics or self.closed:
+            return
+        text = f"  » {name} = {value:g}   ({host}, record {seq + 1})"
+        self._pending_points.append(f"\x1b[2m{text}\x1b[0m" if self.color else text)
+
+    def flush_points(self) -> None:
+        if self._pending_points and (self._at_line_start or self.prefix_hosts):
+            self._write(False, ("\n".join(self._pending_points) + "\n").encode())
+            self._pending_points.clear()

@@ -1,0 +1,276 @@
+"""The SageMaker training-container contract, rooted in a per-host directory instead of /opt/ml.
+
+    <job dir>/algo-N/input/config/{hyperparameters,resourceconfig,inputdataconfig,debughookconfig}.json
+    <job dir>/algo-N/input/data/<channel>/   -> the channel's local path
+    <job dir>/algo-N/model/                  packed as model.tar.gz when the job ends
+    <job dir>/algo-N/output/                 'failure' here becomes the FailureReason
+    <job dir>/algo-N/output/data/            packed as output.tar.gz
+    <job dir>/algo-N/output/tensors/         what trainmon.debug records (TRAINMON_TENSOR_DIR), for the rules
+    <job dir>/algo-N/code/                   a script-mode job's source (/opt/ml/code), where it runs
+
+plus the environment variables the SageMaker training toolkit sets (SM_*). A channel that names
+a local path is linked; one that names objects of trainmon's object store is copied, so the job
+cannot change them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ...jobs.document import Channel, JobDocument
+from . import tensors, toolkit
+
+
+@dataclass(frozen=True)
+class HostLayout:
+    host: str
+    root: Path
+
+    @property
+    def input_dir(self) -> Path:
+        return self.root / "input"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "input" / "config"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "input" / "data"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def output_dir(self) -> Path:
+        return self.root / "output"
+
+    @property
+    def output_data_dir(self) -> Path:
+        return self.root / "output" / "data"
+
+    @property
+    def failure_file(self) -> Path:
+        return self.output_dir / "failure"
+
+    @property
+    def code_dir(self) -> Path:
+        return self.root / "code"
+
+
+def host_names(count: int) -> list[str]:
+    return [f"algo-{index}" for index in range(1, count + 1)]
+
+
+def gpu_count() -> int:
+    try:
+        import pynvml  # optional extra
+
+        pynvml.nvmlInit()
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    return count
+
+
+def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers) -> tuple[HostLayout, dict[str, str]]:
+    """Create one host's directories and config files in ``job_dir`` (which exists: it is private to
+    the user, see :func:`trainmon.config.make_private_dir`), its channels and, in script mode, its code
+    directory; return them and the SM_* environment. OSError or :class:`toolkit.SourceError` when the
+    input cannot be put in place."""
+    layout = HostLayout(host, job_dir / host)
+    for directory in (layout.config_dir, layout.data_dir, layout.model_dir, layout.output_data_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    hosts = host_names(doc["ResourceConfig"]["InstanceCount"])
+    interface = interface_of(peers.addresses[host])
+    hyperparameters: dict[str, str] = doc.get("HyperParameters", {})
+    resource = {
+        "current_host": host,
+        "current_instance_type": doc["ResourceConfig"]["InstanceType"],
+        "current_group_name": "homogeneousCluster",
+        "hosts": hosts,
+        "instance_groups": [
+            {"instance_group_name": "homogeneousCluster", "instance_type": doc["ResourceConfig"]["InstanceType"],
+             "hosts": hosts}
+        ],
+        "network_interface_name": interface,
+        "host_addresses": peers.addresses,  # trainmon's: the names in "hosts" resolve nowhere, these do
+    }
+    channels: dict[str, str] = {}
+    input_config: dict[str, Any] = {}
+    for channel in doc.get("InputDataConfig", []):
+        name = channel["ChannelName"]
+        target = layout.data_dir / name
+        _place_channel(channel, doc["TrainmonConfig"].get("ChannelPaths", {}).get(name), target)
+        channels[name] = str(target)
+        input_config[name] = {
+            "TrainingInputMode": doc["AlgorithmSpecification"]["TrainingInputMode"],
+            "S3DistributionType": channel.get("DataSource", {}).get("S3DataSource", {}).get(
+                "S3DataDistributionType", "FullyReplicated"),
+            "RecordWrapperType": "None",
+        }
+    _write_json(layout.config_dir / "hyperparameters.json", hyperparameters)
+    _write_json(layout.config_dir / "resourceconfig.json", resource)
+    _write_json(layout.config_dir / "inputdataconfig.json", input_config)
+    hook_env = tensors.prepare_host(layout.root, layout.config_dir, doc.get("DebugHookConfig"))  # trainmon.debug's
+
+    script = doc["TrainmonConfig"].get("Script")
+    split = toolkit.split(hyperparameters)
+    decoded = split.user if script is not None else {key: toolkit.decode(value) for key, value in hyperparameters.items()}
+    num_cpus, num_gpus = os.cpu_count() or 1, gpu_count()
+    training_env = {
+        "job_name": doc["TrainingJobName"],
+        "current_host": host,
+        "hosts": hosts,
+        "hyperparameters": decoded,
+        "channel_input_dirs": channels,
+        "input_data_config": input_config,
+        "resource_config": resource,
+        "input_dir": str(layout.input_dir),
+        "input_config_dir": str(layout.config_dir),
+        "model_dir": str(layout.model_dir),
+        "output_dir": str(layout.output_dir),
+        "output_data_dir": str(layout.output_data_dir),
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "network_interface_name": interface,
+        "master_hostname": hosts[0],
+        "log_level": 20,
+    }
+    env = {
+        "TRAINING_JOB_NAME": doc["TrainingJobName"],
+        "TRAINING_JOB_ARN": doc["TrainingJobArn"],
+        "SM_MODEL_DIR": str(layout.model_dir),
+        "SM_OUTPUT_DIR": str(layout.output_dir),
+        "SM_OUTPUT_DATA_DIR": str(layout.output_data_dir),
+        "SM_INPUT_DIR": str(layout.input_dir),
+        "SM_INPUT_CONFIG_DIR": str(layout.config_dir),
+        "SM_CHANNELS": json.dumps(sorted(channels)),
+        "SM_HPS": json.dumps(decoded),
+        "SM_HOSTS": json.dumps(hosts),
+        "SM_CURRENT_HOST": host,
+        "SM_CURRENT_INSTANCE_TYPE": doc["ResourceConfig"]["InstanceType"],
+        "SM_NUM_CPUS": str(num_cpus),
+        "SM_NUM_GPUS": str(num_gpus),
+        "SM_NETWORK_INTERFACE_NAME": interface,
+        "SM_HOST_ADDRESSES": json.dumps(peers.addresses),
+        # torch.distributed's env:// rendezvous, and the toolkit's names for it: the first host's
+        # address (a name in SM_HOSTS resolves only inside SageMaker's network) and a free port there
+        "SM_MASTER_ADDR": peers.addresses[hosts[0]],
+        "SM_MASTER_PORT": str(peers.port),
+        "MASTER_ADDR": peers.addresses[hosts[0]],
+        "MASTER_PORT": str(peers.port),
+        "WORLD_SIZE": str(len(hosts)),
+        "RANK": str(hosts.index(host)),
+        "SM_RESOURCE_CONFIG": json.dumps(resource),
+        "SM_INPUT_DATA_CONFIG": json.dumps(input_config),
+        "SM_TRAINING_ENV": json.dumps(training_env),
+        "SM_LOG_LEVEL": "20",
+        "PYTHONUNBUFFERED": "1",
+    }
+    for name, path in channels.items():
+        env[f"SM_CHANNEL_{name.upper()}"] = path
+    if script is None:
+        for key, value in hyperparameters.items():
+            env[f"SM_HP_{key.upper()}"] = value
+    else:
+        toolkit.install_source(Path(script["Source"]), layout.code_dir, script["Program"])
+        env.update(_script_environment(script["Program"], split, training_env))
+    env.update(hook_env)
+    env.update(doc.get("Environment", {}))
+    if script is not None:  # the code directory comes first, as the toolkit puts it first on sys.path
+        inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(layout.code_dir), inherited)))
+    return layout, env
+
+
+@dataclass(frozen=True)
+class Peers:
+    """Where the job's hosts reach each other: each host's address, and a free port on the first
+    host for distributed training's rendezvous (MASTER_ADDR, MASTER_PORT)."""
+
+    addresses: dict[str, str]
+    port: int
+
+    @classmethod
+    def local(cls, names: list[str]) -> Peers:
+        return cls({name: "127.0.0.1" for name in names}, free_port("127.0.0.1"))
+
+
+def free_port(address: str) -> int:
+    """A port nothing listens on now (the rendezvous binds it moments later, as torchrun's does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))
+        return int(probe.getsockname()[1])
+
+
+def interface_of(address: str) -> str:
+    """The network interface that holds ``address`` on this machine (SM_NETWORK_INTERFACE_NAME); "lo"
+    for a loopback address or one no interface holds."""
+    for name, entries in psutil.net_if_addrs().items():
+        if any(entry.address == address for entry in entries):
+            return name
+    return "lo"
+
+
+def _place_channel(channel: Channel, recorded: str | None, target: Path) -> None:
+    """A channel's data at ``input/data/<channel>``: a link to a local directory (or a directory
+    holding a link to a local file); a copy of objects from the object store."""
+    uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
+    source = Path(recorded or uri.removeprefix("file://")).expanduser().resolve()
+    if uri.startswith("s3://"):
+        target.mkdir(exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, target / source.name)
+    elif source.is_dir():
+        if not target.exists():
+            target.symlink_to(source, target_is_directory=True)
+    else:
+        target.mkdir(exist_ok=True)
+        link = target / source.name
+        if not link.exists():
+            link.symlink_to(source)
+
+
+def _script_environment(program: str, split: toolkit.Hyperparameters, training_env: dict[str, Any]) -> dict[str, str]:
+    """The variables the toolkit adds for a script-mode entry point (``training_env`` gains its fields)."""
+    arguments = toolkit.to_cmd_args(split.user)
+    fields = {
+        "user_entry_point": program,
+        "module_name": toolkit.module_name(program),
+        "module_dir": split.sagemaker.get(toolkit.SUBMIT_DIRECTORY, ""),
+        "framework_params": split.framework,
+        "user_args": arguments,
+        "log_level": split.sagemaker.get(toolkit.LOG_LEVEL, 20),
+    }
+    training_env.update(fields)
+    env = {f"SM_{key.upper()}": toolkit.env_value(value) for key, value in fields.items()}
+    env["SM_HPS"] = toolkit.env_value(split.user)
+    env["SM_TRAINING_ENV"] = toolkit.env_value(training_env)
+    env.update({f"SM_HP_{key.upper()}": toolkit.env_value(value) for key, value in split.user.items()})
+    env["SAGEMAKER_JOB_NAME"] = toolkit.env_value(split.sagemaker.get(toolkit.JOB_NAME, ""))
+    env["SAGEMAKER_REGION"] = toolkit.env_value(split.sagemaker.get(toolkit.REGION, ""))
+    return env
+
+
+def _write_json(path: Path, data: Any) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    temporary.replace(path)

@@ -1,0 +1,99 @@
+"""Jobs whose supervising process died: found by every command that reads jobs, and ended properly.
+
+The supervisor records its identity in the job: process id, the process's start time (against
+reused ids), host name, and the job's process tag (:mod:`trainmon.runtime.launcher`). A job of
+this machine whose supervisor is gone is reaped by the first command that notices, in order:
+
+1. the reaper takes the job over (its identity replaces the dead one's, atomically), so that two
+   commands never reap one job twice, and a reaper that dies in turn is reaped like a supervisor;
+2. what is left of the job's processes is killed: only processes whose environment carries the
+   job's tag, each checked again after it is opened (never a bare process id);
+3. the output left in the job's spool is stored (:mod:`trainmon.runtime.capture.recovery`);
+4. the job ends as its supervisor recorded beside the spool when it left a store that was gone
+   (:func:`~trainmon.runtime.job.jobstate.replay`: Completed, say, at the time it ended); else it is
+   marked Failed, with a reason that says so, and its training time ends when its processes did
+   (at the last output, or now if some were still running), not when it was noticed.
+
+Logs and metrics stored until then are kept. No daemon is needed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from typing import Any
+
+import psutil
+
+from ...errors import StoreError
+from ...jobs.document import SupervisorIdentity
+from ...jobs.status import ACTIVE
+from ...store import JobRow, Store
+from .jobstate import replay, set_status
+
+
+def identity(pid: int | None = None, *, tag: str = "") -> SupervisorIdentity:
+    """The identity of process ``pid`` (default: this one), to record as a job's supervisor."""
+    process = psutil.Process(pid)
+    return {"pid": process.pid, "create_time": process.create_time(), "hostname": socket.gethostname(),
+            "tag": tag}
+
+
+def alive(supervisor: SupervisorIdentity) -> bool:
+    try:
+        process = psutil.Process(supervisor["pid"])
+        return (abs(process.create_time() - supervisor["create_time"]) < 1.0
+                and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def reap_orphans(store: Store) -> list[str]:
+    """Reap every active job on this machine whose supervising process is gone; their names."""
+    reaped: list[str] = []
+    hostname = socket.gethostname()
+    try:
+        active = store.list_jobs(statuses=ACTIVE)
+    except StoreError:
+        return reaped
+    for job in active:
+        supervisor = job.supervisor
+        if not supervisor or supervisor.get("hostname") != hostname or alive(supervisor):
+            continue
+        try:
+            if _reap(store, job, supervisor):
+                reaped.append(job.name)
+        except StoreError:  # a full disk, a lost server: reading must still work; the next command tries again
+            continue
+    return reaped
+
+
+def _reap(store: Store, job: JobRow, dead: SupervisorIdentity) -> bool:
+    from ..capture import recovery
+    from ..processes import tags
+
+    me = identity(tag=dead.get("tag", ""))
+
+    def take_over(row: JobRow) -> None:
+        if row.supervisor == dead:
+            row.supervisor = me
+
+    if store.update_job(job.name, take_over).supervisor != me:
+        return False  # another command is reaping it
+    tag = dead.get("tag", "")
+    still_running = bool(tag) and tags.kill_tagged(tag) > 0
+    if tag:
+        tags.wait_for_spooler(tag)  # it spools what the pipes still held, then ends
+    unstored = recovery.recover(store, job).unstored()
+    directory = recovery.spool_dir(store, job.name)
+    if still_running or replay(store, job.name, directory / recovery.ENDING, unstored) is None:
+        fields: dict[str, Any] = {} if unstored is None else {"UnstoredOutput": unstored}
+        last_ms = recovery.last_activity_ms(store, job)
+        ended_at = time.time() if still_running or last_ms is None else last_ms / 1000
+        fields["FailureReason"] = (
+            f"trainmon's supervising process (pid {dead['pid']}) ended without finishing the job: it was killed or "
+            "crashed. The output it had captured was stored; the job's processes were ended.")
+        set_status(store, job.name, "Failed", ended_at=ended_at, **fields)
+    shutil.rmtree(directory, ignore_errors=True)
+    return True

@@ -1,0 +1,21 @@
+"""The local launcher: the job's hosts are processes of this machine (the default).
+
+:mod:`.launcher` starts, watches and signals them; :mod:`.hosts` is the job's hosts as the
+supervisor drives them, each with its capture and system monitor. A Ray job's host agent runs a
+:class:`~.hosts.LocalHosts` of one host on its node."""
+
+from __future__ import annotations
+
+from ...contract.layout import Peers
+from ...job.hosts import HostsContext, JobHosts
+from ..kind import Kind
+
+
+def _hosts(context: HostsContext) -> JobHosts:
+    from .hosts import LocalHosts  # capture, monitor, sampler: loaded only by whoever supervises
+
+    return LocalHosts(context.store, context.job, context.names, Peers.local(context.names), echo=context.echo,
+                      live_metrics=context.live_metrics, interrupted=lambda: context.state.interrupted)
+
+
+KIND = Kind("local", "the hosts are processes of this machine", _hosts)
