@@ -490,7 +490,7 @@ def test_an_alarm_on_a_jobs_metric_goes_ok_alarm_ok_and_runs_its_actions(home: P
 
     first_slot_s = min(stamps) // 10_000 * 10  # its range (3 periods of 10 s) ends where the job's points begin
     clock = ManualClock(wall_s=first_slot_s)
-    maintainer = Maintainer(store, first_after_s=0, alarms=True, clock=clock)
+    maintainer = Maintainer(store, first_after_s=0, alarm_pass=evaluate_alarms, clock=clock)
     clock.start(maintainer)  # the first pass: no datapoint yet, and missing ones are not breaching
     try:
         assert described(store, "loss-spike")["StateValue"] == "OK"
@@ -533,7 +533,7 @@ def test_alarms_are_evaluated_at_cloudwatchs_cadence(store: Store) -> None:
     cw.put_metric_alarm(**{**BASE, "AlarmName": "minutely", "TreatMissingData": "notBreaching"})
     cw.put_metric_alarm(**{**BASE, "AlarmName": "high-resolution", "Period": 10, "TreatMissingData": "notBreaching"})
     clock = ManualClock(wall_s=math.floor(time.time() / 60) * 60 - 3600)  # at a minute, an hour ago
-    maintainer = Maintainer(store, first_after_s=0, alarms=True, clock=clock)
+    maintainer = Maintainer(store, first_after_s=0, alarm_pass=evaluate_alarms, clock=clock)
     clock.start(maintainer)
     try:
         for _ in range(6):

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainmon.api.alarms import evaluate_alarms
 from trainmon.clock import ManualClock
 from trainmon.cloudwatch.datapoints import _plain, parse_datapoints
 from trainmon.cloudwatch.model import MetricKey, parse_put
@@ -401,7 +402,7 @@ def test_a_writing_process_starts_one_maintainer_for_its_store(store_target: Sto
         client = CloudWatchClient(store)
         _put(client, 2000, time.time() - 900)  # old enough to be sealed at once
         started = maintenance.running_for(store)
-        assert isinstance(started, Maintainer) and not started._alarms  # alarms stay the servers'
+        assert isinstance(started, Maintainer) and started._alarm_pass is None  # alarms stay the servers'
         _put(client, 10, time.time() - 900)
         other = store_target.open()
         try:
@@ -415,7 +416,7 @@ def test_a_writing_process_starts_one_maintainer_for_its_store(store_target: Sto
 
 def test_no_maintainer_is_started_where_the_process_runs_one(store_target: StoreTarget) -> None:
     with _manual(store_target) as (store, clock):
-        server = Maintainer(store, alarms=True, clock=clock)  # as trainmon server runs it
+        server = Maintainer(store, alarm_pass=evaluate_alarms, clock=clock)  # as trainmon server runs it
         clock.start(server)
         try:
             _put(CloudWatchClient(store), 10, time.time() - 60)

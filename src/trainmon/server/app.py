@@ -615,7 +615,7 @@ def create_app(store: Store, settings: Settings) -> Any:
         if settings.maintain:
             from ..runtime.watch.maintenance import Maintainer
 
-            maintainer = Maintainer(store, alarms=True)  # alarms are evaluated by servers
+            maintainer = Maintainer(store, alarm_pass=api.alarms.evaluate_alarms)  # alarms are evaluated by servers
             maintainer.start()
         try:
             yield

@@ -6,11 +6,12 @@ that, on its own connection to the store,
 - seals still chunks, rolls finished periods up and expires what the retention policy drops
   (:func:`trainmon.store.series.maintain`) once a minute. When several processes run, the store's
   lease lets one of them do it at a time; the others find it taken and wait for the next minute;
-- evaluates the CloudWatch alarms that are due (:func:`trainmon.api.alarms.evaluate_alarms`) every
-  10 s: each alarm once a minute, or every 10 s for a high-resolution period, as CloudWatch does.
-  Each alarm's slot is claimed in the store, so however many processes evaluate, it is evaluated
-  once. The pass is the operations layer's (alarms are computed with GetMetricData's machinery):
-  the one call from this layer up into ``api``, made on the maintainer's thread.
+- evaluates the CloudWatch alarms that are due every 10 s, when its caller gives it the alarm pass
+  (``alarm_pass``: ``trainmon server`` gives :func:`trainmon.api.alarms.evaluate_alarms`): each
+  alarm once a minute, or every 10 s for a high-resolution period, as CloudWatch does. Each
+  alarm's slot is claimed in the store, so however many processes evaluate, it is evaluated once.
+  The pass is the operations layer's (alarms are computed as GetMetricData computes them), handed
+  down to this layer as a function, and run on the maintainer's thread.
 
 A process that writes PutMetricData's datapoints needs one too, or a script that only puts would
 leave its data unsealed and never rolled up: the operation calls :func:`keep_maintained`, which
@@ -26,16 +27,14 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from ... import config
 from ...clock import REAL_CLOCK, Clock
 from ...errors import TrainmonError
 from ...store import Store, open_store
 from ...store.rows import Maintenance
-
-if TYPE_CHECKING:
-    from ...api.alarms import AlarmPass
 
 EVERY_S = 60.0
 ALARMS_EVERY_S = 10.0
@@ -44,6 +43,14 @@ KEPT_PASSES = 10
 
 _running: dict[str, Maintainer] = {}  # database -> the maintainer of this process that keeps it
 _running_lock = threading.RLock()  # taken again by Maintainer.start when keep_maintained starts one
+
+
+class PassDone(Protocol):
+    """What the maintainer reads of an alarm pass's report: how many alarm actions it handed to
+    :mod:`trainmon.runtime.watch.notify` (their history is written once they end: the maintainer waits
+    for them before it closes its store)."""
+
+    actions: int
 
 
 def keep_maintained(store: Store) -> Maintainer:
@@ -69,19 +76,20 @@ def running_for(store: Store) -> Maintainer | None:
 
 class Maintainer(threading.Thread):
     def __init__(self, store: Store, *, every_s: float = EVERY_S, first_after_s: float = FIRST_AFTER_S,
-                 alarms: bool = False, alarms_every_s: float = ALARMS_EVERY_S, clock: Clock = REAL_CLOCK) -> None:
+                 alarm_pass: Callable[[Store, float], PassDone] | None = None,
+                 alarms_every_s: float = ALARMS_EVERY_S, clock: Clock = REAL_CLOCK) -> None:
         super().__init__(name="trainmon-maintenance", daemon=True)
         self._home, self._url = store.home, store.database_url or ""
         self._database = store.database_key
         self._retention = store.retention
         self._every_s, self._first_after_s, self._alarms_every_s = every_s, first_after_s, alarms_every_s
-        self._alarms = alarms  # the server's maintainer evaluates alarms; a job's does not (see docs/metrics.md)
+        self._alarm_pass = alarm_pass  # the server's maintainer evaluates alarms; a job's does not (docs/metrics.md)
         self._clock = clock
         self._stop_requested = clock.stop_signal()
         self.error: Exception | None = None  # the last maintenance pass's failure, if it failed
         self.alarm_error: Exception | None = None  # the last alarm pass's failure, if it failed
         self.passes: list[Maintenance] = []
-        self.alarm_passes: list[AlarmPass] = []
+        self.alarm_passes: list[PassDone] = []
         self._delivered = 0  # alarm actions handed to trainmon.runtime.watch.notify
 
     def start(self) -> None:
@@ -118,11 +126,12 @@ class Maintainer(threading.Thread):
             return
         try:
             next_maintenance = clock.monotonic()
-            next_alarms = next_maintenance if self._alarms else math.inf
+            alarm_pass = self._alarm_pass
+            next_alarms = next_maintenance if alarm_pass is not None else math.inf
             while True:
                 now = clock.monotonic()
-                if now >= next_alarms:
-                    self._evaluate(store)
+                if alarm_pass is not None and now >= next_alarms:
+                    self._evaluate(store, alarm_pass)
                     next_alarms = now + self._alarms_every_s
                 if now >= next_maintenance:
                     self._maintain(store)
@@ -144,11 +153,9 @@ class Maintainer(threading.Thread):
         except Exception as exc:  # a full disk, a lost server, a bug: the job goes on; try again
             self.error = exc
 
-    def _evaluate(self, store: Store) -> None:
-        from ...api.alarms import evaluate_alarms
-
+    def _evaluate(self, store: Store, alarm_pass: Callable[[Store, float], PassDone]) -> None:
         try:
-            done = evaluate_alarms(store, self._clock.wall())
+            done = alarm_pass(store, self._clock.wall())
             self._delivered += done.actions
             self.alarm_passes.append(done)
             del self.alarm_passes[:-KEPT_PASSES]
