@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainmon.server.downsample import chart_payload, keep
+from trainmon.read.downsample import chart_payload, keep
 from trainmon.store import Batch, Store
 
 from .conftest import ServerProcess, StoreTarget, start_server
@@ -398,7 +398,7 @@ def test_a_metric_named_with_a_slash_is_charted_and_a_running_jobs_statistics_re
 
 
 def test_values_for_display_keep_a_millionth_of_their_span() -> None:
-    from trainmon.server.downsample import DISPLAY_STEPS, for_display
+    from trainmon.read.downsample import DISPLAY_STEPS, for_display
 
     rng = np.random.default_rng(3)
     for values in (rng.normal(0.5, 0.02, 1000), 1e6 + rng.normal(0, 1e-3, 1000), rng.normal(0, 1e9, 1000),

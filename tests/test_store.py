@@ -918,7 +918,7 @@ def test_a_chart_of_many_points_reads_overviews_that_hide_no_extreme(any_store: 
     first non-finite ones); its edges and its count stay exact; a sparser chart reads every point."""
     import numpy as np
 
-    from trainmon.server import downsample
+    from trainmon.read import downsample
     from trainmon.store import overview
 
     job = new_job(any_store, "dense")

@@ -22,7 +22,7 @@ from ..cloudwatch.alarms import ANOMALY_COMPARISONS, COMPARISONS, TREAT_MISSING
 from ..cloudwatch.model import check_dimensions, check_metric_name, check_namespace, check_unit
 from ..cloudwatch.statistics import STATISTICS, percentile_of
 from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
-from . import cloudwatch
+from .metric_queries import metric_queries
 
 MAX_NAMES = 100
 MAX_ACTIONS = 5
@@ -213,7 +213,7 @@ def _check_metrics(value: Any) -> int:
     """Metrics as GetMetricData's queries, with an alarm's rules: one returned, at most 10 metrics,
     all of one period."""
     try:
-        queries, _order = cloudwatch.metric_queries(value)
+        queries, _order = metric_queries(value)
     except (InvalidParameterValue, MissingParameter, InvalidParameterCombination) as error:
         raise type(error)(error.message.replace("MetricDataQueries", "Metrics")) from None
     returned = [query for query in queries if query.return_data]

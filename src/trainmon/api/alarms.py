@@ -1,12 +1,13 @@
 """CloudWatch's alarm operations, with boto3's shapes: PutMetricAlarm, DescribeAlarms,
 DescribeAlarmsForMetric, DeleteAlarms, SetAlarmState, DescribeAlarmHistory, EnableAlarmActions and
 DisableAlarmActions; and :func:`evaluate_alarms`, the pass the store's background maintainer runs
-(``runtime/maintenance.py``) to evaluate every alarm that is due, at CloudWatch's cadence.
+(``runtime/maintenance.py``; ``trainmon server`` hands it to its maintainer) to evaluate every
+alarm that is due, at CloudWatch's cadence.
 
 Evaluation itself is :mod:`trainmon.cloudwatch.alarms` (pure); this module fetches each alarm's
-datapoints with GetMetricData's machinery (``api/cloudwatch.py``: a MetricStat's statistic per
-period, or the alarm's Metrics computed as GetMetricData computes them), writes the new states
-with their history, and hands each state change to the alarm's actions
+datapoints from the read layer, as GetMetricData computes them (:mod:`trainmon.read.metric_data`:
+a MetricStat's statistic per period, or the alarm's Metrics, checked by :mod:`.metric_queries`),
+writes the new states with their history, and hands each state change to the alarm's actions
 (:func:`trainmon.runtime.watch.notify.deliver`: an action is ``exec:<command line>`` or an
 ``http(s)://`` URL, the payload CloudWatch's SNS notification JSON).
 """
@@ -38,10 +39,11 @@ from ..errors import (
     MissingParameter,
 )
 from ..jobs.document import ACCOUNT, REGION
+from ..read.metric_data import DataQuery, metric_periods, query_results
 from ..shapes import refuse_unknown
 from ..store import AlarmHistoryRow, AlarmRow, Store
 from . import alarm_requests as requests
-from . import cloudwatch
+from .metric_queries import metric_queries
 from .times import as_datetime
 
 DESCRIBE_PAGE, HISTORY_PAGE = 50, 100
@@ -50,7 +52,7 @@ SCAN_BY = ("TimestampDescending", "TimestampAscending")
 ALARM_TYPES = ("CompositeAlarm", "MetricAlarm")
 _ACTIONS = {model.OK: "OKActions", model.ALARM: "AlarmActions", model.INSUFFICIENT_DATA: "InsufficientDataActions"}
 _QUERIES_KEPT = 10_000
-_queries: dict[tuple[str, int], tuple[list[cloudwatch.DataQuery], list[str]]] = {}  # parsed Metrics, per config
+_queries: dict[tuple[str, int], tuple[list[DataQuery], list[str]]] = {}  # parsed Metrics, per config
 
 Delivery = tuple[str, str, int, dict[str, Any]]  # (alarm, target, the state change's time, the notification)
 
@@ -414,10 +416,10 @@ def _periods(store: Store, alarm: AlarmRow, start_s: float, end_s: float, period
         key = MetricKey(config["Namespace"], config["MetricName"],
                         tuple(sorted((d["Name"], d["Value"]) for d in config.get("Dimensions", []))))
         stat = config.get("Statistic") or config["ExtendedStatistic"]
-        found = cloudwatch.metric_periods(store, key, starts[0], round(end_s * 1000), period, stat, config.get("Unit"))
+        found = metric_periods(store, key, starts[0], round(end_s * 1000), period, stat, config.get("Unit"))
         return [model.Datapoint(ms, *found[ms]) if ms in found else model.Datapoint(ms, None) for ms in starts]
     queries, order = _parsed(alarm)
-    results = cloudwatch.query_results(store, queries, order, start_s, end_s, now_s)
+    results = query_results(store, queries, order, start_s, end_s, now_s)
     if len(results) != 1:
         raise InvalidParameterValue(f"the returned query of Metrics gave {len(results)} time series; an alarm "
                                     "watches exactly one.")
@@ -425,25 +427,25 @@ def _periods(store: Store, alarm: AlarmRow, start_s: float, end_s: float, period
     return [model.Datapoint(ms, points.get(ms)) for ms in starts]
 
 
-def _parsed(alarm: AlarmRow) -> tuple[list[cloudwatch.DataQuery], list[str]]:
+def _parsed(alarm: AlarmRow) -> tuple[list[DataQuery], list[str]]:
     """The alarm's Metrics as checked queries, parsed once per configuration."""
     key = (alarm.name, alarm.configured_ms)
     if key not in _queries:
         if len(_queries) >= _QUERIES_KEPT:
             _queries.clear()
-        _queries[key] = cloudwatch.metric_queries(alarm.config["Metrics"])
+        _queries[key] = metric_queries(alarm.config["Metrics"])
     return _queries[key]
 
 
 def _dry_run(store: Store, config: dict[str, Any]) -> None:
     """Compute an alarm's Metrics over its last period, so that one that cannot give a time series is
     refused now rather than at every evaluation."""
-    queries, order = cloudwatch.metric_queries(config["Metrics"])
+    queries, order = metric_queries(config["Metrics"])
     now_s = time.time()
     period = requests.alarm_period(config)
     end_s = math.floor(now_s / 60) * 60
     try:
-        cloudwatch.query_results(store, queries, order, end_s - period, end_s, now_s)
+        query_results(store, queries, order, end_s - period, end_s, now_s)
     except (InvalidParameterValue, MissingParameter) as error:
         raise type(error)(error.message.replace("MetricDataQueries", "Metrics")) from None
 

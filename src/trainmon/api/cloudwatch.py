@@ -3,6 +3,10 @@
 Jobs' metrics appear as CloudWatch shows SageMaker's: namespace ``/aws/sagemaker/TrainingJobs``,
 dimension ``TrainingJobName``, high resolution. Unlike CloudWatch, a new metric is listed at
 once, and metrics stay listed after two weeks without data.
+
+This module checks each request and shapes its answer (GetMetricData's pages, its NextToken); the
+numbers come from the read layer (:mod:`trainmon.read.metric_data`), and GetMetricData's queries
+are checked by :mod:`.metric_queries`.
 """
 
 from __future__ import annotations
@@ -13,24 +17,11 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from ..cloudwatch.datapoints import parse_datapoints
-from ..cloudwatch.expressions import (
-    Evaluator,
-    Expression,
-    Node,
-    Series,
-    evaluation_order,
-    parse,
-    render_label,
-    result_labels,
-)
+from ..cloudwatch.expressions import Series
 from ..cloudwatch.model import (
-    FUTURE_LIMIT_S,
-    QUERY_ID,
     MetricKey,
     check_dimensions,
     check_metric_name,
@@ -40,36 +31,31 @@ from ..cloudwatch.model import (
 )
 from ..cloudwatch.statistics import (
     STATISTICS,
-    aggregate_columns,
-    aggregate_rollups,
     aligned_start,
     check_datapoint_count,
     check_period,
-    concat_columns,
     percentile_of,
 )
 from ..errors import CloudWatchError, InvalidParameterCombination, InvalidParameterValue, MissingParameter
+from ..read.metric_data import datapoints, query_results
 from ..runtime.watch.maintenance import keep_maintained
 from ..shapes import Problems, String, keyset_token, keyset_values, refuse_unknown, request_fingerprint
 from ..store import Store
+from .metric_queries import metric_queries, structure
 from .times import as_datetime
 
 LIST_PAGE = 500
 RECENT_S = 3 * 3600
-MAX_QUERIES = 500
 DEFAULT_MAX_DATAPOINTS = 100_800
-MAX_EXPRESSION = 2048
 SCAN_BY = ("TimestampDescending", "TimestampAscending")
 _TIMEZONE = re.compile(r"[+-]\d{4}")
-_QUERY_FIELDS = ("Id", "MetricStat", "Expression", "Label", "ReturnData", "Period", "AccountId")
-_T = TypeVar("_T")
 
 
 def put_metric_data(store: Store, *, Namespace: str | None = None, MetricData: list[dict[str, Any]] | None = None,
                     **unsupported: Any) -> dict[str, Any]:
     """Validated whole (a refused call writes nothing), then queued: the store writes calls together
     within a fraction of a second, and this process's reads see them at once (store.buffer). The
-    first call makes sure the process maintains the store (runtime.maintenance.keep_maintained)."""
+    first call makes sure the process maintains the store (runtime.watch.maintenance.keep_maintained)."""
     refuse_unknown(unsupported, InvalidParameterValue, allowed=("EntityMetricData", "StrictEntityValidation"))
     store.queue_samples(parse_datapoints(Namespace, MetricData, time.time()))
     keep_maintained(store)
@@ -112,10 +98,10 @@ def metric_statistics(store: Store, key: MetricKey, start_s: float, end_s: float
     if start is None:
         return []
     check_datapoint_count(start, end_s, period)
-    datapoints = _datapoints(store, key, int(start * 1000), int(end_s * 1000), period, statistics, percentiles, unit)
-    for point in datapoints:
+    found = datapoints(store, key, int(start * 1000), int(end_s * 1000), period, statistics, percentiles, unit)
+    for point in found:
         point["Timestamp"] = as_datetime(point["Timestamp"])
-    return datapoints
+    return found
 
 
 def get_metric_data(
@@ -166,103 +152,15 @@ def _pages(
     """A GetMetricData request checked (its NextToken before any query is computed), its results
     computed, as pages; and where the page that ``token`` asks for starts."""
     refuse_unknown(unsupported, InvalidParameterValue)
-    queries, order = _data_queries(MetricDataQueries)
+    queries, order = metric_queries(MetricDataQueries)
     start_s, end_s = _time_range(StartTime, EndTime)
     descending = _scan_descending(ScanBy)
     limit = _max_datapoints(MaxDatapoints)
     _check_label_options(LabelOptions)
     fingerprint = _fingerprint(MetricDataQueries, start_s, end_s, descending)
     after = _cursor(token, fingerprint) if token is not None else None
-    pages = _Pages(_results(store, queries, order, start_s, end_s, time.time()), descending, limit, fingerprint)
+    pages = _Pages(query_results(store, queries, order, start_s, end_s, time.time()), descending, limit, fingerprint)
     return pages, pages.start(after)
-
-
-def _results(store: Store, queries: list[DataQuery], order: list[str], start_s: float, end_s: float,
-             now_s: float) -> list[tuple[str, str, Series]]:
-    """(Id, Label, series) of every returned result, in the order of the queries."""
-    metrics = {q.id: _series(store, q, q.metric, start_s, end_s, now_s) for q in queries if q.metric is not None}
-    expressions = {q.id: q.expression for q in queries if q.expression is not None}
-    evaluator = Evaluator(metrics, expressions, order, partial(_slots, start_s, end_s, now_s))
-    results: list[tuple[str, str, Series]] = []
-    for query in queries:
-        if not query.return_data:
-            continue
-        if query.id in metrics:
-            results.append((query.id, metrics[query.id].label, metrics[query.id]))
-            continue
-        value = evaluator.value(query.id)
-        if isinstance(value, float):
-            raise InvalidParameterValue(
-                f"Error in expression {query.id}: its result is a number, and a returned result must be a time "
-                "series or an array of time series (e.g. m1 - AVG(m1)); or set ReturnData to false."
-            )
-        results.extend((query.id, label, series) for label, series in result_labels(query.id, query.label, value))
-    return results
-
-
-def _series(store: Store, query: DataQuery, stat: MetricStat, start_s: float, end_s: float, now_s: float) -> Series:
-    """One MetricStat's series, computed as GetMetricStatistics computes its datapoints."""
-    start = aligned_start(start_s, stat.period, now_s)
-    points = {} if start is None else _stat_points(store, stat, int(start * 1000), int(end_s * 1000))
-    series = Series(stat.key.name, points, stat.period, _props(stat))
-    if query.label is None:
-        return series
-    return replace(series, label=render_label(query.label, stat.key.name, series))
-
-
-def _datapoints(store: Store, key: MetricKey, start_ms: int, end_ms: int, period: int, statistics: list[str],
-                percentiles: list[str], unit: str | None, *, any_unit: bool = False) -> list[dict[str, Any]]:
-    """CloudWatch's datapoints per period: from the roll-ups where a tier serves the period,
-    else from the datapoints as written. ``any_unit``: one datapoint per period, whatever
-    units the data was put with (reported as None)."""
-    arguments: dict[str, Any] = dict(start_ms=start_ms, end_ms=end_ms, period_s=period, statistics=statistics,
-                                     percentiles=percentiles, unit=unit)
-    rollups = store.metric_rollups(key, start_ms, end_ms, period, sketches=bool(percentiles))
-    if rollups is not None:
-        if any_unit:
-            from ..cloudwatch.sketch import concat
-
-            rollups = {"None": concat(list(rollups.values()))}
-        return aggregate_rollups(rollups, **arguments)
-    columns = store.metric_columns(key, start_ms, end_ms)
-    if any_unit and columns:
-        columns = {"None": concat_columns(list(columns.values()))}
-    return aggregate_columns(columns, **arguments)
-
-
-def _stat_points(store: Store, stat: MetricStat, start_ms: int, end_ms: int) -> dict[int, float]:
-    found = metric_periods(store, stat.key, start_ms, end_ms, stat.period, stat.stat, stat.unit)
-    return {start: value for start, (value, _) in found.items()}
-
-
-def metric_periods(store: Store, key: MetricKey, start_ms: int, end_ms: int, period: int, stat: str,
-                   unit: str | None) -> dict[int, tuple[float, float]]:
-    """Per period start (epoch ms, periods from ``start_ms``): a MetricStat's value of ``stat`` (a
-    statistic or a percentile) and the period's SampleCount, as GetMetricData computes the
-    MetricStat (what an alarm on one metric evaluates). Periods without data, or whose percentile
-    is unavailable, are left out."""
-    percentile = stat not in STATISTICS
-    statistics = list(dict.fromkeys(["SampleCount", *([] if percentile else [stat])]))
-    rows = _datapoints(store, key, start_ms, end_ms, period, statistics, [stat] if percentile else [], unit,
-                       any_unit=unit is None)
-    found: dict[int, tuple[float, float]] = {}
-    for row in rows:
-        value = row.get("ExtendedStatistics", {}).get(stat) if percentile else row[stat]
-        if value is not None:
-            found[round(row["Timestamp"] * 1000)] = (float(value), float(row["SampleCount"]))
-    return found
-
-
-def metric_queries(value: Any) -> tuple[list[DataQuery], list[str]]:
-    """GetMetricData's MetricDataQueries checked (an alarm's Metrics are the same structures), and
-    the order that computes each expression after its inputs."""
-    return _data_queries(value)
-
-
-def query_results(store: Store, queries: list[DataQuery], order: list[str], start_s: float, end_s: float,
-                  now_s: float) -> list[tuple[str, str, Series]]:
-    """(Id, Label, series) of every returned result of checked queries, as GetMetricData computes them."""
-    return _results(store, queries, order, start_s, end_s, now_s)
 
 
 def list_metrics(
@@ -339,136 +237,6 @@ def _check_percentiles(extended: list[str]) -> None:
         percentile_of(stat)
 
 
-# -- GetMetricData -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MetricStat:
-    key: MetricKey
-    period: int
-    stat: str  # one of STATISTICS or a percentile such as p99.9
-    unit: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class DataQuery:
-    id: str
-    label: str | None
-    return_data: bool
-    metric: MetricStat | None = None
-    expression: Expression | None = None
-
-
-def _data_queries(value: Any) -> tuple[list[DataQuery], list[str]]:
-    """The validated queries, and their expressions' Ids in an order that computes each after its inputs."""
-    if value is None:
-        raise MissingParameter("The parameter MetricDataQueries is required.")
-    if not isinstance(value, list) or not value:
-        raise InvalidParameterValue(f"The collection MetricDataQueries must have 1 to {MAX_QUERIES} members.")
-    if len(value) > MAX_QUERIES:
-        raise InvalidParameterValue(f"The collection MetricDataQueries must not have a size greater than {MAX_QUERIES}.")
-    queries: list[DataQuery] = []
-    seen: set[str] = set()
-    for position, item in enumerate(value, start=1):
-        query = _data_query(item, f"MetricDataQueries.member.{position}")
-        if query.id in seen:
-            raise InvalidParameterValue(
-                f"The value {query.id} for parameter MetricDataQueries.member.{position}.Id is a duplicate: "
-                "each query of a request needs its own Id."
-            )
-        seen.add(query.id)
-        queries.append(query)
-    trees = {q.id: q.expression.tree for q in queries if q.expression is not None}
-    return queries, evaluation_order(trees, seen)
-
-
-def _data_query(item: Any, where: str) -> DataQuery:
-    fields = _structure(item, where, _QUERY_FIELDS)
-    query_id = _query_id(fields.get("Id"), f"{where}.Id")
-    label = fields.get("Label")
-    if label is not None and not isinstance(label, str):
-        raise InvalidParameterValue(f"The parameter {where}.Label must be a string.")
-    return_data = fields.get("ReturnData", True)
-    if not isinstance(return_data, bool):
-        raise InvalidParameterValue(f"The parameter {where}.ReturnData must be true or false.")
-    period = _located(check_period, fields["Period"], "Period", f"{where}.Period") if "Period" in fields else None
-    stat, expression = fields.get("MetricStat"), fields.get("Expression")
-    if stat is not None and expression is not None:
-        raise InvalidParameterCombination(
-            f"The parameters {where}.MetricStat and {where}.Expression are mutually exclusive: give one of them."
-        )
-    if stat is not None:
-        return DataQuery(query_id, label, return_data, metric=_metric_stat(stat, f"{where}.MetricStat"))
-    if expression is None:
-        raise MissingParameter(f"The parameter {where} needs one of MetricStat or Expression.")
-    tree = _expression_tree(expression, f"{where}.Expression")
-    return DataQuery(query_id, label, return_data, expression=Expression(query_id, tree, period))
-
-
-def _structure(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidParameterValue(f"The parameter {where} must be a structure.")
-    refuse_unknown(value, InvalidParameterValue, allowed=allowed, where=where)
-    return value
-
-
-def _query_id(value: Any, field: str) -> str:
-    if value is None:
-        raise MissingParameter(f"The parameter {field} is required.")
-    if not isinstance(value, str) or not QUERY_ID.fullmatch(value):
-        raise InvalidParameterValue(
-            f"The value {value} for parameter {field} is not valid: an Id is 1 to 255 letters, digits and "
-            "underscores, and starts with a lowercase letter."
-        )
-    return value
-
-
-def _expression_tree(value: Any, field: str) -> Node:
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_EXPRESSION:
-        raise InvalidParameterValue(f"The parameter {field} must be a string of 1 to {MAX_EXPRESSION} characters.")
-    return parse(value, field)
-
-
-def _metric_stat(value: Any, where: str) -> MetricStat:
-    fields = _structure(value, where, ("Metric", "Period", "Stat", "Unit"))
-    for name in ("Metric", "Period", "Stat"):
-        if fields.get(name) is None:
-            raise MissingParameter(f"The parameter {where}.{name} is required.")
-    metric = _structure(fields["Metric"], f"{where}.Metric", ("Namespace", "MetricName", "Dimensions"))
-    key = MetricKey(
-        _located(check_namespace, metric.get("Namespace"), "Namespace", f"{where}.Metric.Namespace"),
-        check_metric_name(metric.get("MetricName"), f"{where}.Metric.MetricName"),
-        check_dimensions(metric.get("Dimensions"), f"{where}.Metric.Dimensions"),  # type: ignore[arg-type]
-    )
-    period = _located(check_period, fields["Period"], "Period", f"{where}.Period")
-    unit = check_unit(fields["Unit"], f"{where}.Unit") if fields.get("Unit") is not None else None
-    return MetricStat(key, period, check_stat(fields["Stat"], f"{where}.Stat"), unit)
-
-
-def check_stat(value: Any, field: str) -> str:
-    """A statistic or a percentile (MetricStat.Stat, ``trainmon metrics --statistic``)."""
-    if isinstance(value, str) and value in STATISTICS:
-        return value
-    if isinstance(value, str) and value.startswith("p"):
-        try:
-            percentile_of(value)
-            return value
-        except InvalidParameterValue:
-            pass
-    raise InvalidParameterValue(
-        f"The value {value} for parameter {field} is not a valid statistic: use SampleCount, Average, Sum, "
-        "Minimum, Maximum or a percentile from p0.0 to p100 (e.g. p99.9)."
-    )
-
-
-def _located(check: Callable[[Any], _T], value: Any, name: str, field: str) -> _T:
-    """``check(value)``, its error naming the parameter by its full path in the request."""
-    try:
-        return check(value)
-    except (InvalidParameterValue, MissingParameter) as error:
-        raise type(error)(error.message.replace(f"parameter {name} ", f"parameter {field} ")) from None
-
-
 def _time_range(start: Any, end: Any) -> tuple[float, float]:
     for field, value in (("StartTime", start), ("EndTime", end)):
         if value is None:
@@ -497,29 +265,12 @@ def _check_label_options(value: Any) -> None:
     """LabelOptions.Timezone only matters to time-based dynamic labels, which trainmon leaves as written."""
     if value is None:
         return
-    options = _structure(value, "LabelOptions", ("Timezone",))
+    options = structure(value, "LabelOptions", ("Timezone",))
     zone = options.get("Timezone")
     if zone is not None and (not isinstance(zone, str) or not _TIMEZONE.fullmatch(zone)):
         raise InvalidParameterValue(
             f"The value {zone} for parameter LabelOptions.Timezone is not valid: use + or - and four digits, e.g. +0130."
         )
-
-
-def _props(stat: MetricStat) -> dict[str, str]:
-    """What ``${PROP('...')}`` in a label can show."""
-    props = {"MetricName": stat.key.name, "Namespace": stat.key.namespace, "Period": str(stat.period),
-             "Stat": stat.stat}
-    props.update({f"Dim.{name}": value for name, value in stat.key.dimensions})
-    return props
-
-
-def _slots(start_s: float, end_s: float, now_s: float, period: int) -> range:
-    """The period start times (epoch ms) FILL fills: the request's range, rounded as for the data, and
-    ending where data can end (two hours from now)."""
-    start = aligned_start(start_s, period, now_s)
-    if start is None:
-        return range(0)
-    return range(int(start * 1000), int(min(end_s, now_s + FUTURE_LIMIT_S) * 1000), period * 1000)
 
 
 # -- pagination: MaxDatapoints points a page, newest (or oldest) first across all results --------

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import units
-from ..api import cloudwatch, sagemaker, trainmon
+from ..api import cloudwatch, metric_queries, sagemaker, trainmon
 from ..api.times import as_datetime
 from ..api.trainmon import metric_host
 from ..cloudwatch.model import MetricKey, job_metric_key
@@ -152,7 +152,7 @@ def _period(args: argparse.Namespace, start_s: float, end_s: float, now_s: float
 def _metrics_statistics(db: Store, job: dict[str, Any], args: argparse.Namespace) -> int:
     """CloudWatch's statistics per period (GetMetricStatistics) over the job's metrics."""
     for stat in args.statistic:
-        cloudwatch.check_stat(stat, "--statistic")
+        metric_queries.check_stat(stat, "--statistic")
     plain = [s for s in args.statistic if not s.startswith("p")]
     percentiles = [s for s in args.statistic if s.startswith("p")]
     if args.system:

@@ -7,7 +7,7 @@ a URL fsspec can write), or ``<home>/profiles`` for a job that ran without the p
 
 The report is made in three steps: :mod:`.gather` reads the job, its rules, its metrics and its
 hosts' readings (:mod:`.sources`: the profile, else CloudWatch system metrics), through the
-operations layer and the store; :mod:`.analysis` computes the figures and :mod:`.page` writes the
+operations layer and the read layer (:mod:`trainmon.read.series`); :mod:`.analysis` computes the figures and :mod:`.page` writes the
 HTML with its charts (:mod:`.charts`), both pure. A report of a job that is still running shows
 what was stored so far, and says so. The ProfilerReport rule writes one at the end of every
 profiled job, so it must stay cheap: a 10-second job's report takes a few tens of milliseconds,

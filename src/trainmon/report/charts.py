@@ -1,6 +1,6 @@
 """Charts as inline SVG, drawn here (pure): series in, markup out; no script, no font, no request.
 
-A series of any length is drawn from at most a few points per pixel: :func:`trainmon.server.downsample.keep`
+A series of any length is drawn from at most a few points per pixel: :func:`trainmon.read.downsample.keep`
 keeps each pixel's first, last, lowest and highest points and its first NaN and infinities, so a
 spike or a NaN of a 10-hour profile stays in sight while the file stays small. Lines break where a
 value is not finite; a NaN or an infinity is drawn as a mark on the top (or bottom) edge. Rule
@@ -18,7 +18,7 @@ from html import escape
 
 import numpy as np
 
-from ..server.downsample import keep
+from ..read.downsample import keep
 from .text import elapsed, quantity
 
 WIDTH, HEIGHT = 900, 230

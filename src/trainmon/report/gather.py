@@ -1,9 +1,9 @@
 """What a report shows, read once: the job, its rules and findings, its metrics, its hosts' readings.
 
-Everything comes through the operations layer and the store, as any reader gets it: the job
+Everything comes through the operations layer and the read layer, as any reader gets it: the job
 and its rules as ListRuleFindings answers them (statuses as DescribeTrainingJob gives them, every
-parameter with its default), each metric's points as columns, the hosts' system readings from the
-profile (:mod:`.sources`). The result is plain values, which :mod:`.page` turns into HTML.
+parameter with its default), each metric's points as columns (:mod:`trainmon.read.series`), the
+hosts' system readings from the profile (:mod:`.sources`). The result is plain values, which :mod:`.page` turns into HTML.
 
 What is read is bounded by a :class:`Budget` (the report runs inside the job's supervisor at its
 end, however long the job ran): the profile's earliest rows up to ``profile_rows``, and each
@@ -23,7 +23,8 @@ from ..api import sagemaker, trainmon
 from ..clock import REAL_CLOCK, Clock
 from ..jobs.document import JobDocument
 from ..jobs.status import TERMINAL, profiler_settings
-from ..store import PointColumns, Store
+from ..read.series import job_metrics
+from ..store import Store
 from . import analysis, sources
 from .analysis import Columns, Phases
 from .sources import HostReadings, ProfileRead, read_profile, read_system_metrics
@@ -174,66 +175,15 @@ def _metrics(store: Store, job_id: int, budget: Budget, span_ms: tuple[int, int]
              left_out: list[str]) -> dict[str, dict[str, Columns]]:
     """Each metric's points per host, in time order: the earliest of them, up to the metric's
     share of the budget (what is left out is said in ``left_out``)."""
-    hosts = {stream.id: stream.host for stream in store.streams(job_id)}
-    names = store.metric_names(job_id)
-    counts = {name: summary[0] for name, summary in store.metric_summaries(job_id).items()}
-    share = max(budget.metric_points // max(len(names), 1), 1)
     found: dict[str, dict[str, Columns]] = {}
-    for name in names:
-        columns, cut_ms = _points(store, job_id, name, counts.get(name, 0), share, span_ms, budget.windows)
-        if cut_ms is not None:
-            left_out.append(f"the points of the metric {name!r} after its first {len(columns.stamps):,} (from "
-                            f"{clock_text(cut_ms / 1000)}, of {counts.get(name, 0):,}): the report reads at most "
+    for name, read in job_metrics(store, job_id, budget.metric_points, span_ms, budget.windows).items():
+        if read.cut_ms is not None:
+            left_out.append(f"the points of the metric {name!r} after its first {read.read:,} (from "
+                            f"{clock_text(read.cut_ms / 1000)}, of {read.count:,}): the report reads at most "
                             f"{budget.metric_points:,} metric points, shared among the job's metrics")
-        if not len(columns.stamps):
-            continue
-        per_host = found[name] = {}
-        for stream in np.unique(columns.streams).tolist():
-            mine = columns.streams == stream
-            host = hosts.get(int(stream), "algo-1")
-            stamps, values = columns.stamps[mine], columns.values[mine]
-            if host in per_host:  # a host's second stream (a restart): one series
-                stamps = np.concatenate((per_host[host][0], stamps))
-                values = np.concatenate((per_host[host][1], values))
-                order = np.argsort(stamps, kind="stable")
-                stamps, values = stamps[order], values[order]
-            per_host[host] = (stamps.astype(np.int64), values.astype(np.float64))
+        if read.hosts:
+            found[name] = read.hosts
     return found
-
-
-def _points(store: Store, job_id: int, name: str, count: int, cap: int, span_ms: tuple[int, int],
-            windows: int) -> tuple[PointColumns, int | None]:
-    """A metric's earliest ``cap`` points, and when the first point left out was (None: none was).
-    One read when it holds no more; else window by window of time from the first point (each
-    sized to hold about half the cap at the metric's mean rate over the job, twice as wide after
-    one that held little, read again half as wide when one held more than twice what is left of
-    the cap: a flood of points in a second), at most ``windows`` reads: what is in memory is about
-    the cap."""
-    if count <= cap:
-        return store.point_columns(job_id, name), None
-    start, end = span_ms
-    width = max((end - start) * cap // (2 * count), 1)
-    pieces: list[PointColumns] = []
-    held, lower, upper = 0, None, start + width
-    read_until: int | None = None  # where the reads stopped (None: at the end)
-    for _ in range(windows):
-        read_until = None if upper >= end else upper
-        piece = store.point_columns(job_id, name, start_ms=lower, end_ms=read_until)
-        if len(piece.stamps) > 2 * (cap - held) and width > 1:
-            width //= 2
-            upper = (start if lower is None else lower) + width
-            continue
-        pieces.append(piece)
-        held += len(piece.stamps)
-        if held > cap or read_until is None:
-            break
-        if len(piece.stamps) < cap // 4:
-            width *= 2
-        lower, upper = upper, upper + width
-    joined = PointColumns(*(np.concatenate(column) for column in zip(*pieces, strict=True)))
-    if len(joined.stamps) > cap:
-        return PointColumns(*(column[:cap] for column in joined)), int(joined.stamps[cap])
-    return joined, read_until
 
 
 def _loop(metrics: dict[str, dict[str, Columns]], step: str | None) -> tuple[float | None, float | None]:

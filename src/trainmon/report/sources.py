@@ -14,7 +14,8 @@ A host keeps its first :data:`MAX_HOST_METRICS` metrics, and a metric name longe
 
 A job that ran without the profiler still has the CloudWatch metrics the system monitor sent
 (namespace ``/aws/sagemaker/TrainingJobs``, dimension ``Host=<job>/algo-N``): one datapoint per
-period (1 to 60 s), per host, summed over cores and GPUs.
+period (1 to 60 s), per host, summed over cores and GPUs, read by the read layer
+(:func:`trainmon.read.series.system_series`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..api.trainmon import metric_host, system_metric_keys
-from ..cloudwatch.statistics import concat_columns
+from ..read.series import system_series
 from ..store import Store, profiles
 from .analysis import Columns, profile_unit
 
@@ -197,14 +198,10 @@ def read_system_metrics(store: Store, job: str) -> dict[str, HostReadings]:
     """Every host's CloudWatch system metrics: per metric each datapoint's average, in time order."""
     found: dict[str, HostReadings] = {}
     for key in system_metric_keys(store, job):
-        by_unit = store.metric_columns(key, 0, 2**62)
-        if not by_unit:
+        series = system_series(store, key)
+        if series is None:
             continue
-        columns = concat_columns(list(by_unit.values()))
         host = metric_host(key)
         readings = found.setdefault(host, HostReadings(host, CLOUDWATCH))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            readings.metrics[key.name] = (columns.timestamp_ms.astype(np.int64),
-                                          columns.total / columns.sample_count)
-        readings.units[key.name] = next(iter(by_unit))
+        readings.metrics[key.name], readings.units[key.name] = series
     return found

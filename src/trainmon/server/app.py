@@ -33,9 +33,10 @@ from .. import api
 from ..api import sagemaker, trainmon
 from ..cloudwatch.model import job_metric_key
 from ..errors import MethodNotAllowed, NotFound, TrainmonError, ValidationException
+from ..read import charts, downsample
 from ..shapes import snake_case
-from ..store import Store, profiles
-from . import auth, downsample, live, prometheus, typecheck
+from ..store import Store
+from . import auth, live, prometheus, typecheck
 from .jsonio import body, error_reply, parse, reply
 
 CONSOLE = Path(__file__).resolve().parent.parent / "console"
@@ -174,14 +175,8 @@ async def metric_points(request: Request, store: Store) -> Any:
 
     def work() -> dict[str, Any]:
         row = sagemaker.job(store, name)
-        columns, held = store.chart_points(row.id, metric, width=width, host=host, start_ms=start, end_ms=end)
-        kept, shown = downsample.chart(columns.stamps, columns.values, width, start, end, count=held, deltas=deltas)
-        answer = {"MetricName": metric, **shown}
-        if records:
-            streams = {s.id: {"Name": s.name, "Host": s.host} for s in store.streams(row.id)}
-            answer |= {"Stream": columns.streams[kept].tolist(), "Record": (columns.seqs[kept] + 1).tolist(),
-                       "Streams": {str(k): v for k, v in streams.items()}}
-        return answer
+        return {"MetricName": metric, **charts.metric_chart(store, row.id, metric, width, host=host, start_ms=start,
+                                                            end_ms=end, deltas=deltas, records=records)}
 
     return await _call(work)
 
@@ -220,21 +215,12 @@ async def system_points(request: Request, store: Store) -> Any:
     start, end = _range(request)
 
     def work() -> dict[str, Any]:
-        import numpy as np
-
-        from ..cloudwatch.statistics import concat_columns
-
         row = sagemaker.job(store, name)
         keys = trainmon.system_metric_keys(store, row.name, host, [metric])
         if not keys:
             raise NotFound(f"job {row.name} has no system metric {metric} on host {host}.")
-        by_unit = store.metric_columns(keys[0], start or 0, end or 2**62)
-        stamps, values = np.empty(0, np.int64), np.empty(0)
-        if by_unit:
-            columns = concat_columns(list(by_unit.values()))
-            stamps, values = columns.timestamp_ms, columns.total / columns.sample_count
-        _, shown = downsample.chart(stamps, values, width, start, end, deltas=deltas)
-        return {"MetricName": metric, "Host": host, "Unit": next(iter(by_unit), None), **shown}
+        return {"MetricName": metric, "Host": host, **charts.system_chart(store, keys[0], width, start, end,
+                                                                           deltas=deltas)}
 
     return await _call(work)
 
@@ -257,13 +243,10 @@ async def profile_points(request: Request, store: Store) -> Any:
         if settings is None:
             raise NotFound(f"job {row.name} ran without the profiler.")
         try:
-            stamps, values = profiles.Profile(row.name, settings["S3OutputPath"]).columns(host, metric)
+            shown = charts.profile_chart(settings["S3OutputPath"], row.name, host, metric, width, start, end,
+                                         deltas=deltas)
         except ImportError:
             raise ValidationException("reading profiles needs pyarrow: pip install 'trainmon[profiler]'") from None
-        if start is not None or end is not None:
-            inside = (stamps >= (start or 0)) & (stamps < (end or 2**62))
-            stamps, values = stamps[inside], values[inside]
-        _, shown = downsample.chart(stamps, values, width, start, end, deltas=deltas)
         return {"MetricName": metric, "Host": host, **shown}
 
     return await _call(work)

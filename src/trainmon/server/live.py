@@ -23,8 +23,9 @@ from ..api import sagemaker
 from ..api import trainmon as trainmon_api
 from ..api.times import as_datetimes
 from ..jobs.status import TERMINAL
+from ..read.charts import points_after
+from ..read.downsample import chart_payload
 from ..store import JobRow, Store
-from .downsample import chart_payload
 from .jsonio import dumps
 
 POINTS_PER_EVENT = 20_000  # per metric; more come in the next poll
@@ -106,21 +107,12 @@ class JobFollower:
             self._after = {s.name: s.records - 1 for s in self.store.streams(row.id)}
 
     def _points(self, row: JobRow) -> list[Event]:
-        import numpy as np
-
         news: dict[str, Any] = {}
         for name, (count, _, _) in sorted(self.store.metric_summaries(row.id).items()):
             if count == self._counts.get(name):
                 continue
-            cursor = self._cursor.get(name)
-            start = cursor[0] if cursor is not None else self._since + 1
-            columns = self.store.point_columns(row.id, name, start_ms=start)
+            columns, waiting = points_after(self.store, row.id, name, self._cursor.get(name), self._since)
             stamps, streams, seqs = columns.stamps, columns.streams, columns.seqs
-            fresh = np.ones(len(stamps), bool)
-            if cursor is not None:  # after the cursor in (time, stream, record) order
-                ms, stream, seq = cursor
-                fresh = (stamps > ms) | ((stamps == ms) & ((streams > stream) | ((streams == stream) & (seqs > seq))))
-            waiting = np.flatnonzero(fresh)
             chosen = waiting[:_cut(stamps, streams, seqs, waiting)]
             if len(chosen) == len(waiting):
                 self._counts[name] = count  # all of them sent (else the rest go in the next poll)

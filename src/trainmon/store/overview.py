@@ -2,7 +2,7 @@
 last, the lowest and the highest finite ones, and the first NaN, +Infinity and -Infinity.
 
 A chart of a million points draws a few points a pixel, and each pixel's are exactly such
-representatives of the points it covers (:func:`trainmon.server.downsample.keep`). When a pixel
+representatives of the points it covers (:func:`trainmon.read.downsample.keep`). When a pixel
 covers many blocks, the representatives of its blocks hold its own: its lowest point is the
 lowest of its blocks' lowest, and so on, so the chart drawn from the overviews alone is the chart
 drawn from every point, save that a block that straddles two pixels gives its extremes to the
