@@ -13,86 +13,52 @@ tensors that :mod:`trainmon.debug` records), and the profiler rules of :mod:`.pr
 (from system metrics and the profile). Debugger's other built-in rules (other tensor rules,
 OverallFrameworkMetrics) are accepted, so that SageMaker code runs unchanged, and reported with the
 status ``Error`` and why (:data:`NOT_EVALUATED`).
+
+The rules' names and the request fields are in :mod:`.names`, the kinds of parameter, the actions
+and :class:`RuleSetup` in :mod:`.parameters` (the profiler rules are read with them too); this
+module names them again for its readers.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from . import metric, tensor
+from . import metric, profiler_setup, tensor
+from .configs import DEBUGGER_IMAGE
+from .names import (
+    DEBUG,
+    PROFILER,
+    PROFILER_RULES,
+    STEP_NAMES,
+    TENSOR_RULES,
+    TRAINING_LOSS_NAMES,
+    VALIDATION_LOSS_NAMES,
+)
+from .parameters import (
+    COMMON,
+    HINT,
+    Issue,
+    Parameter,
+    RuleSetup,
+    boolean,
+    choice,
+    default_metric,
+    integer,
+    nonempty,
+    number,
+    read_actions,
+    with_default,
+)
 
-TRAINING_LOSS_NAMES = ("train:loss", "training:loss", "train_loss", "training_loss", "train-loss", "train/loss",
-                       "loss", "train:objective_loss", "objective_loss")
-VALIDATION_LOSS_NAMES = ("validation:loss", "val:loss", "valid:loss", "validation_loss", "val_loss", "valid_loss",
-                         "validation-loss", "val-loss", "validation/loss", "val/loss", "eval:loss", "eval_loss",
-                         "validation:objective_loss")
-STEP_NAMES = ("step", "global_step", "steps", "train:step", "training:step", "iteration", "iter", "batch",
-              "batch_idx")
-"""The names (any case) a step metric goes by, in the order they are looked for among the job's definitions."""
+__all__ = ["DEBUG", "METRIC_RULES", "MODES", "NOT_EVALUATED", "PROFILER", "PROFILER_RULES", "TENSOR_PARAMETERS",
+           "TENSOR_RULES", "Issue", "RuleSetup", "evaluator", "from_option", "setup", "setups", "warnings"]
+
 MODES = ("TRAIN", "EVAL", "GLOBAL")
-DEBUG, PROFILER = "DebugRuleConfigurations", "ProfilerRuleConfigurations"
-
-TENSOR_RULES = ("VanishingGradient", "ExplodingTensor", "WeightUpdateRatio", "AllZero", "UnchangedTensor", "DeadRelu",
-                "PoorWeightInitialization", "SaturatedActivation", "ClassImbalance", "SimilarAcrossRuns",
-                "TensorVariance", "CheckInputImages", "NLPSequenceRatio", "Confusion", "FeatureImportanceOverweight",
-                "TreeDepth", "CreateXgboostReport")
-PROFILER_RULES = ("ProfilerReport", "BatchSize", "CPUBottleneck", "Dataloader", "GPUMemoryIncrease", "IOBottleneck",
-                  "LoadBalancing", "LowGPUUtilization", "MaxInitializationTime", "OverallSystemUsage",
-                  "OverallFrameworkMetrics", "StepOutlier")
 
 
 # -- parameters ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """A rule parameter: its default (None: none), what a value must be, and how a string becomes one."""
-
-    default: Any
-    constraint: str
-    parse: Callable[[str], Any]
-
-
-def _integer(low: int) -> Parameter:
-    def parse(text: str) -> int:
-        value = int(text.strip())
-        if value < low:
-            raise ValueError
-        return value
-    return Parameter(None, f"Member must be an integer greater than or equal to {low}", parse)
-
-
-def _number(low: float, high: float | None = None, *, above: bool = False) -> Parameter:
-    def parse(text: str) -> float:
-        value = float(text.strip())
-        if not math.isfinite(value) or value < low or (above and value == low) or (high is not None and value > high):
-            raise ValueError
-        return value
-    bound = f"greater than {low:g}" if above else f"greater than or equal to {low:g}"
-    upper = f" and less than or equal to {high:g}" if high is not None else ""
-    return Parameter(None, f"Member must be a number {bound}{upper}", parse)
-
-
-def _boolean() -> Parameter:
-    def parse(text: str) -> bool:
-        lowered = text.strip().lower()
-        if lowered not in ("true", "false", "1", "0"):
-            raise ValueError
-        return lowered in ("true", "1")
-    return Parameter(None, "Member must be True or False", parse)
-
-
-def _choice(values: Sequence[str]) -> Parameter:
-    def parse(text: str) -> str:
-        if text.strip().upper() not in values:
-            raise ValueError
-        return text.strip().upper()
-    return Parameter(None, f"Member must satisfy enum value set: [{', '.join(values)}]", parse)
 
 
 def _regex() -> Parameter:
@@ -121,64 +87,44 @@ def _collections() -> Parameter:
                      "losses, scalars, default or the script's own)", parse)
 
 
-def _text() -> Parameter:
-    def parse(text: str) -> str:
-        if not text.strip():
-            raise ValueError
-        return text.strip()
-    return Parameter(None, "Member must not be empty", parse)
-
-
-def _with(parameter: Parameter, default: Any) -> Parameter:
-    return Parameter(default, parameter.constraint, parameter.parse)
-
-
-_METRIC = _text()
+_METRIC = nonempty()
 _LOSS_METRICS = {"loss_metric": _METRIC, "step_metric": _METRIC}
 _BOTH_LOSSES = {**_LOSS_METRICS, "validation_metric": _METRIC}
 
 METRIC_RULES: dict[str, dict[str, Parameter]] = {
     "LossNotDecreasing": {
-        "num_steps": _with(_integer(1), 10), "diff_percent": _with(_number(0, 100), 0.1),
-        "increase_threshold_percent": _with(_number(0), 5.0), "mode": _with(_choice(MODES), "GLOBAL"),
-        "use_losses_collection": _with(_boolean(), True), **_LOSS_METRICS,
+        "num_steps": with_default(integer(1), 10), "diff_percent": with_default(number(0, 100), 0.1),
+        "increase_threshold_percent": with_default(number(0), 5.0), "mode": with_default(choice(MODES), "GLOBAL"),
+        "use_losses_collection": with_default(boolean(), True), **_LOSS_METRICS,
     },
     "Overfit": {
-        "start_step": _with(_integer(0), 0), "patience": _with(_integer(1), 1),
-        "ratio_threshold": _with(_number(0), 0.1), **_BOTH_LOSSES,
+        "start_step": with_default(integer(0), 0), "patience": with_default(integer(1), 1),
+        "ratio_threshold": with_default(number(0), 0.1), **_BOTH_LOSSES,
     },
     "Overtraining": {
-        "patience_train": _with(_integer(1), 5), "patience_validation": _with(_integer(1), 10),
-        "delta": _with(_number(0), 0.01), **_BOTH_LOSSES,
+        "patience_train": with_default(integer(1), 5), "patience_validation": with_default(integer(1), 10),
+        "delta": with_default(number(0), 0.01), **_BOTH_LOSSES,
     },
-    "ExplodingTensor": {"only_nan": _with(_boolean(), False), "tensor_regex": _regex(),
+    "ExplodingTensor": {"only_nan": with_default(boolean(), False), "tensor_regex": _regex(),
                         "collection_names": _collections(), **_LOSS_METRICS},
-    "StalledTrainingRule": {"threshold": _with(_number(0, above=True), 1800.0)},
+    "StalledTrainingRule": {"threshold": with_default(number(0, above=True), 1800.0)},
 }
 """The rules trainmon evaluates, each parameter with Debugger's default (§8 of the AWS notes) or
 trainmon's own (the metrics: resolved from the job's definitions when not given)."""
 
 _SELECTION = {"collection_names": _collections(), "tensor_regex": _regex()}
 TENSOR_PARAMETERS: dict[str, dict[str, Parameter]] = {
-    "VanishingGradient": {"threshold": _with(_number(0), 1e-7), **_SELECTION},
-    "WeightUpdateRatio": {"num_steps": _integer(1), "large_threshold": _with(_number(0), 10.0),
-                          "small_threshold": _with(_number(0), 1e-8), "epsilon": _with(_number(0, above=True), 1e-9),
-                          **_SELECTION},
-    "AllZero": {"threshold": _with(_number(0, 100), 100.0), **_SELECTION},
-    "UnchangedTensor": {"num_steps": _with(_integer(2), 3), "rtol": _with(_number(0), 1e-5),
-                        "atol": _with(_number(0), 1e-8), "equal_nan": _with(_boolean(), False), **_SELECTION},
+    "VanishingGradient": {"threshold": with_default(number(0), 1e-7), **_SELECTION},
+    "WeightUpdateRatio": {"num_steps": integer(1), "large_threshold": with_default(number(0), 10.0),
+                          "small_threshold": with_default(number(0), 1e-8),
+                          "epsilon": with_default(number(0, above=True), 1e-9), **_SELECTION},
+    "AllZero": {"threshold": with_default(number(0, 100), 100.0), **_SELECTION},
+    "UnchangedTensor": {"num_steps": with_default(integer(2), 3), "rtol": with_default(number(0), 1e-5),
+                        "atol": with_default(number(0), 1e-8), "equal_nan": with_default(boolean(), False),
+                        **_SELECTION},
 }
 """The rules on the tensors a script records with trainmon.debug (:mod:`.tensor`), with Debugger's
 defaults; ExplodingTensor, in METRIC_RULES, reads them too."""
-
-COMMON: dict[str, Parameter] = {
-    "stop_training_on_fire": _with(_boolean(), False),
-    "training_job_name_prefix": _text(),
-    "notify": _text(),
-    "action_json": _text(),
-}
-"""What every rule takes here: its actions (Debugger's ``stop_training_on_fire`` and
-``training_job_name_prefix``, the SDK's ``action_json``, and trainmon's ``notify``)."""
 
 NOT_EVALUATED = {
     **{rule: "a Debugger rule on tensors that trainmon does not evaluate: its tensor hook (trainmon.debug) feeds "
@@ -188,39 +134,9 @@ NOT_EVALUATED = {
 }
 
 _TENSOR_SELECTION = ("collection_names", "tensor_regex")
-_HINT = "see docs/rules.md for the rules trainmon evaluates and their parameters"
 
 
 # -- a configuration, read --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Issue:
-    """A problem with a configuration, for a ValidationException in AWS's words: the value, where
-    in the configuration (``ruleParameters.num_steps``), the constraint and what to do."""
-
-    value: Any
-    where: str
-    constraint: str
-    hint: str | None = None
-
-
-@dataclass(frozen=True)
-class RuleSetup:
-    """A rule configuration read: what to evaluate, on which metrics, and what to do on a finding."""
-
-    name: str  # RuleConfigurationName
-    rule: str  # rule_to_invoke
-    parameters: dict[str, Any]  # every parameter of the rule, given or default (metric names resolved)
-    metrics: tuple[str, ...] = ()  # the metrics it reads
-    stop_training: bool = False
-    notify: tuple[str, ...] = ()
-    not_evaluated: str | None = None  # why trainmon does not evaluate it (then it is not)
-    issues: list[Issue] = field(default_factory=list)
-
-    @property
-    def evaluated(self) -> bool:
-        return self.not_evaluated is None
 
 
 def setup(config: Mapping[str, Any], kind: str, metric_names: Sequence[str], job_name: str,
@@ -233,8 +149,6 @@ def setup(config: Mapping[str, Any], kind: str, metric_names: Sequence[str], job
     rule = given.get("rule_to_invoke", "")
     issues: list[Issue] = []
     if rule in PROFILER_RULES and rule not in NOT_EVALUATED:
-        from . import profiler_setup  # it builds on this module's parameters
-
         return profiler_setup.setup(config, kind, metric_names, job_name, check_target)
     if rule not in METRIC_RULES and rule not in TENSOR_PARAMETERS:
         return _not_evaluated(name, rule, given, kind, issues)
@@ -257,7 +171,7 @@ def setup(config: Mapping[str, Any], kind: str, metric_names: Sequence[str], job
         if key not in parameters and spec.default is not None:
             parameters[key] = spec.default
     metrics = _resolve_metrics(rule, parameters, given, list(metric_names), issues)
-    stop, targets = _actions(rule, parameters, job_name, issues, check_target)
+    stop, targets = read_actions(rule, parameters, job_name, issues, check_target)
     shown = {key: (value.pattern if isinstance(value, re.Pattern) else value) for key, value in parameters.items()
              if key not in ("action_json",)}
     return RuleSetup(name, rule, shown, metrics, stop, targets, None, issues)
@@ -265,11 +179,11 @@ def setup(config: Mapping[str, Any], kind: str, metric_names: Sequence[str], job
 
 def _not_evaluated(name: str, rule: str, given: dict[str, str], kind: str, issues: list[Issue]) -> RuleSetup:
     if not rule:
-        issues.append(Issue(None, "ruleParameters.rule_to_invoke", "Member must name a built-in rule", _HINT))
+        issues.append(Issue(None, "ruleParameters.rule_to_invoke", "Member must name a built-in rule", HINT))
     elif rule not in NOT_EVALUATED:
         issues.append(Issue(rule, "ruleParameters.rule_to_invoke", "Member must name one of SageMaker Debugger's "
                             f"built-in rules; trainmon evaluates {', '.join([*METRIC_RULES, *TENSOR_PARAMETERS])} "
-                            "and the profiler rules", _HINT))
+                            "and the profiler rules", HINT))
     elif kind == DEBUG and rule in PROFILER_RULES:
         issues.append(Issue(rule, "ruleParameters.rule_to_invoke", f"Member must name a Debugger rule: {rule} is a "
                             "profiler rule", f"put it in {PROFILER}"))
@@ -287,15 +201,7 @@ def _unknown_parameter(rule: str, key: str, text: str, specs: Mapping[str, Param
                      f"rule {rule}: name the metric with loss_metric; {key} selects tensors for the tensor rules "
                      f"({', '.join(tensor.RULES)})")
     return Issue(text, f"ruleParameters.{key}", f"Member must be a parameter of {rule}: "
-                 f"{', '.join(sorted(specs))}", f"rule {rule}; {_HINT}")
-
-
-def default_metric(candidates: Sequence[str], metric_names: Sequence[str]) -> str | None:
-    """The first metric definition named like one of ``candidates`` (any case), in the candidates' order."""
-    by_lower: dict[str, str] = {}
-    for name in metric_names:
-        by_lower.setdefault(name.lower(), name)
-    return next((by_lower[c] for c in candidates if c in by_lower), None)
+                 f"{', '.join(sorted(specs))}", f"rule {rule}; {HINT}")
 
 
 def _resolve_metrics(rule: str, parameters: dict[str, Any], given: Mapping[str, str], metric_names: list[str],
@@ -339,54 +245,6 @@ def _resolve_metrics(rule: str, parameters: dict[str, Any], given: Mapping[str, 
         return tuple(n for n in dict.fromkeys(metric_names) if pattern is None or pattern.fullmatch(n))
     names = [parameters.get(key) for key in ("loss_metric", "validation_metric", "step_metric")]
     return tuple(dict.fromkeys(n for n in names if isinstance(n, str)))
-
-
-def _actions(rule: str, parameters: dict[str, Any], job_name: str, issues: list[Issue],
-             check_target: Callable[[str], str | None]) -> tuple[bool, tuple[str, ...]]:
-    """Whether the rule stops the job when it fires, and where it sends its findings."""
-    stop = bool(parameters.get("stop_training_on_fire", False))
-    targets = [parameters["notify"]] if "notify" in parameters else []
-    prefix = parameters.get("training_job_name_prefix")
-    if "action_json" in parameters:
-        actions = _action_list(parameters["action_json"], rule, issues)
-        for action in actions:
-            kind = str(action.get("name", "")).lower()
-            if kind == "stoptraining":
-                stop = True
-                prefix = action.get("training_job_prefix", prefix)
-            elif kind == "notify" and isinstance(action.get("target"), str):
-                targets.append(action["target"])
-            else:
-                issues.append(Issue(kind or None, "ruleParameters.action_json", "Member must list the actions "
-                                    "StopTraining or notify (email and SMS need Amazon SNS, which trainmon does not "
-                                    "have)", f"rule {rule}: notify=<exec:command or URL> sends the finding as JSON"))
-    if isinstance(prefix, str) and not job_name.startswith(prefix):
-        issues.append(Issue(prefix, "ruleParameters.training_job_name_prefix", f"Member must be a prefix of this "
-                            f"job's name {job_name!r}: trainmon's rules stop only their own job", f"rule {rule}"))
-    for target in targets:
-        problem = check_target(target)
-        if problem is not None:
-            issues.append(Issue(target, "ruleParameters.notify", f"Member must be a notification target: {problem}",
-                                f"rule {rule}"))
-    return stop, tuple(targets)
-
-
-def _action_list(text: str, rule: str, issues: list[Issue]) -> list[dict[str, Any]]:
-    """The SDK's ``action_json`` (``ActionList.serialize()``: JSON with its quotes escaped, as it sends it)."""
-    actions: Any = None
-    for candidate in (text, text.replace('\\"', '"')):  # trainmon's plain JSON, or the SDK's escaped quotes
-        try:
-            actions = json.loads(candidate)
-            break
-        except json.JSONDecodeError:
-            continue
-    if isinstance(actions, dict):
-        actions = [actions]
-    if not isinstance(actions, list) or not all(isinstance(action, dict) for action in actions):
-        issues.append(Issue(text, "ruleParameters.action_json", "Member must be a JSON list of actions "
-                            '([{"name": "stoptraining"}], what the SDK\'s ActionList.serialize() gives)', f"rule {rule}"))
-        return []
-    return actions
 
 
 # -- evaluators -------------------------------------------------------------------------------
@@ -447,6 +305,4 @@ def from_option(text: str) -> tuple[str, dict[str, Any]]:
         parameters[key.strip()] = value
     parameters = {"rule_to_invoke": parameters.pop("rule_to_invoke", name), **parameters}
     kind = PROFILER if parameters["rule_to_invoke"] in PROFILER_RULES else DEBUG
-    from .configs import DEBUGGER_IMAGE
-
     return kind, {"RuleConfigurationName": name, "RuleEvaluatorImage": DEBUGGER_IMAGE, "RuleParameters": parameters}

@@ -24,6 +24,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .names import PROFILER_RULES
+
 DEBUGGER_IMAGE = "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest"
 """The rule image SageMaker's SDK names in us-east-1: recorded in the request, never pulled."""
 
@@ -229,8 +231,6 @@ def as_request(rule: Any) -> tuple[str, dict[str, Any]]:
     if isinstance(rule, Mapping):
         if "DebugRuleConfiguration" in rule:
             return "DebugRuleConfigurations", Rule.sagemaker(rule).to_debugger_rule_config_dict()
-        from .catalog import PROFILER_RULES
-
         profiled = (rule.get("RuleParameters") or {}).get("rule_to_invoke") in PROFILER_RULES
         return ("ProfilerRuleConfigurations" if profiled else "DebugRuleConfigurations",
                 {"RuleEvaluatorImage": DEBUGGER_IMAGE, **rule})

@@ -1,14 +1,14 @@
 """The profiler rules' configurations read and checked, and their state machines made (pure).
 
 Every parameter has the default of Debugger's code (smdebug_rulesconfig, §8 of the AWS notes),
-is parsed from SageMaker's strings and checked as the metric rules' are (:mod:`.catalog`), and
+is parsed from SageMaker's strings and checked as the metric rules' are (:mod:`.parameters`), and
 every rule takes ``scan_interval_us`` (accepted; trainmon judges every datapoint as it comes) and
 the actions every rule takes here. ProfilerReport runs the ten rules of :data:`REPORT_RULES`, each
 with its defaults unless overridden as ``<Rule>_<parameter>`` (the rule's name in any case:
 ``CPUBottleneck_cpu_threshold=80``), and takes ``opt_out_telemetry`` (there is no telemetry).
 
 StepOutlier and MaxInitializationTime read the job's steps: ``step_metric`` (a metric definition
-whose value is the step), by default the first definition named like a step (:data:`STEP_NAMES`),
+whose value is the step), by default the first definition named like a step (:data:`.names.STEP_NAMES`),
 otherwise each point of the job's training loss is a step (``loss_metric``, resolved as the metric
 rules resolve it). The tensor hook's step ends (:mod:`trainmon.debug`) win over the loss's points
 once they come, never over a step metric (:class:`trainmon.runtime.watch.profilewatch.ProfilerRules`).
@@ -23,58 +23,55 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import profiler
-from .catalog import (
-    _HINT,
+from .names import DEBUG, PROFILER, STEP_NAMES, TRAINING_LOSS_NAMES
+from .parameters import (
     COMMON,
-    DEBUG,
-    PROFILER,
-    STEP_NAMES,
-    TRAINING_LOSS_NAMES,
+    HINT,
     Issue,
     Parameter,
     RuleSetup,
-    _actions,
-    _boolean,
-    _choice,
-    _integer,
-    _number,
-    _text,
-    _with,
+    boolean,
+    choice,
     default_metric,
+    integer,
+    nonempty,
+    number,
+    read_actions,
+    with_default,
 )
 
-_PERCENT = _number(0, 100)
-_PATIENCE = _with(_integer(0), 1000)
-_SCAN = {"scan_interval_us": _with(_integer(1), 60_000_000)}
-_STEPS = {"step_metric": _text()}
+_PERCENT = number(0, 100)
+_PATIENCE = with_default(integer(0), 1000)
+_SCAN = {"scan_interval_us": with_default(integer(1), 60_000_000)}
+_STEPS = {"step_metric": nonempty()}
 
 RULES: dict[str, dict[str, Parameter]] = {
-    "BatchSize": {"cpu_threshold_p95": _with(_PERCENT, 70.0), "gpu_threshold_p95": _with(_PERCENT, 70.0),
-                  "gpu_memory_threshold_p95": _with(_PERCENT, 70.0), "patience": _PATIENCE,
-                  "window": _with(_integer(1), 500), **_SCAN},
-    "CPUBottleneck": {"threshold": _with(_PERCENT, 50.0), "gpu_threshold": _with(_PERCENT, 10.0),
-                      "cpu_threshold": _with(_PERCENT, 90.0), "patience": _PATIENCE, **_SCAN},
-    "Dataloader": {"min_threshold": _with(_number(0), 70.0), "max_threshold": _with(_number(0), 200.0),
-                   "patience": _with(_integer(0), 10), **_SCAN},
-    "GPUMemoryIncrease": {"increase": _with(_number(0, above=True), 5.0), "patience": _PATIENCE,
-                          "window": _with(_integer(1), 10), **_SCAN},
-    "IOBottleneck": {"threshold": _with(_PERCENT, 50.0), "gpu_threshold": _with(_PERCENT, 10.0),
-                     "io_threshold": _with(_PERCENT, 50.0), "patience": _PATIENCE, **_SCAN},
-    "LoadBalancing": {"threshold": _with(_number(0), 0.5), "patience": _PATIENCE, **_SCAN},
-    "LowGPUUtilization": {"threshold_p95": _with(_PERCENT, 70.0), "threshold_p5": _with(_PERCENT, 10.0),
-                          "window": _with(_integer(1), 500), "patience": _PATIENCE, **_SCAN},
-    "MaxInitializationTime": {"threshold": _with(_number(0, above=True), 20.0), **_STEPS, **_SCAN},
+    "BatchSize": {"cpu_threshold_p95": with_default(_PERCENT, 70.0), "gpu_threshold_p95": with_default(_PERCENT, 70.0),
+                  "gpu_memory_threshold_p95": with_default(_PERCENT, 70.0), "patience": _PATIENCE,
+                  "window": with_default(integer(1), 500), **_SCAN},
+    "CPUBottleneck": {"threshold": with_default(_PERCENT, 50.0), "gpu_threshold": with_default(_PERCENT, 10.0),
+                      "cpu_threshold": with_default(_PERCENT, 90.0), "patience": _PATIENCE, **_SCAN},
+    "Dataloader": {"min_threshold": with_default(number(0), 70.0), "max_threshold": with_default(number(0), 200.0),
+                   "patience": with_default(integer(0), 10), **_SCAN},
+    "GPUMemoryIncrease": {"increase": with_default(number(0, above=True), 5.0), "patience": _PATIENCE,
+                          "window": with_default(integer(1), 10), **_SCAN},
+    "IOBottleneck": {"threshold": with_default(_PERCENT, 50.0), "gpu_threshold": with_default(_PERCENT, 10.0),
+                     "io_threshold": with_default(_PERCENT, 50.0), "patience": _PATIENCE, **_SCAN},
+    "LoadBalancing": {"threshold": with_default(number(0), 0.5), "patience": _PATIENCE, **_SCAN},
+    "LowGPUUtilization": {"threshold_p95": with_default(_PERCENT, 70.0), "threshold_p5": with_default(_PERCENT, 10.0),
+                          "window": with_default(integer(1), 500), "patience": _PATIENCE, **_SCAN},
+    "MaxInitializationTime": {"threshold": with_default(number(0, above=True), 20.0), **_STEPS, **_SCAN},
     "OverallSystemUsage": {**_SCAN},
-    "StepOutlier": {"stddev": _with(_number(0, above=True), 3.0),
-                    "mode": _choice(("TRAIN", "EVAL", "PREDICT", "GLOBAL")),
-                    "n_outliers": _with(_integer(0), 10), **_STEPS, **_SCAN},
+    "StepOutlier": {"stddev": with_default(number(0, above=True), 3.0),
+                    "mode": choice(("TRAIN", "EVAL", "PREDICT", "GLOBAL")),
+                    "n_outliers": with_default(integer(0), 10), **_STEPS, **_SCAN},
 }
 """The profiler rules trainmon evaluates one by one, each parameter with Debugger's code default."""
 
 REPORT_RULES = tuple(RULES)
 """The rules ProfilerReport runs (Debugger's ten; OverallFrameworkMetrics needs framework profiling)."""
 
-REPORT: dict[str, Parameter] = {"opt_out_telemetry": _with(_boolean(), False), **_SCAN}
+REPORT: dict[str, Parameter] = {"opt_out_telemetry": with_default(boolean(), False), **_SCAN}
 """ProfilerReport's own parameters (beside ``<Rule>_<parameter>`` overrides and the actions)."""
 
 EVALUATED = (*REPORT_RULES, "ProfilerReport")
@@ -112,7 +109,7 @@ def setup(config: Mapping[str, Any], kind: str, metric_names: Sequence[str], job
             _override(key, text, parameters, issues)
         else:
             issues.append(Issue(text, f"ruleParameters.{key}", f"Member must be a parameter of {rule}: "
-                                f"{', '.join(sorted(specs))}", f"rule {rule}; {_HINT}"))
+                                f"{', '.join(sorted(specs))}", f"rule {rule}; {HINT}"))
     for key, spec in specs.items():
         if key not in parameters and spec.default is not None:
             parameters[key] = spec.default
@@ -120,7 +117,7 @@ def setup(config: Mapping[str, Any], kind: str, metric_names: Sequence[str], job
         issues.append(Issue(given.get("min_threshold"), "ruleParameters.min_threshold", "Member must not be above "
                             f"max_threshold ({parameters['max_threshold']:g})", "rule Dataloader"))
     metrics = _resolve_steps(rule, parameters, list(metric_names), issues)
-    stop, targets = _actions(rule, parameters, job_name, issues, check_target)
+    stop, targets = read_actions(rule, parameters, job_name, issues, check_target)
     shown = {key: value for key, value in parameters.items() if key != "action_json"}
     return RuleSetup(name, rule, shown, metrics, stop, targets, None, issues)
 
