@@ -13,9 +13,9 @@ import pytest
 from trainmon.errors import StoreError, StoreFull
 from trainmon.parsing.definitions import validate_definitions
 from trainmon.parsing.framing import Mode
-from trainmon.runtime.capture import pipes, records, spool
+from trainmon.runtime.capture import pipes, records
 from trainmon.runtime.capture.loss import Loss, LossCounter
-from trainmon.runtime.capture.pipes import MemoryBudget, PipeOutput, PipeReader, Spooler
+from trainmon.runtime.capture.pipes import MemoryBudget, PipeOutput, PipeReader, Spooler, start_spool
 from trainmon.runtime.capture.records import RecordCutter
 from trainmon.runtime.capture.spool import FRAME, spool_files, spool_frames, spool_path
 from trainmon.runtime.processes.procfs import descendants, parse_process_stat, read_process_stat
@@ -133,7 +133,7 @@ def test_the_spooler_process_frames_every_read_and_notes_where(tmp_path: Path) -
     (the first after a preamble trainmon wrote), a pipe's end noted."""
     pipes = [os.pipe(), os.pipe()]
     outputs = [_output(spool_path(tmp_path, "algo-1", is_stderr)) for is_stderr in (False, True)]
-    offsets = [spool.start_spool(outputs[0], b"trainmon: about the job\n"), spool.start_spool(outputs[1], b"")]
+    offsets = [start_spool(outputs[0], b"trainmon: about the job\n"), start_spool(outputs[1], b"")]
     spooled = Spooler([(read_end, output, offset) for (read_end, _), output, offset in
                        zip(pipes, outputs, offsets, strict=True)])
     spooled.start()
@@ -166,7 +166,7 @@ def test_a_flooded_pipes_spool_has_its_blocks_reserved_ahead_until_the_pipe_ends
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)  # as the launcher's pipes
     output = _output(spool_path(tmp_path, "algo-1", False))
-    spooled = Spooler([(read_end, output, spool.start_spool(output, b""))])
+    spooled = Spooler([(read_end, output, start_spool(output, b""))])
     spooled.start()
 
     def allocated() -> int:
@@ -200,7 +200,7 @@ def test_a_flooded_pipes_spool_has_its_blocks_reserved_ahead_until_the_pipe_ends
 def test_when_the_spooler_process_dies_this_one_reads_on_losing_nothing(tmp_path: Path) -> None:
     read_end, write_end = os.pipe()
     output = _output(spool_path(tmp_path, "algo-1", False))
-    spooled = Spooler([(read_end, output, spool.start_spool(output, b""))])
+    spooled = Spooler([(read_end, output, start_spool(output, b""))])
     spooled.start()
     assert spooled.process is not None
     os.write(write_end, b"before\n")
@@ -222,7 +222,7 @@ def test_a_spool_the_spooler_cannot_write_sends_its_reads_to_be_held(tmp_path: P
     directory = tmp_path / "spool"
     read_end, write_end = os.pipe()
     output = _output(spool_path(directory, "algo-1", False))
-    spooled = Spooler([(read_end, output, spool.start_spool(output, b""))])
+    spooled = Spooler([(read_end, output, start_spool(output, b""))])
     spooled.start()
     os.write(write_end, b"held in memory\n")
     wait_for(lambda: output.chunks, "the first read")

@@ -24,10 +24,11 @@ time.sleep(600)
 
 AGENT = """
 import os, subprocess, sys, time
-from trainmon.runtime import launcher, lifeline
+from trainmon.runtime.launchers.ray import lifeline
+from trainmon.runtime.processes import tags
 tag, how, host = sys.argv[1:]
 keep = lifeline.start(tag)
-started = subprocess.Popen([sys.executable, "-c", host], env={**os.environ, launcher.TAG_VARIABLE: tag},
+started = subprocess.Popen([sys.executable, "-c", host], env={**os.environ, tags.TAG_VARIABLE: tag},
                            start_new_session=True, stdout=subprocess.PIPE, text=True)
 print(started.stdout.readline().strip(), flush=True)
 if how == "close":

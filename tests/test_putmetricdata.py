@@ -1,5 +1,5 @@
 """PutMetricData written behind the calls: a call validated whole as columns, queued, and written
-with the calls around it (store.buffer), in every backend; and the maintainer a writing process
+with the calls around it (store.series.buffer), in every backend; and the maintainer a writing process
 starts. What another process sees is read with the database's own driver, beside trainmon's
 connections, which write what their process queued before they read."""
 
@@ -32,7 +32,7 @@ from trainmon.runtime.watch import maintenance
 from trainmon.runtime.watch.maintenance import FIRST_AFTER_S, Maintainer
 from trainmon.sdk.clients import CloudWatchClient
 from trainmon.store import Store, WriteBehind, open_store
-from trainmon.store.buffer import of_database
+from trainmon.store.series.buffer import of_database
 
 from .conftest import PostgresServer, StoreTarget, sqlite_locked
 

@@ -24,8 +24,11 @@ from trainmon.cloudwatch.statistics import STATISTICS, Sample
 from trainmon.errors import ValidationException
 from trainmon.runtime.watch.maintenance import Maintainer
 from trainmon.sdk.clients import CloudWatchClient
-from trainmon.store import Batch, Store, series
+from trainmon.store import Batch, Store
 from trainmon.store.codec import pack, seal, unpack
+from trainmon.store.rows import Maintenance
+from trainmon.store.series import upkeep
+from trainmon.store.sql import Sql
 
 from .conftest import StoreTarget
 
@@ -453,7 +456,7 @@ def test_maintenance_goes_on_when_a_job_is_deleted_during_a_pass(store_target: S
         opened = 0
 
         @contextmanager
-        def transaction() -> Iterator[series.Sql]:
+        def transaction() -> Iterator[Sql]:
             nonlocal opened
             opened += 1
             with store._transaction() as sql:  # type: ignore[attr-defined]
@@ -461,7 +464,7 @@ def test_maintenance_goes_on_when_a_job_is_deleted_during_a_pass(store_target: S
             if opened == 2:  # the series are listed: the job goes now
                 store.delete_job("sealed")
 
-        done = series.maintain(transaction, store.retention, now * 1000)
+        done = upkeep.maintain(transaction, store.retention, now * 1000)
         assert done.ran and done.rolled_series == 1  # the other metric's
         assert store.points(job_id) == []
         assert store.metric_rollups(KEY, (now // 3600 - 2) * 3600_000, now * 1000, 3600) is not None
@@ -478,11 +481,11 @@ def test_two_maintainers_sealing_one_series_at_once_keep_each_point_once(store_t
 
         def seal_too() -> None:
             with second._transaction() as sql:  # type: ignore[attr-defined]
-                series._seal(sql, series_id, now_ms, series.Maintenance())
+                upkeep._seal(sql, series_id, now_ms, Maintenance())
 
         other = threading.Thread(target=seal_too)
         with first._transaction() as sql:  # type: ignore[attr-defined]
-            series._seal(sql, series_id, now_ms, series.Maintenance())
+            upkeep._seal(sql, series_id, now_ms, Maintenance())
             other.start()
             if store_target.backend == "postgres":  # SQLite's second writer waits at BEGIN IMMEDIATE
                 deadline = time.monotonic() + 30

@@ -1,7 +1,7 @@
 """How long to wait before trying a refused write again: delays that double, up to a ceiling.
 
 The runtime's writers (the ingestor, a job's statuses: :mod:`trainmon.runtime.retry`) and the
-store's write-behind buffer of PutMetricData (:mod:`trainmon.store.buffer`) wait the same way.
+store's write-behind buffer of PutMetricData (:mod:`trainmon.store.series.buffer`) wait the same way.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ _TIMEZONE = re.compile(r"[+-]\d{4}")
 def put_metric_data(store: Store, *, Namespace: str | None = None, MetricData: list[dict[str, Any]] | None = None,
                     **unsupported: Any) -> dict[str, Any]:
     """Validated whole (a refused call writes nothing), then queued: the store writes calls together
-    within a fraction of a second, and this process's reads see them at once (store.buffer). The
+    within a fraction of a second, and this process's reads see them at once (store.series.buffer). The
     first call makes sure the process maintains the store (runtime.watch.maintenance.keep_maintained)."""
     refuse_unknown(unsupported, InvalidParameterValue, allowed=("EntityMetricData", "StrictEntityValidation"))
     store.queue_samples(parse_datapoints(Namespace, MetricData, time.time()))

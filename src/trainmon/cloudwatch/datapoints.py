@@ -162,7 +162,7 @@ def _metric(shared: tuple[str, Any, Any], label: tuple[Any, ...], width: int) ->
 
 def _canonical(metric: Metric) -> Metric:
     """The one object of this process for ``metric`` (while kept), so that its datapoints from
-    several calls are told together by identity (store.series.prepare_datapoints)."""
+    several calls are told together by identity (store.series.writes.prepare_datapoints)."""
     if len(_CANONICAL) >= _KEPT_METRICS:
         _CANONICAL.clear()
     return _CANONICAL.setdefault(metric, metric)

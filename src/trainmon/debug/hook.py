@@ -460,9 +460,9 @@ class Hook:
 def _reducer(value: Any) -> ModuleType:
     """The module that reduces ``value``: torch's for a torch tensor (on its device), numpy's otherwise."""
     if type(value).__module__.startswith("torch"):
-        from . import torch as torch_adapter
+        from . import torch_reductions
 
-        return torch_adapter
+        return torch_reductions
     from . import reductions
 
     return reductions

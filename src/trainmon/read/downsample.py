@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..store.overview import representatives
+from ..store.series.overview import representatives
 
 MAX_WIDTH = 10_000
 

@@ -13,8 +13,8 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -38,30 +38,11 @@ from ..shapes import snake_case
 from ..store import Store
 from . import auth, live, prometheus, typecheck
 from .jsonio import body, error_reply, parse, reply
+from .openapi import Endpoint, Param, document
 
 CONSOLE = Path(__file__).resolve().parent.parent / "console"
 RECORD_CONTEXT_MOST = 200
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    kind: str = "string"  # "string", "integer", "number", "boolean"
-    help: str = ""
-    where: str = "query"
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    method: str
-    path: str
-    summary: str
-    handler: Callable[[Request, Store], Awaitable[Any]]
-    params: tuple[Param, ...] = ()
-    body: str | None = None  # what the JSON body holds
-    stream: bool = False  # answers with Server-Sent Events
-    tags: tuple[str, ...] = field(default=("jobs",))
 
 
 # -- parameters -----------------------------------------------------------------------------------
@@ -534,8 +515,6 @@ async def logout(request: Request) -> Response:
 
 
 async def openapi(request: Request) -> Response:
-    from .openapi import document
-
     return reply(document(ROUTES))
 
 

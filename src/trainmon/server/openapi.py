@@ -1,14 +1,37 @@
-"""The OpenAPI document of the server's JSON API, made from the route table."""
+"""The server's JSON API described: each route an :class:`Endpoint` with its parameters
+(:class:`Param`), and the OpenAPI document made from the route table (``/api/openapi.json``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
 
 from .. import __version__
+from ..store import Store
 
-if TYPE_CHECKING:
-    from .app import Endpoint
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str = "string"  # "string", "integer", "number", "boolean"
+    help: str = ""
+    where: str = "query"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str
+    summary: str
+    handler: Callable[[Request, Store], Awaitable[Any]]
+    params: tuple[Param, ...] = ()
+    body: str | None = None  # what the JSON body holds
+    stream: bool = False  # answers with Server-Sent Events
+    tags: tuple[str, ...] = field(default=("jobs",))
+
 
 ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["code", "message"],

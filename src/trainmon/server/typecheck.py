@@ -52,9 +52,15 @@ def check(service: str, operation: str, function: Callable[..., Any], request: d
 
 
 @functools.cache
-def _input_shape(model: str, operation: str) -> Any:
-    from .aws.protocols import service_model
+def service_model(name: str) -> Any:
+    """botocore's model of the service, as shipped with the installed botocore (read once)."""
+    import botocore.session
 
+    return botocore.session.get_session().get_service_model(name)
+
+
+@functools.cache
+def _input_shape(model: str, operation: str) -> Any:
     try:
         return service_model(model).operation_model(operation).input_shape
     except Exception:  # an operation only trainmon has, under an AWS service's name

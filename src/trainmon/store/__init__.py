@@ -16,8 +16,7 @@ from .. import config
 from ..clock import REAL_CLOCK, Clock
 from ..cloudwatch.retention import Retention
 from ..errors import StoreError
-from .base import Store
-from .buffer import WriteBehind
+from .contract import Store
 from .rows import (
     AlarmHistoryRow,
     AlarmRow,
@@ -31,6 +30,7 @@ from .rows import (
     PointRow,
     StreamRow,
 )
+from .series.buffer import WriteBehind
 from .sqlite import SqliteStore
 
 __all__ = ["AlarmHistoryRow", "AlarmRow", "Batch", "EventRow", "JobPoints", "JobRow", "Maintenance", "PointBlock", "PointColumns", "PointRow", "StreamRow", "SqliteStore", "Store", "WriteBehind", "open_store"]
@@ -45,7 +45,7 @@ def open_store(home: Path | None = None, *, database_url: str | None = None, ret
     ``home``. An empty ``database_url`` means SQLite whatever the environment says. Metric data
     is kept as ``retention`` says (default: TRAINMON_RETENTION, else CloudWatch's tiers).
     PutMetricData's datapoints are written behind the calls as ``write_behind`` says
-    (:mod:`trainmon.store.buffer`), on ``clock``'s time."""
+    (:mod:`trainmon.store.series.buffer`), on ``clock``'s time."""
     directory = home or config.home()
     config.make_private_dir(directory)
     url = (database_url if database_url is not None else config.database_url() or "").strip()

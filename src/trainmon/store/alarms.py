@@ -20,9 +20,8 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from .base import Where
 from .rows import AlarmHistoryRow, AlarmRow
-from .sql import Sql
+from .sql import Sql, Where
 
 ALARM_COLUMNS = ("name, config, state, reason, reason_data, state_updated_ms, transitioned_ms, evaluation_state, "
                  "configured_ms, every_ms, next_ms, revision")

@@ -1,6 +1,6 @@
-"""The store contract, and its one implementation over SQL.
+"""The store contract's one implementation over SQL.
 
-:class:`Store` is what the rest of trainmon may call. :class:`SqlStore` implements it once, in SQL
+:class:`~trainmon.store.contract.Store` is what the rest of trainmon may call. :class:`SqlStore` implements it once, in SQL
 with ``?`` placeholders that both databases run; :class:`~trainmon.store.sqlite.SqliteStore` and
 :class:`~trainmon.store.postgres.PostgresStore` bring the connection, the schema and their few
 differences (how a transaction starts, how log chunks are sent, the words of a driver's errors),
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..clock import REAL_CLOCK, Clock
 from ..cloudwatch.model import MetricKey
@@ -28,13 +28,12 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.statistics import Columns, Sample
 from ..errors import ResourceInUse, ResourceNotFound
 from ..jobs.document import JobDocument, SupervisorIdentity
-from . import buffer
-from .buffer import SampleBuffer, WriteBehind, Writer
 from .codec import pack_text, unpack_text
 from .rows import (
     AlarmHistoryRow,
     AlarmRow,
     Batch,
+    ChunkRow,
     EventRow,
     JobPoints,
     JobRow,
@@ -43,15 +42,16 @@ from .rows import (
     PointRow,
     StreamRow,
 )
-from .sql import Sql, T
+from .series import buffer
+from .series.buffer import SampleBuffer, WriteBehind, Writer
+from .sql import Sql, T, Where, limit_clause, pages, prefix_end
 
 if TYPE_CHECKING:
     from ..cloudwatch.datapoints import Datapoints
     from ..cloudwatch.sketch import Rollups
-    from .series import PreparedSamples
+    from .series.writes import PreparedSamples
 
 SEQ_END = 2**62  # above every record number
-ChunkRow = tuple[int, int, int, str]  # a stored log chunk: first_seq, count (of records), timestamp_ms, text
 PackedChunk = tuple[int, int, int, int, bytes, int]  # a log chunk to insert: ChunkTuple's, its text packed, packing
 
 JOB_COLUMNS = "id, name, status, creation_time, last_modified_time, doc, supervisor, stop_requested, diagnostics"
@@ -60,267 +60,6 @@ STREAM_COLUMNS = (
 )
 JOB_ORDERS = {"Name": "name", "CreationTime": "creation_time", "Status": "status"}  # ListTrainingJobs' SortBy
 STREAM_ORDERS = {False: ("name",), True: ("coalesce(last_event_ms, 0)", "name")}  # by name; by last event
-
-
-class Store(Protocol):
-    """Jobs, log streams and metric points. Every method is one transaction (or one read)."""
-
-    home: Path  # the local data directory: job directories and outputs live there, whatever the backend
-    location: str  # where the data is, for messages: a file path, or a database URL without its password
-    database_url: str | None  # the URL open_store() takes to open this store again (None: the SQLite file in home)
-    retention: Retention  # how long metric data is kept (trainmon.cloudwatch.retention)
-    clock: Clock  # what the store's background work (PutMetricData's writer, a maintainer) waits on
-
-    @property
-    def database_key(self) -> str:
-        """The database, for this process: the SQLite file's real path, or the URL."""
-        ...
-
-    def close(self) -> None:
-        """Write what PutMetricData queued through this object (waiting a bounded time for a store
-        that refuses writes), then close the connection."""
-        ...
-
-    # -- jobs
-    def create_job(
-        self, name: str, doc: JobDocument, creation_time: float, supervisor: SupervisorIdentity | None = None
-    ) -> JobRow:
-        """Store a new job; ResourceInUse when a job of that name exists."""
-        ...
-
-    def get_job(self, name: str) -> JobRow | None: ...
-
-    def list_jobs(
-        self,
-        *,
-        status: str | None = None,
-        name_contains: str | None = None,
-        statuses: tuple[str, ...] | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        sort_by: str = "CreationTime",
-        descending: bool = True,
-        limit: int | None = None,
-    ) -> list[JobRow]:
-        """Jobs matching every filter given, in the order of ``sort_by`` (Name, CreationTime or
-        Status) then id; at most ``limit``."""
-        ...
-
-    def jobs_after(
-        self,
-        after: tuple[Any, ...] | None,
-        limit: int,
-        *,
-        status: str | None = None,
-        name_contains: str | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        sort_by: str = "CreationTime",
-        descending: bool = True,
-    ) -> list[JobRow]:
-        """A page of :meth:`list_jobs`: up to ``limit`` jobs after ``after``, the place of the last
-        job of an earlier page (:func:`job_place`); its cost is independent of the total."""
-        ...
-
-    def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:
-        """Read, change and write one job atomically; ``mutate`` edits the row in place."""
-        ...
-
-    def delete_job(self, name: str) -> None: ...
-
-    # -- log streams
-    def add_stream(self, job_id: int, host: str, name: str, creation_ms: int) -> StreamRow: ...
-
-    def streams(self, job_id: int | None = None, *, prefix: str | None = None) -> list[StreamRow]:
-        """Log streams (of a job, with a name that starts with ``prefix``) by name."""
-        ...
-
-    def streams_after(self, after: tuple[Any, ...] | None, limit: int, *, prefix: str | None = None,
-                      by_last_event: bool = False, descending: bool = False) -> list[StreamRow]:
-        """A page of streams by name, or ``by_last_event`` (its time, 0 when none yet, then name): up
-        to ``limit`` after ``after``, the place of the last stream of an earlier page
-        (:func:`stream_place`); its cost is independent of the total."""
-        ...
-
-    def stream(self, name: str) -> StreamRow | None: ...
-
-    def events(
-        self,
-        stream_id: int,
-        *,
-        after_seq: int = -1,
-        before_seq: int | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-        limit: int = 10_000,
-        newest_first: bool = False,
-    ) -> list[EventRow]:
-        """Records with ``after_seq < seq < before_seq`` and a time in [start_ms, end_ms): the
-        first ``limit`` of them, or the last ``limit`` when ``newest_first``; in seq order."""
-        ...
-
-    def log_chunks(self, stream_id: int, *, after_seq: int = -1, start_ms: int | None = None,
-                   end_ms: int | None = None) -> Iterator[ChunkRow]:
-        """A stream's stored chunks in record order, read as they are taken: from the one holding
-        record ``after_seq + 1`` (or the last before it; either may hold earlier records too),
-        those with a time in [start_ms, end_ms) (a chunk's records share its time). A reader that
-        pages through a log works on a chunk's text at once, with no object per record it passes."""
-        ...
-
-    # -- ingestion
-    def write_batch(self, batch: Batch) -> None:
-        """Log chunks, points, stream counters and diagnostics of one step: all of it or nothing.
-        Writing a batch again after an error that left its outcome unknown stores it once."""
-        ...
-
-    def log_text(self, stream_id: int, *, after_seq: int = -1, limit: int = 100_000) -> tuple[str, int]:
-        """The records after ``after_seq`` as text, each followed by "\n" (whole chunks, about
-        ``limit`` records), and the number of the last one: reading a log back costs what reading
-        its text does, with no object per record."""
-        ...
-
-    def spool_progress(self, stream_id: int) -> dict[str, tuple[int, bool]]:
-        """Per pipe ("stdout", "stderr") of a log stream: how far its spool was consumed into stored
-        records (``Batch.spools``), and whether just after a "\r"."""
-        ...
-
-    # -- points
-    def points(
-        self,
-        job_id: int,
-        *,
-        names: list[str] | None = None,
-        host: str | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-    ) -> list[PointRow]: ...
-
-    def job_point_columns(self, job_id: int, *, names: list[str] | None = None, host: str | None = None,
-                          start_ms: int | None = None, end_ms: int | None = None) -> JobPoints:
-        """:meth:`points` as columns, in the same order."""
-        ...
-
-    def point_columns(self, job_id: int, name: str, *, host: str | None = None, start_ms: int | None = None,
-                      end_ms: int | None = None) -> PointColumns:
-        """One metric's points of a job (all hosts, or ``host``'s) as columns in time order."""
-        ...
-
-    def chart_points(self, job_id: int, name: str, *, width: int, host: str | None = None,
-                     start_ms: int | None = None, end_ms: int | None = None) -> tuple[PointColumns, int]:
-        """One metric's points for a chart ``width`` pixels wide, and how many points the range holds:
-        every point, or where there are many, the sealed chunks' overviews (store.overview)."""
-        ...
-
-    def metric_names(self, job_id: int) -> list[str]: ...
-
-    def final_metrics(self, job_id: int) -> list[tuple[str, float, int]]:
-        """Per metric, the last finite value and its time: (name, value, timestamp_ms)."""
-        ...
-
-    def final_metrics_of(self, job_ids: Sequence[int]) -> dict[int, list[tuple[str, float, int]]]:
-        """:meth:`final_metrics` of several jobs in one read (a page of a job list)."""
-        ...
-
-    def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
-        """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
-        ...
-
-    # -- CloudWatch metrics
-    def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
-        """Store datapoints now, in one transaction: all of them or nothing (the system monitor's)."""
-        ...
-
-    def queue_samples(self, datapoints: Datapoints) -> None:
-        """Queue a validated PutMetricData call for the write-behind buffer (store.buffer), which
-        stores it within a fraction of a second; every metric read of this process writes it first.
-        Throttling when the buffer stays full; a StoreError reports datapoints it had to drop."""
-        ...
-
-    def flush_samples(self) -> None:
-        """Store what PutMetricData queued for this database in this process (StoreError while the
-        store refuses it)."""
-        ...
-
-    def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
-        """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
-        ...
-
-    def metric_columns(self, key: MetricKey, start_ms: int, end_ms: int) -> dict[str, Columns]:
-        """The datapoints of ``metric_samples`` as columns per unit: statistics over raw data
-        without an object per datapoint."""
-        ...
-
-    def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
-        """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
-        ...
-
-    def metric_keys_after(self, after: tuple[str, str, int] | None, limit: int, namespace: str | None = None,
-                          name: str | None = None) -> list[tuple[MetricKey, int, tuple[str, str, int]]]:
-        """A page of metrics in a fixed order, after ``after`` (a place an earlier page gave), with
-        the time of each one's newest datapoint and its place; its cost is independent of the total."""
-        ...
-
-    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
-                       sketches: bool = True) -> dict[str, Rollups] | None:
-        """The metric's data in [start_ms, end_ms) as roll-up rows per unit when a roll-up tier can
-        serve ``period_s`` and part of the range is rolled up; None when the raw datapoints must.
-        ``sketches=False`` leaves the stored sketches out (no percentiles wanted)."""
-        ...
-
-    # -- maintenance
-    def maintain(self, now_ms: int | None = None) -> Maintenance:
-        """Seal still chunks, roll up whole periods, expire what the retention policy drops; does
-        nothing when another process is at it."""
-        ...
-
-    # -- alarms
-    def put_alarm(self, name: str,
-                  make: Callable[[AlarmRow | None], tuple[AlarmRow, list[AlarmHistoryRow]]]) -> AlarmRow:
-        """Create or replace one alarm atomically: ``make`` gets the stored alarm (None: a new one)
-        and gives the alarm to store and the history items to add with it."""
-        ...
-
-    def change_alarms(self, names: Sequence[str],
-                      change: Callable[[AlarmRow], list[AlarmHistoryRow] | None]) -> list[AlarmRow]:
-        """Change the named alarms that exist, in one transaction: ``change`` edits each in place and
-        gives its history items (None: leave that alarm as it is). The alarms changed, by name."""
-        ...
-
-    def delete_alarms(self, names: Sequence[str],
-                      history: Callable[[AlarmRow], list[AlarmHistoryRow]]) -> list[AlarmRow]:
-        """Delete the named alarms that exist, adding ``history``'s items for each; the alarms deleted."""
-        ...
-
-    def alarms(self, *, names: Sequence[str] | None = None, prefix: str | None = None, state: str | None = None,
-               after: str | None = None, limit: int | None = None, namespace: str | None = None,
-               metric_name: str | None = None) -> list[AlarmRow]:
-        """Alarms by name (after ``after``, at most ``limit``) matching every filter given."""
-        ...
-
-    def claim_due_alarms(self, now_ms: int) -> list[AlarmRow]:
-        """The alarms due for evaluation at ``now_ms``, each handed to one caller only: their next
-        evaluation is moved on as they are returned."""
-        ...
-
-    def record_evaluations(self, outcomes: list[tuple[AlarmRow, list[AlarmHistoryRow]]]) -> list[AlarmRow]:
-        """Evaluations' new states with their history items, in one transaction; an alarm changed
-        since it was claimed (its revision moved) is left alone. The alarms written."""
-        ...
-
-    def add_alarm_history(self, items: Sequence[AlarmHistoryRow]) -> None:
-        """Add history items (an action's outcome, written once the delivery has ended)."""
-        ...
-
-    def alarm_history(self, *, name: str | None = None, item_type: str | None = None, start_ms: int | None = None,
-                      end_ms: int | None = None, ascending: bool = False, after: tuple[int, int] | None = None,
-                      limit: int = 100) -> list[AlarmHistoryRow]:
-        """History items in [start_ms, end_ms], newest first unless ``ascending``, after the item
-        (timestamp, id) ``after``."""
-        ...
-
-    def expire_alarm_history(self, before_ms: int) -> int:
-        """Delete history items older than ``before_ms``; how many."""
-        ...
 
 
 class SqlStore:
@@ -338,7 +77,7 @@ class SqlStore:
     database_url: str | None
     retention: Retention
     clock: Clock = REAL_CLOCK
-    write_behind: WriteBehind = WriteBehind()  # how PutMetricData's datapoints are written (store.buffer)
+    write_behind: WriteBehind = WriteBehind()  # how PutMetricData's datapoints are written (store.series.buffer)
     _buffer: SampleBuffer | None = None  # the buffer this object queued into, drained by close()
     _database_key: str | None = None
     _find: str  # SQLite's instr(haystack, needle), PostgreSQL's strpos
@@ -505,14 +244,14 @@ class SqlStore:
             return " ORDER BY " + ", ".join(column + direction for column in by)
 
         if after is None:
-            return self._read(f"{select} WHERE {where.sql}{order(columns)}{_limit(limit)}", where.args)
+            return self._read(f"{select} WHERE {where.sql}{order(columns)}{limit_clause(limit)}", where.args)
 
         def read(sql: Sql) -> list[tuple[Any, ...]]:
             rows: list[tuple[Any, ...]] = []
             for tied in reversed(range(len(columns))):  # the rows tied with ``after`` on the most columns first
                 bounds = [f"{column} = ?" for column in columns[:tied]] + [f"{columns[tied]} {beyond} ?"]
                 rows += sql.rows(f"{select} WHERE {' AND '.join([*where.conditions, *bounds])}{order(columns[tied:])}"
-                                 f"{_limit(None if limit is None else limit - len(rows))}",
+                                 f"{limit_clause(None if limit is None else limit - len(rows))}",
                                  [*where.args, *after[:tied + 1]])
                 if limit is not None and len(rows) >= limit:
                     break
@@ -543,7 +282,7 @@ class SqlStore:
             where = Where().add("stream_id = ?", stream_id).add("timestamp_ms >= ?", start_ms)
             where.add("timestamp_ms < ?", end_ms)
             cursor = upper
-            for page in _pages():
+            for page in pages():
                 rows = self._chunks(f"{where.sql} AND first_seq < ? ORDER BY first_seq DESC", (*where.args, cursor),
                                     page)
                 found.extend(chunk_events(rows, stream_id, after_seq, upper, limit - len(found), backward=True))
@@ -586,7 +325,7 @@ class SqlStore:
 
     def _forward_chunks(self, stream_id: int, after_seq: int, *, before_seq: int | None = None,
                         start_ms: int | None = None, end_ms: int | None = None) -> Iterator[list[ChunkRow]]:
-        """A stream's log chunks in record order, a page of them at a time (``_pages``): from the one
+        """A stream's log chunks in record order, a page of them at a time (:func:`~trainmon.store.sql.pages`): from the one
         holding record ``after_seq + 1`` (or the first at ``start_ms``, when later), those that start
         before ``before_seq`` and have a time in [start_ms, end_ms). A seek on the index, then a
         walk along it."""
@@ -605,7 +344,7 @@ class SqlStore:
         where = Where().add("stream_id = ?", stream_id).add("timestamp_ms >= ?", start_ms)
         where.add("timestamp_ms < ?", end_ms).add("first_seq < ?", before_seq)
         comparison = ">="
-        for page in _pages():
+        for page in pages():
             rows = self._chunks(f"{where.sql} AND first_seq {comparison} ? ORDER BY first_seq", (*where.args, lowest),
                                 page)
             if not rows:
@@ -637,7 +376,7 @@ class SqlStore:
             if chunks:
                 self._insert_chunks(sql, chunks)
             if points is not None:
-                from .series import write_points
+                from .series.writes import write_points
 
                 write_points(sql, batch.job_id, points, self.retention.periods)
             sql.many(
@@ -665,33 +404,33 @@ class SqlStore:
 
     def points(self, job_id: int, *, names: list[str] | None = None, host: str | None = None,
                start_ms: int | None = None, end_ms: int | None = None) -> list[PointRow]:
-        from . import series
+        from .series import reads
 
-        return self._reading(lambda sql: series.job_points(sql, job_id, names=names, host=host, start_ms=start_ms,
+        return self._reading(lambda sql: reads.job_points(sql, job_id, names=names, host=host, start_ms=start_ms,
                                                            end_ms=end_ms))
 
     def job_point_columns(self, job_id: int, *, names: list[str] | None = None, host: str | None = None,
                           start_ms: int | None = None, end_ms: int | None = None) -> JobPoints:
-        from . import series
+        from .series import reads
 
-        return self._reading(lambda sql: series.job_point_columns(sql, job_id, names=names, host=host,
+        return self._reading(lambda sql: reads.job_point_columns(sql, job_id, names=names, host=host,
                                                                   start_ms=start_ms, end_ms=end_ms))
 
     def point_columns(self, job_id: int, name: str, *, host: str | None = None, start_ms: int | None = None,
                       end_ms: int | None = None) -> PointColumns:
-        from . import series
+        from .series import reads
 
-        rows = self._reading(lambda sql: series.point_rows(sql, job_id, name, host=host, start_ms=start_ms,
+        rows = self._reading(lambda sql: reads.point_rows(sql, job_id, name, host=host, start_ms=start_ms,
                                                            end_ms=end_ms))
-        return series.point_columns(rows, start_ms, end_ms)  # decoded outside the store's lock: reads overlap
+        return reads.point_columns(rows, start_ms, end_ms)  # decoded outside the store's lock: reads overlap
 
     def chart_points(self, job_id: int, name: str, *, width: int, host: str | None = None,
                      start_ms: int | None = None, end_ms: int | None = None) -> tuple[PointColumns, int]:
-        from . import series
+        from .series import reads
 
-        rows = self._reading(lambda sql: series.chart_rows(sql, job_id, name, host=host, start_ms=start_ms,
+        rows = self._reading(lambda sql: reads.chart_rows(sql, job_id, name, host=host, start_ms=start_ms,
                                                            end_ms=end_ms, width=width))
-        return series.chart_columns(rows, start_ms, end_ms)
+        return reads.chart_columns(rows, start_ms, end_ms)
 
     def metric_names(self, job_id: int) -> list[str]:
         return [row[0] for row in self._read(
@@ -721,11 +460,11 @@ class SqlStore:
 
     def put_samples(self, items: list[tuple[MetricKey, int, list[Sample]]]) -> None:
         """Store a whole PutMetricData call in one transaction: all of it or nothing."""
-        from . import series
+        from .series import writes
 
-        prepared = series.prepare_samples(items)  # before the transaction, so its lock is held less
+        prepared = writes.prepare_samples(items)  # before the transaction, so its lock is held less
         with self._transaction() as sql:
-            series.put_samples(sql, prepared, self.retention.periods)
+            writes.put_samples(sql, prepared, self.retention.periods)
 
     def queue_samples(self, datapoints: Datapoints) -> None:
         if self._buffer is None:
@@ -746,32 +485,32 @@ class SqlStore:
     def put_prepared_samples(self, prepared: PreparedSamples, *, check_stored: bool) -> None:
         """The write-behind buffer's write (this object is its writer): ``prepared`` in one
         transaction; with ``check_stored``, not when an earlier try was committed after all."""
-        from . import series
+        from .series import writes
 
         with self._transaction() as sql:
-            if not (check_stored and series.datapoints_stored(sql, prepared)):
-                series.put_samples(sql, prepared, self.retention.periods)
+            if not (check_stored and writes.datapoints_stored(sql, prepared)):
+                writes.put_samples(sql, prepared, self.retention.periods)
 
     def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
         """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""
-        from . import series
+        from .series import reads
 
         self._flush_for_read()
-        return self._reading(lambda sql: series.metric_samples(sql, key, start_ms, end_ms))
+        return self._reading(lambda sql: reads.metric_samples(sql, key, start_ms, end_ms))
 
     def metric_columns(self, key: MetricKey, start_ms: int, end_ms: int) -> dict[str, Columns]:
-        from . import series
+        from .series import reads
 
         self._flush_for_read()
-        return self._reading(lambda sql: series.metric_columns(sql, key, start_ms, end_ms))
+        return self._reading(lambda sql: reads.metric_columns(sql, key, start_ms, end_ms))
 
     def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
                        sketches: bool = True) -> dict[str, Rollups] | None:
-        from . import series
+        from .series import reads
 
         periods = self.retention.periods
         self._flush_for_read()
-        return self._reading(lambda sql: series.metric_rollups(sql, key, start_ms, end_ms, period_s, periods, sketches))
+        return self._reading(lambda sql: reads.metric_rollups(sql, key, start_ms, end_ms, period_s, periods, sketches))
 
     def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
@@ -801,10 +540,10 @@ class SqlStore:
                 for ns, metric, dimensions, last, id_ in rows]
 
     def maintain(self, now_ms: int | None = None) -> Maintenance:
-        from . import series
+        from .series import upkeep
 
         self._flush_for_read()
-        done = series.maintain(self._transaction, self.retention,
+        done = upkeep.maintain(self._transaction, self.retention,
                                now_ms if now_ms is not None else int(time.time() * 1000))
         if done.ran:
             self._release_space(done)
@@ -905,12 +644,12 @@ class SqlStore:
 
 
 def prepared_points(batch: Batch) -> Any:
-    """What ``series.prepare_points`` makes of a batch's points, before the write transaction."""
+    """What ``series.writes.prepare_points`` makes of a batch's points, before the write transaction."""
     if not batch.points and not batch.point_blocks:
         return None
-    from . import series
+    from .series import writes
 
-    return series.prepare_points(batch.points, batch.point_blocks)
+    return writes.prepare_points(batch.points, batch.point_blocks)
 
 
 # -- rows and records ----------------------------------------------------------------------
@@ -936,36 +675,6 @@ def _stored_already(sql: Sql, batch: Batch) -> bool:
                          "AND timestamp_ms = ?", (stream_id, first_seq, count, stamp)))
 
 
-class Where:
-    """A WHERE clause from optional conditions, with ``?`` placeholders; a condition whose value is
-    None is left out."""
-
-    def __init__(self) -> None:
-        self.conditions: list[str] = []
-        self.args: list[Any] = []
-
-    def add(self, condition: str, *values: Any) -> Where:
-        if all(value is not None for value in values):
-            self.conditions.append(condition)
-            self.args.extend(values)
-        return self
-
-    def any_of(self, column: str, values: Sequence[Any] | None) -> Where:
-        """``column`` is one of ``values`` (left out when there are none)."""
-        if values:
-            self.conditions.append(f"{column} IN ({','.join('?' * len(values))})")
-            self.args.extend(values)
-        return self
-
-    @property
-    def sql(self) -> str:
-        return " AND ".join(self.conditions) or "TRUE"
-
-
-def _limit(rows: int | None) -> str:
-    return "" if rows is None else f" LIMIT {int(rows)}"
-
-
 def _stream_filter(prefix: str | None) -> Where:
     """Streams whose name starts with ``prefix`` (every one for none): a range of names, which the
     index on them serves (both backends compare names by code point)."""
@@ -973,15 +682,6 @@ def _stream_filter(prefix: str | None) -> Where:
     if prefix:
         where.add("name >= ?", prefix).add("name < ?", prefix_end(prefix))
     return where
-
-
-def prefix_end(prefix: str) -> str | None:
-    """The least string after every string that starts with ``prefix`` (None: there is none)."""
-    kept = prefix.rstrip(chr(0x10FFFF))
-    if not kept:
-        return None
-    code = ord(kept[-1]) + 1
-    return kept[:-1] + chr(0xE000 if 0xD800 <= code <= 0xDFFF else code)  # (surrogates are no characters)
 
 
 def job_place(row: JobRow, sort_by: str) -> tuple[Any, int]:
@@ -993,16 +693,6 @@ def job_place(row: JobRow, sort_by: str) -> tuple[Any, int]:
 def stream_place(row: StreamRow, by_last_event: bool) -> tuple[Any, ...]:
     """A stream's place in its order: what :meth:`Store.streams_after` goes on after."""
     return (row.last_event_ms or 0, row.name) if by_last_event else (row.name,)
-
-
-def _pages() -> Iterator[int]:
-    """How many log chunks each read fetches: 1, 2, 4, ... 64. A chunk holds a record (a job that
-    prints a line at a time) or a megabyte of them (a flood): a read asks for few first, so a page of
-    records never costs a read of 64 megabytes."""
-    rows = 1
-    while True:
-        yield rows
-        rows = min(64, rows * 2)
 
 
 def chunk_events(rows: Iterable[ChunkRow], stream_id: int, after_seq: int, before_seq: int, limit: int,

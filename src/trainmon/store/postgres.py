@@ -45,8 +45,8 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.retention import current as current_retention
 from ..errors import StoreError
 from .base import PackedChunk, SqlStore
-from .buffer import WriteBehind
 from .rows import Maintenance
+from .series.buffer import WriteBehind
 from .sql import Problem, Sql, T, store_error
 
 _MIGRATIONS: list[str | Callable[[psycopg.Connection[Any]], None]] = [
@@ -155,7 +155,7 @@ _MIGRATIONS: list[str | Callable[[psycopg.Connection[Any]], None]] = [
         count INTEGER NOT NULL,
         sealed SMALLINT NOT NULL,
         data BYTEA NOT NULL,
-        overview BYTEA  -- of a sealed chunk of a job's points: what a chart of many reads (store.overview)
+        overview BYTEA  -- of a sealed chunk of a job's points: what a chart of many reads (store.series.overview)
     );
     CREATE INDEX chunks_by_series ON chunks (series_id, last_ms);
     CREATE TABLE rollups (
@@ -217,7 +217,7 @@ _MIGRATIONS.append("""
 _MIGRATIONS.append("""
     ALTER TABLE chunks ADD COLUMN IF NOT EXISTS overview BYTEA;  -- chunks are made with it since
     CREATE INDEX chunks_without_overview ON chunks (id) WHERE kind = 0 AND sealed = 1 AND overview IS NULL
-        AND count > 128;  -- what maintenance gives an overview (store.overview.BLOCK)
+        AND count > 128;  -- what maintenance gives an overview (store.series.overview.BLOCK)
     """)
 # A log chunk's text is stored as the bytes read, zstd-compressed when that pays (store.codec.pack_text);
 # older rows keep their text (packing 0).
@@ -430,7 +430,7 @@ class _Sql:
 
 def _move_points_to_series(db: psycopg.Connection[Any]) -> None:
     """Migration 4: the row-per-point tables of migration 1 become series and chunks."""
-    from .series import convert_row_tables
+    from .series.upkeep import convert_row_tables
 
     convert_row_tables(_Sql(db))
     db.execute("DROP TABLE points, datapoints, job_metrics, metrics")

@@ -175,3 +175,6 @@ class AlarmHistoryRow:
     summary: str
     data: str
     id: int = 0
+
+
+ChunkRow = tuple[int, int, int, str]  # a stored log chunk: first_seq, count (of records), timestamp_ms, text

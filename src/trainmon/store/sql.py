@@ -3,7 +3,7 @@ errors in the same words."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -42,3 +42,52 @@ def store_error(problem: Problem, location: str, detail: str) -> StoreError:
     if problem == "duplicate":
         return DuplicateKey(f"store error at {location}: {detail}")
     return StoreError(f"store error at {location}: {detail}")
+
+
+class Where:
+    """A WHERE clause from optional conditions, with ``?`` placeholders; a condition whose value is
+    None is left out."""
+
+    def __init__(self) -> None:
+        self.conditions: list[str] = []
+        self.args: list[Any] = []
+
+    def add(self, condition: str, *values: Any) -> Where:
+        if all(value is not None for value in values):
+            self.conditions.append(condition)
+            self.args.extend(values)
+        return self
+
+    def any_of(self, column: str, values: Sequence[Any] | None) -> Where:
+        """``column`` is one of ``values`` (left out when there are none)."""
+        if values:
+            self.conditions.append(f"{column} IN ({','.join('?' * len(values))})")
+            self.args.extend(values)
+        return self
+
+    @property
+    def sql(self) -> str:
+        return " AND ".join(self.conditions) or "TRUE"
+
+
+def limit_clause(rows: int | None) -> str:
+    return "" if rows is None else f" LIMIT {int(rows)}"
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string after every string that starts with ``prefix`` (None: there is none)."""
+    kept = prefix.rstrip(chr(0x10FFFF))
+    if not kept:
+        return None
+    code = ord(kept[-1]) + 1
+    return kept[:-1] + chr(0xE000 if 0xD800 <= code <= 0xDFFF else code)  # (surrogates are no characters)
+
+
+def pages() -> Iterator[int]:
+    """How many log chunks each read fetches: 1, 2, 4, ... 64. A chunk holds a record (a job that
+    prints a line at a time) or a megabyte of them (a flood): a read asks for few first, so a page of
+    records never costs a read of 64 megabytes."""
+    rows = 1
+    while True:
+        yield rows
+        rows = min(64, rows * 2)

@@ -37,8 +37,8 @@ from ..cloudwatch.retention import current as current_retention
 from ..config import private_file
 from ..errors import StoreError
 from .base import PackedChunk, SqlStore
-from .buffer import WriteBehind
 from .rows import Maintenance
+from .series.buffer import WriteBehind
 from .sql import Problem, Sql, store_error
 
 _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
@@ -148,7 +148,7 @@ _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
         count INTEGER NOT NULL,
         sealed INTEGER NOT NULL,
         data BLOB NOT NULL,
-        overview BLOB  -- of a sealed chunk of a job's points: what a chart of many reads (store.overview)
+        overview BLOB  -- of a sealed chunk of a job's points: what a chart of many reads (store.series.overview)
     );
     CREATE INDEX chunks_by_series ON chunks (series_id, last_ms);
     CREATE TABLE rollups (
@@ -513,7 +513,7 @@ class _Sql:
 
 def _move_points_to_series(db: sqlite3.Connection) -> None:
     """Migration 4: the row-per-point tables of migrations 1 and 2 become series and chunks."""
-    from .series import convert_row_tables
+    from .series.upkeep import convert_row_tables
 
     convert_row_tables(_Sql(db))
     for table in ("points", "datapoints", "job_metrics", "metrics"):
@@ -521,8 +521,8 @@ def _move_points_to_series(db: sqlite3.Connection) -> None:
 
 
 def _add_overviews(db: sqlite3.Connection) -> None:
-    """Migration 7: sealed chunks' overviews (store.overview), a column that chunks are made with
-    since, and an index of the chunks that maintenance gives one (store.overview.BLOCK: 128)."""
+    """Migration 7: sealed chunks' overviews (store.series.overview), a column that chunks are made with
+    since, and an index of the chunks that maintenance gives one (store.series.overview.BLOCK: 128)."""
     if "overview" not in {row[1] for row in db.execute("PRAGMA table_info(chunks)")}:
         db.execute("ALTER TABLE chunks ADD COLUMN overview BLOB")
     db.execute("CREATE INDEX chunks_without_overview ON chunks (id) WHERE kind = 0 AND sealed = 1 "

@@ -1,6 +1,10 @@
-"""From a job's pipes to stored log records and metric points.
-
-TODO docstring: part of trainmon.runtime.capture."""
+"""The :class:`Ingestor`: one thread per job that takes the pipes' chunks in the order they were read,
+cuts them into records, extracts points with the job's metric definitions (consecutive reads of a
+pipe matched together, up to ``SCAN_BYTES``), echoes to the terminal and hands batches to the
+writer, as fast as the store takes them. Small reads are read back from the spool together; each
+batch records how far each spool was consumed, so recovery starts where it stopped. It keeps the
+tail of stderr for the failure reason.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""From a job's pipes to stored log records and metric points.
-
-TODO docstring: part of trainmon.runtime.capture."""
+"""What was dropped, counted: a :class:`Loss` is the bytes, records and points of output that could not
+be kept (a full disk past the memory budget, a batch the store never took), and a
+:class:`LossCounter` counts them from the dropped bytes themselves (records by their breaks, points
+by matching), so the job's loss is recorded on it, never silent.
+"""
 
 from __future__ import annotations
 

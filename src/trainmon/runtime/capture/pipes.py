@@ -1,6 +1,9 @@
-"""From a job's pipes to stored log records and metric points.
-
-TODO docstring: part of trainmon.runtime.capture, trainmon.runtime.launcher."""
+"""The readers of a job's pipes, which never wait on anything but the pipe: the job's spooler process
+(:class:`Spooler`, the usual one), or a :class:`PipeReader` thread per pipe. Each read goes to the
+pipe's spool, framed with its read time (:class:`PipeOutput`), and is noted for the ingestor as a
+:class:`Chunk`. When the spool cannot be written, reads are held in memory, within a
+:class:`MemoryBudget` for the whole job; past it they are counted and dropped, never silently.
+"""
 
 from __future__ import annotations
 
@@ -229,7 +232,7 @@ class Spooler:
 
     def __init__(self, pipes: list[tuple[int, PipeOutput, int]], tag: str = "") -> None:
         self.pipes = pipes  # (read end, output, the spool offset after what is there already)
-        self.tag = tag  # the job's: the process carries it as launcher.SPOOLER_VARIABLE, for whoever reaps the job
+        self.tag = tag  # the job's: the process carries it as tags.SPOOLER_VARIABLE, for whoever reaps the job
         self.readers: list[PipeReader] = []  # if the process died
         self.process: subprocess.Popen[bytes] | None = None
         self._control = -1

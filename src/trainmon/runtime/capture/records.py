@@ -1,6 +1,8 @@
-"""From a job's pipes to stored log records and metric points.
-
-TODO docstring: part of trainmon.runtime.capture."""
+"""A job's output cut into log records (:class:`RecordCutter`: a line, or a carriage-return update, at
+most ``MAX_RECORD_BYTES``), the text stored for each, and the echo of the job's output to the
+terminal (:class:`Echo`). A record's timestamp is the wall-clock time (ms) of the read that
+completed it.
+"""
 
 from __future__ import annotations
 

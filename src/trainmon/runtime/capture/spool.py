@@ -1,6 +1,8 @@
-"""From a job's pipes to stored log records and metric points.
-
-TODO docstring: part of trainmon.runtime.capture."""
+"""A pipe's spool file: each read of the job's output appended as a frame (its read time and length,
+then the bytes), named by host and pipe in the job's directory, read back frame by frame
+(:func:`spool_frames`) and released from the front as the ingestor stores it
+(:func:`release_spool`), so a long job's spool holds only what is not yet stored.
+"""
 
 from __future__ import annotations
 

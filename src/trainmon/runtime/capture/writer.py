@@ -1,6 +1,9 @@
-"""From a job's pipes to stored log records and metric points.
-
-TODO docstring: part of trainmon.runtime.capture."""
+"""The ingestor's writes: :class:`BatchWriter` stores batches of records and points, one transaction
+each, gathering small ones (``BATCH_WAIT_S``) and flushing large ones (``FLUSH_BYTES``,
+``FLUSH_POINTS``); a batch the store refuses is written again with backoff, and one it could not
+take when the supervisor stops waiting is counted as lost (:func:`batch_loss`). The threads that
+store and judge the output run ``NICER`` than the job.
+"""
 
 from __future__ import annotations
 

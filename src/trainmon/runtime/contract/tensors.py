@@ -1,6 +1,13 @@
-"""The tensor hook's files, from outside the job: the contract that places them, the reader, the feed.
+"""Where a host's tensor hook writes, under the container contract.
 
-TODO docstring: part of trainmon.runtime.tensors."""
+The training script records tensors with :mod:`trainmon.debug`, inside the job's processes; the
+supervisor is outside. :func:`prepare_host` (called by the container contract for every host)
+makes the host's tensor directory, ``<job dir>/algo-N/output/tensors`` (SageMaker's
+``/opt/ml/output/tensors``), names it in ``TRAINMON_TENSOR_DIR``, and writes the job's
+``DebugHookConfig`` to ``input/config/debughookconfig.json``, where SageMaker puts it.
+
+The files are read by :mod:`trainmon.runtime.watch.tensorfeed`.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
-"""How a job's hosts are started, watched and signalled: the seam between the supervisor and the
-
-TODO docstring: part of trainmon.runtime.launcher."""
+"""The seam between the supervisor's hosts and the machines they run on: a :class:`Launcher` starts
+each host (its command, environment and directory, a :class:`HostSpec`) and hands back a
+:class:`Host`: its output streams, its exit status, and nothing else. Signals go to the job as a
+whole (every process of every host), because that is what a stop, a failure or the end of a job
+needs. The local launcher's (:mod:`.local.launcher`) is the implementation; a Ray job's host agent
+uses it on its node.
+"""
 
 from __future__ import annotations
 

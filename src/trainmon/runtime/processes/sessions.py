@@ -1,6 +1,10 @@
-"""How a job's hosts are started, watched and signalled: the seam between the supervisor and the
-
-TODO docstring: part of trainmon.runtime.launcher."""
+"""The session a foreground supervisor runs in: one of its own, which the job joins, so that the job
+and the threads storing its output share one scheduling group (a supervisor left in a shell's
+session would weigh as much as the job's whole session, and a flood of output could take half of a
+busy machine from the job). The ``trainmon run`` left in the terminal stands for the supervisor
+there, passing signals on and dying with it; signals that came before the supervisor could handle
+them are kept for it (:func:`early_signals`).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,11 @@
-"""How a job's hosts are started, watched and signalled: the seam between the supervisor and the
-
-TODO docstring: part of trainmon.runtime.launcher."""
+"""Every process of a job carries ``TRAINMON_PROCESS_TAG`` in its environment, a random value per job
+(per host of a Ray job): when the supervisor itself died, :func:`tagged_processes` finds what is
+left of the job by that value alone, and :func:`kill_tagged` ends it. A process is held for a
+signal as a pidfd (:class:`Opened`) and checked again (its start time) before one goes to it, so
+a process id reused by an unrelated process is never signalled. The job's spooler process carries
+``TRAINMON_SPOOLER_OF`` instead of the tag, so that whoever reaps the job can wait for it to spool
+the last of the output (:func:`wait_for_spooler`).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,21 @@
-"""What a job's hosts use: CPU, memory, disk, network and GPU, host-wide and for the job's own processes.
+"""A host's GPUs, as the sampler reads them: through NVML where the machine has GPUs
+(:class:`NvmlSource`, only those ``CUDA_VISIBLE_DEVICES`` leaves the job), none otherwise
+(:class:`NoGpu`), or from a file for tests and demos (:class:`FakeGpuSource`; never for real
+measurements).
 
-TODO docstring: part of trainmon.runtime.sampler, trainmon.runtime.fakegpu."""
+``TRAINMON_FAKE_GPUS=<path of a JSON file>`` in a job's environment (the shell's, or ``trainmon run
+--environment``) makes :func:`default_gpu_source` read the job's GPUs from
+that file instead of NVML. The file holds a list with one object per GPU::
+
+    [{"index": 0, "utilization_pct": 5, "memory_used_pct": 12.5},
+     {"index": 1, "utilization_pct": 95, "memory_used_pct": 60, "process_memory_bytes": {"1234": 1073741824}}]
+
+(``index`` defaults to the position in the list, ``memory_used_pct`` to 0). Whoever wants the
+GPUs to show other readings, the test or the training script itself, rewrites the file; write a
+temporary file and rename it over the old one, so that a reading never sees half a file. The file
+is read again when its modification time or size changes; a file that is missing shows no GPU
+(no GPU metrics at all, never zeros), and one that cannot be parsed keeps the last readings.
+"""
 
 from __future__ import annotations
 

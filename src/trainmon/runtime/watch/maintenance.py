@@ -4,7 +4,7 @@
 that, on its own connection to the store,
 
 - seals still chunks, rolls finished periods up and expires what the retention policy drops
-  (:func:`trainmon.store.series.maintain`) once a minute. When several processes run, the store's
+  (:func:`trainmon.store.series.upkeep.maintain`) once a minute. When several processes run, the store's
   lease lets one of them do it at a time; the others find it taken and wait for the next minute;
 - evaluates the CloudWatch alarms that are due every 10 s, when its caller gives it the alarm pass
   (``alarm_pass``: ``trainmon server`` gives :func:`trainmon.api.alarms.evaluate_alarms`): each

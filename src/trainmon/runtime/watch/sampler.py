@@ -1,6 +1,31 @@
 """What a job's hosts use: CPU, memory, disk, network and GPU, host-wide and for the job's own processes.
 
-TODO docstring: part of trainmon.runtime.sampler."""
+Readings come from /proc, read directly (cheaper than psutil at 100 ms), and from a GPU source
+(:mod:`.gpu`). Both are injected (``proc_root``, a :class:`~.gpu.GpuSource`), so tests can give a
+fake /proc tree or fake GPUs behind the same interface. The host-wide files (stat, meminfo, diskstats, net/dev)
+are read every tick through descriptors kept open (:meth:`ProcReader.host_files`); only the
+fields used are parsed (:func:`parse_host`, or a :class:`HostParser`, which skips files that
+did not change since the previous reading).
+
+The job's processes are the members of each host's process group plus their descendants. What
+is read when (a :class:`ProcessTree` per host, driven by the monitor):
+
+- The tree is re-listed at most once a second (``RELIST_S``), and only when the machine has
+  started a process or thread since the last listing (``processes`` in /proc/stat): nothing can
+  have joined otherwise. A new member is read at once (a baseline: what it used before it was
+  seen is not counted). A process that vanishes between two samples is gone from the next.
+- A *busy* process (new, or its CPU time moved between its last two once-a-second reads) has its
+  ``stat`` read every tick (CPU time, resident memory, threads) through a descriptor kept open,
+  and its ``io`` once a second: the job's read and write bytes arrive a second at a time.
+- An *idle* process (its CPU time did not move between two once-a-second reads) is re-read,
+  ``stat`` and ``io``, every ``IDLE_READ_S`` (5) seconds, opening the files for that read; its
+  last figures stand in between. If its CPU time moved, it is busy again from then on. So what a
+  process that wakes up uses (CPU time, I/O, memory) is counted up to ``IDLE_READ_S`` late, all
+  in the tick of that read: sums over time stay exact, but at 100 ms that tick shows seconds' worth
+  of CPU time. If it exits before that read, what it used since its last read is not counted. A
+  process that exits while idle leaves the counts at the next listing or its next read, whichever
+  comes first.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,18 @@
-"""The tensor hook's files, from outside the job: the contract that places them, the reader, the feed.
+"""The tensor hook's files read from outside the job, and fed to the tensor rules.
 
-TODO docstring: part of trainmon.runtime.tensors."""
+A :class:`TensorFile` reads what a host's hook appended since the last read, by offset: whole
+lines only (a partial last line waits for the next read) and whole steps (the last step read waits
+for the next read), at most :data:`MAX_READ_BYTES` a pass; the last pass reads on, a chunk at a
+time fed as it is read, for at most :data:`FINAL_READ_S`. It reads only a regular file, opened
+without blocking, and counts a line it cannot read. A :class:`TensorFeed` (one per job, on the rules' thread:
+:class:`trainmon.runtime.watch.rulewatch.RuleWatcher`) reads every host's file each pass, groups the
+records by step and feeds each tensor rule's state machine for that host
+(:mod:`trainmon.rules.tensor`), and says, for a rule that found nothing, what it saw: no tensors
+at all, none it selects, no weight update, or part of them only (records the hook dropped, a
+file it could not read). A feed made with ``steps`` also keeps the step ends the hook writes
+(:func:`trainmon.debug.records.step_ends`), which the watcher hands to the profiler rules
+(:meth:`TensorFeed.take_steps`), and reads the files for them even for a job without tensor rules.
+"""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ from starlette.responses import Response
 
 from ...errors import TrainmonError, ValidationException
 from ..jsonio import json_object
+from ..typecheck import service_model
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,6 @@ SERVICES = (
 BY_TARGET = {"SageMaker": SERVICES[0], "GraniteServiceVersion20100801": SERVICES[1], "Logs_20140328": SERVICES[2]}
 BY_SIGNING_NAME = {service.signing_name: service for service in SERVICES}
 QUERY_SERVICES = {"monitoring": SERVICES[1], "sts": SERVICES[3]}
-
-
-@functools.cache
-def service_model(name: str) -> Any:
-    """botocore's model of the service, as shipped with the installed botocore (read once)."""
-    import botocore.session
-
-    return botocore.session.get_session().get_service_model(name)
 
 
 # -- the answers -----------------------------------------------------------------------------------

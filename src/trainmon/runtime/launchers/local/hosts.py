@@ -1,6 +1,13 @@
-"""A job's hosts, wherever they run: what the supervisor drives (:class:`JobHosts`), and
+""":class:`LocalHosts`: a job's hosts captured on this machine, as the supervisor drives them
+(:class:`trainmon.runtime.job.hosts.JobHosts`).
 
-TODO docstring: part of trainmon.runtime.hosts."""
+The supervisor owns the job (its statuses, stop requests, time limit, rules, final status); the
+hosts own everything that happens where a host runs: the container contract, the processes, the
+pipes read into a spool, the records and points written to the store, the system monitor, the
+failure reason and the model archive. For a local job one :class:`LocalHosts` holds every host;
+for a job placed by Ray each node's host agent (:mod:`trainmon.runtime.launchers.ray.hostagent`)
+holds a :class:`LocalHosts` of one host, and the supervisor drives them all through the same calls.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,17 @@
-"""How a job's hosts are started, watched and signalled: the seam between the supervisor and the
+"""Hosts as processes of this machine: :class:`LocalLauncher` starts each host's process in a process
+group of its own, with its output on pipes, and signals only processes it can prove are the job's:
 
-TODO docstring: part of trainmon.runtime.launcher."""
+- the supervisor is a *child subreaper* (Linux's ``PR_SET_CHILD_SUBREAPER``), so a process the job
+  leaves behind (a double fork, a ``setsid`` daemon) is re-parented to the supervisor, not to
+  init: every process the job started stays in the supervisor's process tree until it exits;
+- each host's main process is held by a pidfd from the moment it starts, and every other
+  process is opened as a pidfd and checked again (its start time, its place in the tree) before a
+  signal goes to it, so a process id reused by an unrelated process is never signalled;
+- every process of the job inherits ``TRAINMON_PROCESS_TAG``, a random value per job (per host
+  of a Ray job): when the supervisor itself died, :func:`trainmon.runtime.processes.tags.tagged_processes` finds what is left of
+  the job by that value alone (see :mod:`trainmon.runtime.job.orphans`, and for a Ray job's hosts
+  :mod:`trainmon.runtime.launchers.ray.lifeline`).
+"""
 
 from __future__ import annotations
 

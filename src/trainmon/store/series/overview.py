@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import codec
+from .. import codec
 
 BLOCK = 128  # the stores' index of chunks without an overview names it too (migration 7 / 6)
 DENSE = 4 * BLOCK  # points a pixel from which a chart reads overviews: a pixel spans 4 blocks or more

@@ -43,13 +43,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..backoff import Backoff
-from ..clock import Clock, StopSignal
-from ..errors import StoreError, Throttling
+from ...backoff import Backoff
+from ...clock import Clock, StopSignal
+from ...errors import StoreError, Throttling
 
 if TYPE_CHECKING:
-    from ..cloudwatch.datapoints import Datapoints
-    from .series import PreparedSamples
+    from ...cloudwatch.datapoints import Datapoints
+    from .writes import PreparedSamples
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class SampleBuffer:
 
     def _take(self) -> _Batch | None:
         """What the queue holds, as one batch prepared for its write (store.series)."""
-        from . import series
+        from . import writes
 
         with self._state:
             if not self._queued:
@@ -251,7 +251,7 @@ class SampleBuffer:
             self._queued, self._queued_samples = [], 0
             batch = self._pending = _Batch(size, [])
         try:
-            batch.prepared = series.prepare_datapoints(blocks)
+            batch.prepared = writes.prepare_datapoints(blocks)
         except Exception as exc:  # a bug: these datapoints cannot be written
             self._drop(batch, exc)
             return None

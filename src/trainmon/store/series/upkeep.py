@@ -1,0 +1,186 @@
+"""Maintenance of metric series: chunks sealed, whole periods rolled up into every tier, data past
+its retention expired, one short transaction per series and step, under a lease."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+import numpy as np
+
+from ...cloudwatch.model import MetricKey
+from ...cloudwatch.retention import Retention
+from ...cloudwatch.statistics import Sample
+from .. import codec
+from ..rows import Maintenance
+from ..sql import Sql, Transaction
+from . import overview
+from .reads import raw_rollups
+from .writes import (
+    CHUNK_COLUMNS,
+    INSERT_CHUNK,
+    SAMPLES,
+    SEAL_POINTS,
+    insert_rollups,
+    prepare_points,
+    prepare_samples,
+    put_samples,
+    sealed_pieces,
+    write_points,
+)
+
+log = logging.getLogger(__name__)
+SEAL_AFTER_MS = 60_000
+ROLL_LAG_MS = 60_000  # roll a period up this long after it ends, when late writes have landed
+LEASE_MS = 600_000
+EXPIRE_BATCH = 200  # series expired per transaction (index seeks each; writers wait a few ms at most)
+OVERVIEW_BACKFILL = 256  # chunks sealed before overviews existed given one a pass (about 0.2 s)
+
+
+def convert_row_tables(sql: Sql) -> None:
+    """Move the data of the first schema (a row per point in ``points``, per datapoint in
+    ``datapoints``) into series and chunks; the migration drops the old tables afterwards."""
+    for (job_id,) in sql.rows("SELECT DISTINCT job_id FROM points ORDER BY job_id"):
+        rows = sql.rows("SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE job_id = ? "
+                        "ORDER BY timestamp_ms, seq", (job_id,))
+        write_points(sql, job_id, prepare_points([tuple(row) for row in rows]), ())
+    for metric, namespace, name, dimensions in sql.rows("SELECT id, namespace, name, dimensions FROM metrics"):
+        rows = sql.rows("SELECT resolution, timestamp_ms, count, sum, minimum, maximum, value, unit FROM datapoints "
+                        "WHERE metric_id = ? ORDER BY timestamp_ms", (metric,))
+        by_resolution: dict[int, list[Sample]] = {}
+        for resolution, *fields in rows:
+            by_resolution.setdefault(resolution, []).append(Sample(*fields))
+        key = MetricKey.from_row(namespace, name, dimensions)
+        put_samples(sql, prepare_samples([(key, resolution, samples) for resolution, samples in by_resolution.items()]),
+                    ())
+
+
+# -- maintenance ----------------------------------------------------------------------------
+
+
+def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Maintenance:
+    """Seal, roll up and expire what needs it, in short transactions (one per series to seal or
+    roll up, one per EXPIRE_BATCH series to expire); nothing when another process holds the
+    maintenance lease."""
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    with transaction() as sql:
+        taken = sql.rows("UPDATE maintenance SET holder = ?, until_ms = ? WHERE id = 1 AND (until_ms < ? OR holder = ?) "
+                         "RETURNING holder", (holder, now_ms + LEASE_MS, now_ms, holder))
+    if not taken:
+        return Maintenance(ran=False)
+    done = Maintenance()
+    try:
+        # Only the series with something to do: a store of thousands of finished jobs costs a
+        # few queries a minute, not thousands of transactions.
+        with transaction() as sql:
+            to_seal = [row[0] for row in sql.rows(
+                "SELECT DISTINCT series_id FROM chunks WHERE sealed = 0 AND last_ms < ? ORDER BY series_id",
+                (now_ms - SEAL_AFTER_MS,))]
+        for series in to_seal:
+            with transaction() as sql:
+                _seal(sql, series, now_ms, done)
+        with transaction() as sql:  # chunks sealed before overviews were: a batch a pass
+            older = sql.rows("SELECT id, data FROM chunks WHERE kind = 0 AND sealed = 1 AND overview IS NULL "
+                             f"AND count > {overview.BLOCK} ORDER BY id LIMIT {OVERVIEW_BACKFILL}")
+            given = []
+            for id_, data in older:
+                try:
+                    given.append((overview.of_points(codec.unpack(bytes(data))), id_))
+                except Exception as exc:  # a chunk no one can read: the rest of the pass goes on
+                    log.warning("chunk %s could not be read for its overview: %s", id_, exc)
+            sql.many("UPDATE chunks SET overview = ? WHERE id = ?", given)
+            done.overviews = len(given)
+        if retention.tiers:
+            with transaction() as sql:
+                to_roll = [row[0] for row in sql.rows(
+                    "SELECT id FROM series WHERE rolled_ms < ? AND last_ms >= rolled_ms ORDER BY id",
+                    (_mark(retention, now_ms),))]
+            for series in to_roll:
+                with transaction() as sql:
+                    _roll(sql, series, retention, now_ms, done)
+        if retention.raw_s is not None or any(kept is not None for _, kept in retention.tiers):
+            with transaction() as sql:
+                every = [row[0] for row in sql.rows("SELECT id FROM series ORDER BY id")]
+            for first in range(0, len(every), EXPIRE_BATCH):
+                with transaction() as sql:
+                    for series in every[first:first + EXPIRE_BATCH]:
+                        _expire(sql, series, retention, now_ms, done)
+    finally:
+        with transaction() as sql:
+            sql.rows("UPDATE maintenance SET until_ms = 0 WHERE id = 1 AND holder = ?", (holder,))
+    return done
+
+
+def _seal(sql: Sql, series: int, now_ms: int, done: Maintenance) -> None:
+    # Lock the series row first (SQLite's write lock already serializes): a second maintainer
+    # (the lease ran out, or the same process) then reads the chunks after this one committed,
+    # instead of deleting the same ones and inserting their points again.
+    if not sql.rows("UPDATE series SET rolled_ms = rolled_ms WHERE id = ? RETURNING id", (series,)):
+        return  # deleted with its job since the pass listed it
+    rows = sql.rows(
+        f"SELECT {CHUNK_COLUMNS} FROM chunks WHERE series_id = ? AND ((sealed = 0 AND last_ms < ?) "
+        "OR (sealed = 1 AND count < ?)) ORDER BY id",
+        (series, now_ms - SEAL_AFTER_MS, SEAL_POINTS),
+    )
+    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        groups.setdefault((row[1], row[2], row[3], row[4], row[5]), []).append(row)
+    for (kind, host, stream, unit, resolution), group in groups.items():
+        if all(row[6] for row in group):
+            continue  # nothing new to seal
+        parts = [codec.unpack(bytes(row[7])) for row in group]
+        columns = [np.concatenate([part[i] for part in parts]) for i in range(len(parts[0]))]
+        ids = [row[0] for row in group]
+        for first in range(0, len(ids), 1000):  # under every driver's limit of parameters
+            part = ids[first:first + 1000]
+            sql.rows(f"DELETE FROM chunks WHERE id IN ({','.join('?' * len(part))})", part)
+        new = [(series, kind, host, stream, unit, resolution, first_ms, last_ms, rows, 1, blob, summary)
+               for first_ms, last_ms, rows, blob, summary in sealed_pieces(kind, columns)]
+        sql.many(INSERT_CHUNK, new)
+        done.sealed_chunks += len(new)
+        done.sealed_points += len(columns[0])
+
+
+def _mark(retention: Retention, now_ms: int) -> int:
+    """Where roll-ups end after this pass: the last whole coarsest period that ended ROLL_LAG_MS ago."""
+    coarsest = retention.periods[-1] * 1000
+    return (now_ms - ROLL_LAG_MS) // coarsest * coarsest
+
+
+def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
+    mark = _mark(retention, now_ms)
+    found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
+    if not found or mark <= found[0][0]:
+        return  # deleted with its job since the pass listed it, or rolled up to the mark
+    low = found[0][0]
+    # Move the mark before reading: a writer of older data waits for this transaction, then
+    # merges into the roll-ups; one that wrote before has committed when the update returns.
+    sql.rows("UPDATE series SET rolled_ms = ? WHERE id = ?", (mark, series))
+    raw = raw_rollups(sql, series, low, mark)
+    for unit, rows in raw.items():
+        finer = rows
+        for period in retention.periods:
+            finer = finer.roll(0, period * 1000)
+            sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND unit = ? AND timestamp_ms >= ? "
+                     "AND timestamp_ms < ?", (series, period, unit, low, mark))
+            insert_rollups(sql, series, period, unit, finer)
+            done.rollup_rows += len(finer)
+    done.rolled_series += bool(raw)
+
+
+def _expire(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
+    if retention.raw_s is not None:
+        found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
+        if not found:
+            return  # deleted with its job since the pass listed it
+        cutoff = min(now_ms - retention.raw_s * 1000, found[0][0] if retention.tiers else now_ms)
+        expired = sql.rows("DELETE FROM chunks WHERE series_id = ? AND kind = ? AND last_ms < ? RETURNING 1",
+                           (series, SAMPLES, cutoff))
+        done.expired_chunks += len(expired)
+    for period, kept in retention.tiers:
+        if kept is not None:
+            expired = sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND timestamp_ms < ? "
+                               "RETURNING 1", (series, period, now_ms - kept * 1000))
+            done.expired_rollups += len(expired)
