@@ -1,4 +1,4 @@
-"""Notifications (runtime/notify.py): a real command and a real local HTTP server receive the payload."""
+"""Notifications (runtime/watch/notify.py): a real command and a real local HTTP server receive the payload."""
 
 from __future__ import annotations
 

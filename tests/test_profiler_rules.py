@@ -1,4 +1,4 @@
-"""Profiler rules (trainmon.rules.profiler, rules/profiler_setup.py, runtime/profilewatch.py): each rule's
+"""Profiler rules (trainmon.rules.profiler, rules/profiler_setup.py, runtime/watch/profilewatch.py): each rule's
 state machine on hand-built datapoints, configurations read and refused, ProfilerReport by default, the
 hand-over from the monitor, the fake GPU, and real jobs that make the rules fire, or must not."""
 

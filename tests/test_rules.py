@@ -1,4 +1,4 @@
-"""Rules that watch a job (trainmon.rules, runtime/rulewatch.py): each rule's evaluation on hand-built
+"""Rules that watch a job (trainmon.rules, runtime/watch/rulewatch.py): each rule's evaluation on hand-built
 series, configurations read and refused, and real jobs that make each rule fire, or must not."""
 
 from __future__ import annotations

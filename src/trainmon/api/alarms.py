@@ -1,7 +1,7 @@
 """CloudWatch's alarm operations, with boto3's shapes: PutMetricAlarm, DescribeAlarms,
 DescribeAlarmsForMetric, DeleteAlarms, SetAlarmState, DescribeAlarmHistory, EnableAlarmActions and
 DisableAlarmActions; and :func:`evaluate_alarms`, the pass the store's background maintainer runs
-(``runtime/maintenance.py``; ``trainmon server`` hands it to its maintainer) to evaluate every
+(``runtime/watch/maintenance.py``; ``trainmon server`` hands it to its maintainer) to evaluate every
 alarm that is due, at CloudWatch's cadence.
 
 Evaluation itself is :mod:`trainmon.cloudwatch.alarms` (pure); this module fetches each alarm's

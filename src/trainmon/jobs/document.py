@@ -104,7 +104,7 @@ class TrainmonConfig(TypedDict):
     ChannelPaths: NotRequired[dict[str, str]]  # each channel's local file or directory
     ModelArtifactsPath: NotRequired[str]  # the local file of ModelArtifacts.S3ModelArtifacts
     ArtifactsToS3: NotRequired[bool]  # a Ray job's s3:// archives go to S3 from algo-1's node (boto3), not our objects
-    Launcher: NotRequired[str]  # "ray": each host on a node of a Ray cluster (runtime.cluster); else local
+    Launcher: NotRequired[str]  # a launcher of runtime/launchers/registry.py ("local" when absent)
     RayAddress: NotRequired[str]
     HostResources: NotRequired[dict[str, float]]  # the Ray resources one host takes
     ResourceWaitSeconds: NotRequired[int]  # how long the hosts wait for room on the cluster
@@ -208,7 +208,7 @@ class SupervisorIdentity(TypedDict):
     pid: int
     create_time: float
     hostname: str
-    tag: str  # the job's process tag: what is left of the job when the supervisor is gone (runtime/launcher.py)
+    tag: str  # the job's process tag: what is left of the job when the supervisor is gone (runtime/processes/tags.py)
 
 
 class FinalMetric(TypedDict):

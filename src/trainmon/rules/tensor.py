@@ -6,7 +6,7 @@ for weights the norm of the last update), never the tensors themselves: a :class
 each. Each rule here is a state machine for one host: :meth:`TensorRule.observe` takes the records
 of one step (those the rule selects: :class:`Selection`, Debugger's ``collection_names`` and
 ``tensor_regex``) and returns the findings they bring. No rule reads a file or the clock: the
-runner (:mod:`trainmon.runtime.tensors`) feeds them.
+runner (:mod:`trainmon.runtime.watch.tensorfeed`) feeds them.
 
 As the metric rules do (:mod:`.metric`), a rule reports a condition when it starts, per tensor,
 and not again while it holds; once it clears, the tensor can fire again. The tensors that start a

@@ -1,7 +1,7 @@
 """Jobs whose supervising process died: found by every command that reads jobs, and ended properly.
 
 The supervisor records its identity in the job: process id, the process's start time (against
-reused ids), host name, and the job's process tag (:mod:`trainmon.runtime.launcher`). A job of
+reused ids), host name, and the job's process tag (:mod:`trainmon.runtime.processes.tags`). A job of
 this machine whose supervisor is gone is reaped by the first command that notices, in order:
 
 1. the reaper takes the job over (its identity replaces the dead one's, atomically), so that two

@@ -93,7 +93,7 @@ def visible_gpus(environ: dict[str, str] | None = None) -> list[int] | None:
 def default_gpu_source(environ: dict[str, str] | None = None) -> GpuSource:
     """NVML when the library and a driver are there; otherwise no GPU metrics at all (never zeros).
     ``TRAINMON_FAKE_GPUS`` names a file of readings to show instead, for tests and demos
-    (:mod:`trainmon.runtime.fakegpu`)."""
+    (this module's docstring)."""
     fake = (environ if environ is not None else os.environ).get("TRAINMON_FAKE_GPUS")
     if fake:
         from .gpu import FakeGpuSource

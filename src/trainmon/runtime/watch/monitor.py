@@ -17,7 +17,7 @@ dimension ``Host=<job>/algo-N``:
 and every profiling tick it makes the profiler a row of finer readings (per core, I/O wait,
 disk and network throughput, per GPU, the job's tree), which also goes to ``tap`` when one is
 given (the profiler rules', :mod:`trainmon.runtime.watch.profilewatch`: it never waits). What the
-sampler reads at which tick is described in :mod:`trainmon.runtime.sampler`.
+sampler reads at which tick is described in :mod:`trainmon.runtime.watch.sampler`.
 
 A tick only takes readings: the host-wide files' contents, the job's busy processes (parsed at
 once, they are few), the GPUs. Turning host readings into numbers, adding up the interval and

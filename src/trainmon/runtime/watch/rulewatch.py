@@ -6,7 +6,7 @@ from where its own points were read through, so a host whose output is stored be
 loses nothing), groups them into records
 (one log record's points together, per host) and feeds them to each rule's state machine
 (:mod:`trainmon.rules.metric`, one per rule and host), and the new lines of the hosts' tensor
-files to the tensor rules (:mod:`trainmon.runtime.tensors`), the steps the tensor hook ended to the
+files to the tensor rules (:mod:`trainmon.runtime.watch.tensorfeed`), the steps the tensor hook ended to the
 profiler rules that read no step metric, and the profile rows the system
 monitor handed over to the profiler rules (:mod:`trainmon.runtime.watch.profilewatch`).
 StalledTrainingRule is asked instead whether a host has printed nothing for its threshold, by the injected clock: a host's last output
@@ -115,7 +115,7 @@ class _Rule:
     failed: bool = False
     watched: frozenset[str] = frozenset()  # the metrics it reads
     stall: bool = False  # StalledTrainingRule: asked about silence, not fed records
-    profiler: bool = False  # a profiler rule: fed by ProfilerRules (runtime.profilewatch), not here
+    profiler: bool = False  # a profiler rule: fed by ProfilerRules (runtime.watch.profilewatch), not here
 
     def __post_init__(self) -> None:
         self.profiler = self.setup.rule in catalog.PROFILER_RULES
@@ -330,7 +330,7 @@ class RuleWatcher(threading.Thread):
         return found
 
     def _observe_tensors(self) -> list[dict[str, Any]]:
-        """What the hosts' tensor files gained since the last pass, fed to the tensor rules (runtime.tensors)."""
+        """What the hosts' tensor files gained since the last pass, fed to the tensor rules (runtime.watch.tensorfeed)."""
         found, failures = self.tensors.evaluate(final=self._final, failed=[r.setup.name for r in self.rules if r.failed])
         by_name = {rule.setup.name: rule for rule in self.rules}
         for name, why in failures:

@@ -256,7 +256,7 @@ class LocalHosts:
         return f"{head} Last lines of stderr:\n{tail}"
 
     def pack(self, doc: JobDocument) -> None:
-        """model/ -> model.tar.gz (and output/data -> output.tar.gz) of the first host (runtime.artifacts)."""
+        """model/ -> model.tar.gz (and output/data -> output.tar.gz) of the first host (runtime.contract.artifacts)."""
         if self.hosts and self.hosts[0].name == "algo-1":
             first = self.hosts[0].layout
             artifacts.pack(doc, self.store.home, first.model_dir, first.output_data_dir)
