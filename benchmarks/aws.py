@@ -21,9 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import Report, heading, percentile, scratch_dir, table
+from .common import Report, Served, heading, percentile, running_server, scratch_dir, table
 from .latency import JOBS
-from .server import LOAD_JOBS, TIMEOUT_S, Served, _create, running_server
+from .server import LOAD_JOBS, TIMEOUT_S, _create
 
 THREADS = 4
 SECONDS = 4.0

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(__file__).resolve().parent / ".data"  # git-ignored
@@ -179,3 +182,57 @@ def checkpointed_bytes(home: Path) -> int:
         time.sleep(0.05)  # busy: another checkpoint is under way
     db.close()
     return sqlite_files_bytes(home)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running ``trainmon server`` and the credentials it made on its first start."""
+
+    url: str
+    home: Path
+
+    @property
+    def token(self) -> str:
+        from trainmon.server import auth
+
+        token = auth.read_token(self.home)
+        assert token is not None, "the server made no token"
+        return token
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def key(self) -> tuple[str, str]:
+        from trainmon import access_keys
+
+        key = access_keys.oldest(self.home)
+        assert key is not None, "the server issued no key"
+        return key.AccessKeyId, key.SecretAccessKey
+
+    def sign_in(self, context: Any) -> None:
+        """A browser context given the session cookie signing in sets, without loading a page (whose
+        files would then come from the context's cache)."""
+        from trainmon.server import auth
+
+        port = int(self.url.rsplit(":", 1)[1])
+        context.add_cookies([{"name": auth.cookie_name(port), "value": auth.session_value(self.token),
+                              "url": self.url, "httpOnly": True, "sameSite": "Strict"}])
+
+
+@contextmanager
+def running_server(home: Path) -> Iterator[Served]:
+    process = subprocess.Popen([sys.executable, "-m", "trainmon", "server", "--port", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=child_env(TRAINMON_HOME=str(home)))
+    assert process.stdout is not None
+    try:
+        line = process.stdout.readline()
+        found = re.search(r"(http://\S+)/ ", line)
+        if found is None:
+            raise RuntimeError(f"trainmon server did not start: {line}{process.stdout.read()}")
+        threading.Thread(target=process.stdout.read, daemon=True).start()  # keep its pipe drained
+        yield Served(found.group(1), home)
+    finally:
+        process.send_signal(2)
+        process.wait(30)

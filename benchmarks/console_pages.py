@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from .common import table
-
-if TYPE_CHECKING:
-    from .server import Served
+from .common import Served, running_server, table
 
 COMPARED = 10
 CHART_READY = """(selector) => {
@@ -125,7 +121,6 @@ def live_in_chart(server: Served, work: Path, count: int, interval_ms: float) ->
 def measure(work: Path, points: int) -> dict[str, tuple[float, int, float]]:
     from playwright.sync_api import sync_playwright
 
-    from .server import running_server
 
     home = work / "console-home"
     _jobs(home, points)

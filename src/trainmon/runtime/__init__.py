@@ -1,4 +1,5 @@
-"""The job runtime: the supervisor that owns a job (:mod:`.supervisor`), how its hosts start and are
-signalled (:mod:`.launcher`), capture from pipes to the store (:mod:`.capture`), the container
-contract (:mod:`.contract`), system metrics and the profiler (:mod:`.monitor`, :mod:`.sampler`),
-background maintenance, and what happens when a supervisor dies (:mod:`.orphans`, :mod:`.recovery`)."""
+"""The job runtime, by role: the job as its supervisor runs it (:mod:`.job`), where its hosts run
+(:mod:`.launchers`, by name), capture from the pipes to the store (:mod:`.capture`), what watches the
+job from beside it (:mod:`.watch`: system metrics, the profiler, rules, maintenance), the container
+contract (:mod:`.contract`), the job's processes told apart from every other (:mod:`.processes`), and
+how a refused store write is waited for (:mod:`.retry`)."""
