@@ -919,7 +919,7 @@ def test_a_chart_of_many_points_reads_overviews_that_hide_no_extreme(any_store: 
     import numpy as np
 
     from trainmon.read import downsample
-    from trainmon.store import overview
+    from trainmon.store.series import overview
 
     job = new_job(any_store, "dense")
     stream = any_store.add_stream(job.id, "algo-1", "dense/algo-1-1", 0)
@@ -974,7 +974,7 @@ def test_a_chart_of_points_written_in_many_batches_and_merged_by_maintenance(any
     time: their overviews still hold every spike and count every point."""
     import numpy as np
 
-    from trainmon.store import overview
+    from trainmon.store.series import overview
 
     job = new_job(any_store, "merged")
     stream = any_store.add_stream(job.id, "algo-1", "merged/algo-1-1", 0)
@@ -996,7 +996,7 @@ def test_a_chart_of_points_written_in_many_batches_and_merged_by_maintenance(any
 def test_an_overviews_blocks_never_join_points_apart_in_time() -> None:
     import numpy as np
 
-    from trainmon.store import overview
+    from trainmon.store.series import overview
 
     stamps = np.concatenate([np.arange(200) * 10, 1_000_000 + np.arange(200) * 10])  # a pause after 200 points
     assert overview.blocks(stamps).tolist() == [0, 128, 200, 256, 384]
