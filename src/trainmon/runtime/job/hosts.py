@@ -7,14 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ...jobs.document import JobDocument
-from ...store import JobRow, Store
 from ..capture.loss import Loss
-from ..retry import Patience
-from ..watch.profilewatch import ProfileTap
-from .jobstate import JobState
+
+if TYPE_CHECKING:
+    from ...jobs.document import JobDocument
+    from ...store import JobRow, Store
+    from ..retry import Patience
+    from ..watch.profilewatch import ProfileTap
+    from .jobstate import JobState
 
 FAILURE_REASON_CHARS = 1024
 

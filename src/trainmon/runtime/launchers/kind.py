@@ -7,12 +7,14 @@ import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...shapes import Shape
-from ...store import Store
-from ..job.hosts import HostsFactory
-from ..watch.profilewatch import ReportWriter
+
+if TYPE_CHECKING:
+    from ...store import Store
+    from ..job.hosts import HostsFactory
+    from ..watch.profilewatch import ReportWriter
 
 
 def _nothing(*_: Any) -> None:

@@ -11,9 +11,13 @@ entry in :data:`KINDS`: nothing outside its folder names it.
 
 from __future__ import annotations
 
-from ...jobs.document import JobDocument
-from ..job.hosts import HostsContext, JobHosts
+from typing import TYPE_CHECKING
+
 from .kind import Kind
+
+if TYPE_CHECKING:
+    from ...jobs.document import JobDocument
+    from ..job.hosts import HostsContext, JobHosts
 
 DEFAULT = "local"
 

@@ -6,12 +6,16 @@ supervisor drives them, each with its capture and system monitor. A Ray job's ho
 
 from __future__ import annotations
 
-from ...contract.layout import Peers
-from ...job.hosts import HostsContext, JobHosts
+from typing import TYPE_CHECKING
+
 from ..kind import Kind
+
+if TYPE_CHECKING:
+    from ...job.hosts import HostsContext, JobHosts
 
 
 def _hosts(context: HostsContext) -> JobHosts:
+    from ...contract.layout import Peers
     from .hosts import LocalHosts  # capture, monitor, sampler: loaded only by whoever supervises
 
     return LocalHosts(context.store, context.job, context.names, Peers.local(context.names), echo=context.echo,

@@ -14,15 +14,17 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ....errors import ValidationException
 from ....shapes import Boolean, Integer, MapOf, Number, String
 from ....store import Store, profiles
 from ...contract import instances
-from ...job.hosts import HostsContext, JobHosts
-from ...watch.profilewatch import ReportWriter
 from ..kind import Kind
+
+if TYPE_CHECKING:
+    from ...job.hosts import HostsContext, JobHosts
+    from ...watch.profilewatch import ReportWriter
 
 ADDRESS_VARIABLE = "RAY_ADDRESS"
 DEFAULT_RESOURCE_WAIT_S = 3600  # a busy cluster: the job queues for an hour before it fails for capacity
