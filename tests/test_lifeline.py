@@ -32,6 +32,7 @@ started = subprocess.Popen([sys.executable, "-c", host], env={**os.environ, tags
                            start_new_session=True, stdout=subprocess.PIPE, text=True)
 print(started.stdout.readline().strip(), flush=True)
 if how == "close":
+    sys.stdin.readline()  # the test has seen the host alive
     os.close(keep)
     print("closed", flush=True)
 time.sleep(600)
@@ -47,7 +48,8 @@ def bystander(tag: str | None) -> subprocess.Popen[bytes]:
 def test_the_hosts_processes_end_with_their_agent_and_nothing_else(how: str) -> None:
     tag = tags.new_tag()
     others = [bystander(tags.new_tag()), bystander(None)]  # another job's process, and one of nobody's
-    agent = subprocess.Popen([PY, "-c", AGENT, tag, how, HOST], stdout=subprocess.PIPE, text=True)
+    agent = subprocess.Popen([PY, "-c", AGENT, tag, how, HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
     try:
         host, daemon = map(int, agent.stdout.readline().split())  # type: ignore[union-attr]
         assert psutil.Process(host).status() != psutil.STATUS_ZOMBIE
@@ -55,6 +57,8 @@ def test_the_hosts_processes_end_with_their_agent_and_nothing_else(how: str) -> 
             agent.send_signal(signal.SIGKILL)
             agent.wait()
         else:
+            agent.stdin.write("close\n")  # type: ignore[union-attr]
+            agent.stdin.flush()  # type: ignore[union-attr]
             assert agent.stdout.readline().strip() == "closed"  # type: ignore[union-attr]
         assert process_ends(host) and process_ends(daemon)
         assert all(other.poll() is None for other in others)
@@ -65,5 +69,6 @@ def test_the_hosts_processes_end_with_their_agent_and_nothing_else(how: str) -> 
             process.kill()
             process.wait()
         agent.stdout.close()  # type: ignore[union-attr]
+        agent.stdin.close()  # type: ignore[union-attr]
         tags.kill_tagged(tag)
 
