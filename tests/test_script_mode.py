@@ -18,7 +18,7 @@ from trainmon.errors import ValidationException
 from trainmon.runtime.contract import toolkit
 from trainmon.store.objects import ObjectStore, parse_uri
 
-from .conftest import PY
+from .conftest import PY, wait_for
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.1.0-cpu-py310"
 BUCKET = "sagemaker-us-east-1-123456789012"
@@ -260,10 +260,18 @@ def test_a_source_that_is_not_a_tarball_or_names_nothing_is_refused(home: Path, 
     assert "Value null at 'hyperParameters.sagemaker_submit_directory'" in _refused(request)
 
 
-def test_a_framework_image_without_script_mode_is_refused(home: Path) -> None:
+def test_a_framework_image_without_script_mode_runs_as_its_container(home: Path) -> None:
+    """No sagemaker_program: the image itself runs (here, with no registry to pull it from, the job
+    fails at its start saying how to get it)."""
     request = sdk_request("no-script", "unused")
     request["HyperParameters"] = {"epochs": "3"}
-    assert "is a container image, which trainmon does not pull" in _refused(request)
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**request)
+    wait_for(lambda: sm.describe_training_job(TrainingJobName="no-script")["TrainingJobStatus"] == "Failed",
+             "the job to fail")
+    reason = sm.describe_training_job(TrainingJobName="no-script")["FailureReason"]
+    assert reason.startswith(f"ClientError: image {IMAGE} is not on this machine and could not be pulled")
+    assert "aws ecr get-login-password" in reason
 
 
 def test_s3_channel_that_names_nothing_is_refused(home: Path, tmp_path: Path, objects: Objects) -> None:

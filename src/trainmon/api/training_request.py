@@ -32,6 +32,7 @@ from ..jobs.document import (
     ACCOUNT,
     AlgorithmSpecification,
     Channel,
+    ContainerImage,
     JobDocument,
     ProfilerConfig,
     ScriptMode,
@@ -45,6 +46,7 @@ from ..parsing.framing import Mode
 from ..rules import catalog
 from ..rules.configs import DEBUGGER_IMAGE
 from ..rules.profiler_setup import default_report
+from ..runtime.containers import engine, image
 from ..runtime.contract import toolkit
 from ..runtime.launchers import registry
 from ..runtime.retry import STORE_WAIT_S
@@ -338,8 +340,9 @@ def _model_artifacts(output_path: str, name: str, root: Path, *, through_s3: boo
 def _trainmon_config(given: dict[str, Any], algorithm: AlgorithmSpecification, hyperparameters: dict[str, str],
                      root: Path, instance_type: str) -> TrainmonConfig:
     script = _script_mode(algorithm, hyperparameters, root)
+    container = _container(algorithm) if script is None else None
     settings: TrainmonConfig = {
-        "Command": resolve_command(algorithm) if script is None else [],
+        "Command": container_arguments(algorithm) if container else resolve_command(algorithm) if script is None else [],
         "RecordMode": given.get("RecordMode", Mode.TERMINAL.value),
         "StopGraceSeconds": given.get("StopGraceSeconds", DEFAULT_STOP_GRACE_S),
         "StoreWaitSeconds": given.get("StoreWaitSeconds", STORE_WAIT_S),
@@ -350,6 +353,12 @@ def _trainmon_config(given: dict[str, Any], algorithm: AlgorithmSpecification, h
         raise ValidationException(f"TrainmonConfig.WorkingDirectory {settings['WorkingDirectory']!r} is not a "
                                   "directory.")
     launcher = registry.kind(given.get("Launcher"))
+    if container is not None:
+        if not launcher.containers:
+            raise ValidationException(f"TrainingImage {algorithm.get('TrainingImage')!r} is a container image, and "
+                                      f"{launcher.where or 'a job of this launcher'} cannot run one yet: run it on this "
+                                      "machine, or give a command (ContainerEntrypoint) that every node has.")
+        settings["Image"] = container
     if launcher.name != registry.DEFAULT:
         settings["Launcher"] = launcher.name
         launcher.complete(cast(dict[str, Any], settings), given, instance_type)
@@ -402,6 +411,31 @@ def _script_mode(algorithm: AlgorithmSpecification, hyperparameters: dict[str, s
         problems.add(given_source, source_path, f"Member must name the entry point's source: {exc.message}")
     problems.raise_if_any()
     return {"Program": posixpath.normpath(program), "Source": str(source)}
+
+
+def _container(algorithm: AlgorithmSpecification) -> ContainerImage | None:
+    """The image a request's hosts run in, when its TrainingImage names one (ValidationException
+    when no container engine is installed); None for a command line or a directory."""
+    given = algorithm.get("TrainingImage", "")
+    reference = image.named_image(given)
+    if reference is None:
+        return None
+    try:
+        engine.find()
+    except engine.EngineError as exc:
+        raise ValidationException(f"TrainingImage {given!r} is a container image, and {exc}") from None
+    found: ContainerImage = {"Reference": reference.name}
+    if algorithm.get("ContainerEntrypoint"):
+        found["Entrypoint"] = algorithm["ContainerEntrypoint"]
+    return found
+
+
+def container_arguments(algorithm: AlgorithmSpecification) -> list[str]:
+    """What a training image's entry point is given: ContainerArguments, else ``train`` (SageMaker's
+    contract) when the image's own entry point runs, else nothing."""
+    if "ContainerArguments" in algorithm:
+        return algorithm["ContainerArguments"]
+    return [] if algorithm.get("ContainerEntrypoint") else ["train"]
 
 
 def _interpreter(given: str | None) -> str:
@@ -467,11 +501,6 @@ def resolve_command(algorithm: AlgorithmSpecification) -> list[str]:
     if entrypoint:
         return [*entrypoint, *arguments]
     image = algorithm.get("TrainingImage", "")
-    if toolkit.is_ecr_image(image):
-        raise ValidationException(
-            f"TrainingImage {image!r} is a container image, which trainmon does not pull: a framework image runs in "
-            f"script mode, with the HyperParameters {toolkit.PROGRAM} and {toolkit.SUBMIT_DIRECTORY} (what the "
-            "SageMaker SDK's framework estimators send); otherwise give ContainerEntrypoint or a local image.")
     if image.strip() and image != "local":
         path = Path(image).expanduser()
         if path.is_dir():

@@ -44,7 +44,8 @@ def describe_job_metrics(store: Store, *, TrainingJobName: Any = None, **unsuppo
     (each definition's diagnostics, in the order of the definitions), ``Warnings`` (what
     ``trainmon run`` warned of the definitions), ``Command`` (what each host ran), ``RecordMode`` and,
     when some output could not be stored, ``UnstoredOutput``; for a Ray job, ``HostPlacements`` (each
-    host's node: Ray's node id, its address and host name)."""
+    host's node: Ray's node id, its address and host name); for a job run in containers, ``Image``
+    (the hosts' image, ``Command`` then being its entry point and arguments)."""
     refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
     finals = {name: (value, ts / 1000) for name, value, ts in store.final_metrics(row.id)}
@@ -74,6 +75,9 @@ def _job_metrics(store: Store, row: JobRow, finals: dict[str, tuple[float, float
     warnings = definition_warnings(definitions, escapes_control=Mode(settings["RecordMode"]).escapes)
     answer: dict[str, Any] = {"Metrics": metrics, "Definitions": row.diagnostics, "Warnings": warnings,
                               "Command": settings["Command"], "RecordMode": settings["RecordMode"]}
+    if "Image" in settings:  # its hosts are containers of this image, the command their arguments
+        answer["Image"] = settings["Image"]["Reference"]
+        answer["Command"] = [*settings["Image"].get("Entrypoint", []), *settings["Command"]]
     if "UnstoredOutput" in row.doc:
         answer["UnstoredOutput"] = row.doc["UnstoredOutput"]
     if "HostPlacements" in row.doc:  # a Ray job: where each host runs

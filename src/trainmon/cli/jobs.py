@@ -1,4 +1,5 @@
-"""``trainmon run``, ``describe``, ``rules``, ``list``, ``stop``, ``delete`` and ``demo``: training jobs."""
+"""``trainmon run``, ``describe``, ``rules``, ``list``, ``stop``, ``delete``, ``demo`` and ``images``:
+training jobs, and the images they can run in."""
 
 from __future__ import annotations
 
@@ -58,6 +59,10 @@ def register(commands: Commands) -> None:
     demo.add_argument("--name", help="job name (default: demo-<time>)")
     demo.add_argument("--epochs", type=int, default=12)
 
+    images = commands.add("images", cmd_images, "List the container images on this machine that a job can run in "
+                          "(--image, TrainingImage).")
+    images.add_argument("--json", action="store_true", help="as a list of objects")
+
 
 def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--name", help="job name, 1-63 letters, digits and hyphens (default: job-<time>)")
@@ -99,7 +104,10 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
                      "ProfilerReport, ...), with parameters, e.g. LossNotDecreasing:num_steps=20,"
                      "stop_training_on_fire=True (see docs/rules.md); a profiled job gets ProfilerReport unless "
                      "profiler rules are given")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    run.add_argument("--image", metavar="IMAGE", help="run each host as a container of this image (name:tag, "
+                     "registry/name@sha256:..., an ECR URI), under SageMaker's container contract; what follows '--' "
+                     "is the container's arguments (default: train)")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...] (with --image: -- [ARGS...])")
 
 
 # -- run -------------------------------------------------------------------------------------
@@ -185,16 +193,11 @@ def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDe
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    if not command:
-        raise ValidationException("no command to run: put it after '--', e.g. trainmon run --name my-job -- python train.py")
     definitions = validate_definitions(definitions_given(args))
     request: dict[str, Any] = {
         "TrainingJobName": args.name if args.name is not None else datetime.now(UTC).strftime("job-%Y%m%d-%H%M%S"),
-        "AlgorithmSpecification": {
-            "TrainingInputMode": "File",
-            "ContainerEntrypoint": command,
-            "MetricDefinitions": [d.to_api() for d in definitions],
-        },
+        "AlgorithmSpecification": {"TrainingInputMode": "File", **_what_runs(getattr(args, "image", None), command),
+                                   "MetricDefinitions": [d.to_api() for d in definitions]},
         "HyperParameters": _hyperparameters(args),
         "ResourceConfig": {"InstanceType": args.instance_type, "InstanceCount": args.instance_count,
                            "VolumeSizeInGB": 0},
@@ -227,6 +230,21 @@ def run_request(args: argparse.Namespace) -> tuple[dict[str, Any], list[MetricDe
         request.setdefault(field, []).append(rule)
     request = with_profiler_report(request, time.time())  # as the SageMaker SDK does, unless profiler rules are given
     return {key: value for key, value in request.items() if value is not None}, definitions
+
+
+def _what_runs(image: str | None, command: list[str]) -> dict[str, Any]:
+    """AlgorithmSpecification's members for ``--image`` and what follows ``--``."""
+    if image is None:
+        if not command:
+            raise ValidationException("no command to run: put it after '--', e.g. trainmon run --name my-job -- "
+                                      "python train.py (or give --image IMAGE)")
+        return {"ContainerEntrypoint": command}
+    from ..runtime.containers.image import named_image
+
+    if named_image(image) is None:
+        raise ValidationException(f"--image {image!r} does not name a container image: give name:tag (my-algo:latest), "
+                                  "registry/name@sha256:... or an ECR URI; a command goes after '--' instead")
+    return {"TrainingImage": image, **({"ContainerArguments": command} if command else {})}
 
 
 def _launcher_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -340,3 +358,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     run_args = parser.parse_args(demo_arguments(config.home(), args.name, args.epochs))  # what a user would type
     run_args.home, run_args.debug = args.home, args.debug
     return cmd_run(run_args)
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    from ..runtime.containers import engine
+
+    try:
+        found = engine.find()
+        images = found.images()
+    except engine.EngineError as exc:
+        print(f"trainmon: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print_json([{"Name": i.name, "Id": i.id, "Size": i.size, "Created": i.created} for i in images])
+        return 0
+    if not images:
+        print(f"no images in {found.name} yet: build one (`{found.name} build -t my-algo:latest .`), then "
+              "`trainmon run --image my-algo:latest`")
+        return 0
+    print(render.table(["IMAGE", "ID", "SIZE", "CREATED"], [[i.name, i.id[:12], i.size, i.created] for i in images]))
+    return 0

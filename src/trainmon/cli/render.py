@@ -96,7 +96,7 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     """A DescribeTrainingJob answer with the job's DescribeJobMetrics: the command its hosts ran,
     metric summaries and definition diagnostics."""
     lines = [f"Training job {doc['TrainingJobName']}: {status_text(doc)}"]
-    lines.extend(fields(_facts(doc, metrics["Command"], metrics.get("HostPlacements", []))))
+    lines.extend(fields(_facts(doc, metrics["Command"], metrics.get("HostPlacements", []), metrics.get("Image"))))
     if doc.get("FailureReason"):
         lines += ["", "Failure reason"]
         lines.extend("  " + terminal_safe(line) for line in doc["FailureReason"].splitlines())
@@ -133,13 +133,15 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _facts(doc: Mapping[str, Any], command: Sequence[str], placements: Sequence[Mapping[str, str]] = ()
-           ) -> list[tuple[str, str]]:
+def _facts(doc: Mapping[str, Any], command: Sequence[str], placements: Sequence[Mapping[str, str]] = (),
+           image: str | None = None) -> list[tuple[str, str]]:
     """The job's facts; ``command`` is what its hosts ran (DescribeJobMetrics' Command), ``placements``
-    the Ray nodes they ran on."""
+    the Ray nodes they ran on, ``image`` what they ran in (containers)."""
     facts = [("ARN", doc["TrainingJobArn"]), ("Created", clock(doc["CreationTime"], date=True))]
     if doc.get("TrainingTimeInSeconds"):
         facts.append(("Training time", f"{doc['TrainingTimeInSeconds']} s (billable {doc['BillableTimeInSeconds']} s)"))
+    if image:
+        facts.append(("Image", terminal_safe(image)))
     if command:
         facts.append(("Command", terminal_safe(shlex.join(command))))
     resources = doc["ResourceConfig"]

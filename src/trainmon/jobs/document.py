@@ -88,12 +88,20 @@ class ScriptMode(TypedDict):
     Source: str  # the local file or directory sagemaker_submit_directory named when the job was created
 
 
+class ContainerImage(TypedDict):
+    """The image a job's hosts run in, as containers (TrainingImage named one)."""
+
+    Reference: str  # as the engine takes it: registry/path:tag or @digest
+    Entrypoint: NotRequired[list[str]]  # ContainerEntrypoint, in place of the image's own
+
+
 class TrainmonConfig(TypedDict):
     """trainmon's own settings (``TrainmonConfig`` in the request; not part of SageMaker's API), and
     what the request's URIs named on this machine when the job was created."""
 
     Command: list[str]  # what each host runs: ContainerEntrypoint + ContainerArguments, the image's train, or
-    # a script-mode entry point
+    # a script-mode entry point; for a container (Image), its arguments (ContainerArguments, else train)
+    Image: NotRequired[ContainerImage]
     RecordMode: str  # terminal, sagemaker or raw (trainmon.parsing.framing.Mode)
     StopGraceSeconds: float
     StoreWaitSeconds: NotRequired[float]  # once the job has ended, how long it waits for a store that refuses writes

@@ -36,6 +36,7 @@ from ..jobs.document import ACCOUNT
 from ..jobs.status import TERMINAL
 from ..rules import catalog
 from ..rules.configs import as_request
+from ..runtime.containers.image import named_image
 from ..store import open_store
 from .analytics import TrainingJobAnalytics
 from .clients import SageMakerClient
@@ -234,7 +235,8 @@ class Estimator:
         for name in sorted(aws_only):
             warnings.warn(f"Estimator argument {name!r} has no meaning off AWS and is ignored.", stacklevel=2)
         if image_uri is None and entry_point is None:
-            raise ValueError("Give image_uri (a command line or a directory with an executable 'train') or entry_point.")
+            raise ValueError("Give image_uri (a container image, a command line or a directory with an executable "
+                             "'train') or entry_point.")
         if entry_point is not None:
             script = Path(source_dir or ".").expanduser() / entry_point
             if not script.is_file():
@@ -312,8 +314,9 @@ class Estimator:
         description = session.describe_training_job(training_job_name)
         algorithm = description["AlgorithmSpecification"]
         entrypoint = algorithm.get("ContainerEntrypoint")
-        image = " ".join(entrypoint + algorithm.get("ContainerArguments", [])) if entrypoint else algorithm.get(
-            "TrainingImage")
+        image = algorithm.get("TrainingImage")
+        if entrypoint and not (image and named_image(image)):  # a command line, not a container's entry point
+            image = " ".join(entrypoint + algorithm.get("ContainerArguments", []))
         estimator = cls(
             image_uri=image or "local",
             role=description.get("RoleArn"),
@@ -341,7 +344,9 @@ class Estimator:
         return self.latest_training_job
 
     def _job_name(self) -> str:
-        base = self.base_job_name or Path(self.entry_point or (self.image_uri or "job").split()[0]).stem or "job"
+        image = named_image(self.image_uri or "") if self.entry_point is None else None
+        given = image.path.rsplit("/", 1)[-1] if image else Path(self.entry_point or (self.image_uri or "job").split()[0]).stem
+        base = self.base_job_name or given or "job"
         base = re.sub(r"[^a-zA-Z0-9-]+", "-", base).strip("-")[:38] or "job"
         return f"{base}-{datetime.now(UTC).strftime('%Y-%m-%d-%H-%M-%S-%f')[:-3]}"
 

@@ -1,4 +1,5 @@
-"""The SageMaker training-container contract, rooted in a per-host directory instead of /opt/ml.
+"""The SageMaker training-container contract, in a per-host directory: seen by the job as itself
+(a process of this machine), or as ``/opt/ml`` (a container, the directory mounted there).
 
     <job dir>/algo-N/input/config/{hyperparameters,resourceconfig,inputdataconfig,debughookconfig}.json
     <job dir>/algo-N/input/data/<channel>/   -> the channel's local path
@@ -8,9 +9,9 @@
     <job dir>/algo-N/output/tensors/         what trainmon.debug records (TRAINMON_TENSOR_DIR), for the rules
     <job dir>/algo-N/code/                   a script-mode job's source (/opt/ml/code), where it runs
 
-plus the environment variables the SageMaker training toolkit sets (SM_*). A channel that names
-a local path is linked; one that names objects of trainmon's object store is copied, so the job
-cannot change them.
+plus the environment variables the SageMaker training toolkit sets (SM_*), each path as the job
+sees it. A channel that names a local path is linked (for a container, mounted read-only in its
+place); one that names objects of trainmon's object store is copied, so the job cannot change them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import os
 import shutil
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,27 @@ import psutil
 from ...jobs.document import Channel, JobDocument
 from . import tensors, toolkit
 
+CONTAINER_ROOT = Path("/opt/ml")
+CONTAINER_RENDEZVOUS_PORT = 7777
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str  # on this machine
+    target: str  # in the container
+    read_only: bool = True
+
 
 @dataclass(frozen=True)
 class HostLayout:
     host: str
     root: Path
+    seen_at: Path | None = None  # where the job sees ``root`` (/opt/ml in a container); None: as itself
+    mounts: list[Mount] = field(default_factory=list)  # a container's, besides ``root`` at ``seen_at``
+
+    def seen(self, path: Path) -> str:
+        """``path``, under ``root``, as the job sees it."""
+        return str(self.seen_at / path.relative_to(self.root)) if self.seen_at is not None else str(path)
 
     @property
     def input_dir(self) -> Path:
@@ -88,16 +105,19 @@ def gpu_count() -> int:
     return count
 
 
-def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers) -> tuple[HostLayout, dict[str, str]]:
+def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *,
+                 seen_at: Path | None = None) -> tuple[HostLayout, dict[str, str]]:
     """Create one host's directories and config files in ``job_dir`` (which exists: it is private to
     the user, see :func:`trainmon.config.make_private_dir`), its channels and, in script mode, its code
-    directory; return them and the SM_* environment. OSError or :class:`toolkit.SourceError` when the
-    input cannot be put in place."""
-    layout = HostLayout(host, job_dir / host)
+    directory; return them and the SM_* environment, its paths as seen from ``seen_at`` (a
+    container's /opt/ml) when given. OSError or :class:`toolkit.SourceError` when the input cannot be
+    put in place."""
+    layout = HostLayout(host, job_dir / host, seen_at)
+    seen = layout.seen
     for directory in (layout.config_dir, layout.data_dir, layout.model_dir, layout.output_data_dir):
         directory.mkdir(parents=True, exist_ok=True)
     hosts = host_names(doc["ResourceConfig"]["InstanceCount"])
-    interface = interface_of(peers.addresses[host])
+    interface = peers.interface or interface_of(peers.addresses[host])
     hyperparameters: dict[str, str] = doc.get("HyperParameters", {})
     resource = {
         "current_host": host,
@@ -116,8 +136,8 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers) -> tu
     for channel in doc.get("InputDataConfig", []):
         name = channel["ChannelName"]
         target = layout.data_dir / name
-        _place_channel(channel, doc["TrainmonConfig"].get("ChannelPaths", {}).get(name), target)
-        channels[name] = str(target)
+        _place_channel(channel, doc["TrainmonConfig"].get("ChannelPaths", {}).get(name), target, layout)
+        channels[name] = seen(target)
         input_config[name] = {
             "TrainingInputMode": doc["AlgorithmSpecification"]["TrainingInputMode"],
             "S3DistributionType": channel.get("DataSource", {}).get("S3DataSource", {}).get(
@@ -127,7 +147,7 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers) -> tu
     _write_json(layout.config_dir / "hyperparameters.json", hyperparameters)
     _write_json(layout.config_dir / "resourceconfig.json", resource)
     _write_json(layout.config_dir / "inputdataconfig.json", input_config)
-    hook_env = tensors.prepare_host(layout.root, layout.config_dir, doc.get("DebugHookConfig"))  # trainmon.debug's
+    hook_env = tensors.prepare_host(layout.root, layout.config_dir, doc.get("DebugHookConfig"), seen)  # trainmon.debug's
 
     script = doc["TrainmonConfig"].get("Script")
     split = toolkit.split(hyperparameters)
@@ -141,11 +161,11 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers) -> tu
         "channel_input_dirs": channels,
         "input_data_config": input_config,
         "resource_config": resource,
-        "input_dir": str(layout.input_dir),
-        "input_config_dir": str(layout.config_dir),
-        "model_dir": str(layout.model_dir),
-        "output_dir": str(layout.output_dir),
-        "output_data_dir": str(layout.output_data_dir),
+        "input_dir": seen(layout.input_dir),
+        "input_config_dir": seen(layout.config_dir),
+        "model_dir": seen(layout.model_dir),
+        "output_dir": seen(layout.output_dir),
+        "output_data_dir": seen(layout.output_data_dir),
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
         "network_interface_name": interface,
@@ -155,11 +175,11 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers) -> tu
     env = {
         "TRAINING_JOB_NAME": doc["TrainingJobName"],
         "TRAINING_JOB_ARN": doc["TrainingJobArn"],
-        "SM_MODEL_DIR": str(layout.model_dir),
-        "SM_OUTPUT_DIR": str(layout.output_dir),
-        "SM_OUTPUT_DATA_DIR": str(layout.output_data_dir),
-        "SM_INPUT_DIR": str(layout.input_dir),
-        "SM_INPUT_CONFIG_DIR": str(layout.config_dir),
+        "SM_MODEL_DIR": seen(layout.model_dir),
+        "SM_OUTPUT_DIR": seen(layout.output_dir),
+        "SM_OUTPUT_DATA_DIR": seen(layout.output_data_dir),
+        "SM_INPUT_DIR": seen(layout.input_dir),
+        "SM_INPUT_CONFIG_DIR": seen(layout.config_dir),
         "SM_CHANNELS": json.dumps(sorted(channels)),
         "SM_HPS": json.dumps(decoded),
         "SM_HOSTS": json.dumps(hosts),
@@ -194,8 +214,8 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers) -> tu
     env.update(hook_env)
     env.update(doc.get("Environment", {}))
     if script is not None:  # the code directory comes first, as the toolkit puts it first on sys.path
-        inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(layout.code_dir), inherited)))
+        inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", "") if seen_at is None else "")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (seen(layout.code_dir), inherited)))
     return layout, env
 
 
@@ -206,10 +226,17 @@ class Peers:
 
     addresses: dict[str, str]
     port: int
+    interface: str | None = None  # the hosts' network interface, when it is not the one holding their address
 
     @classmethod
     def local(cls, names: list[str]) -> Peers:
         return cls({name: "127.0.0.1" for name in names}, free_port("127.0.0.1"))
+
+    @classmethod
+    def named(cls, names: list[str]) -> Peers:
+        """Containers on a network of the job's own, each its own machine as SageMaker's hosts are:
+        known by name there, on the first interface, with the rendezvous port free on every host."""
+        return cls({name: name for name in names}, CONTAINER_RENDEZVOUS_PORT, "eth0")
 
 
 def free_port(address: str) -> int:
@@ -228,9 +255,10 @@ def interface_of(address: str) -> str:
     return "lo"
 
 
-def _place_channel(channel: Channel, recorded: str | None, target: Path) -> None:
+def _place_channel(channel: Channel, recorded: str | None, target: Path, layout: HostLayout) -> None:
     """A channel's data at ``input/data/<channel>``: a link to a local directory (or a directory
-    holding a link to a local file); a copy of objects from the object store."""
+    holding a link to a local file), or for a container a mount in their place; a copy of objects
+    from the object store."""
     uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
     source = Path(recorded or uri.removeprefix("file://")).expanduser().resolve()
     if uri.startswith("s3://"):
@@ -239,6 +267,10 @@ def _place_channel(channel: Channel, recorded: str | None, target: Path) -> None
             shutil.copytree(source, target, dirs_exist_ok=True)
         else:
             shutil.copy2(source, target / source.name)
+    elif layout.seen_at is not None:
+        target.mkdir(exist_ok=True)
+        inside = layout.seen(target) if source.is_dir() else layout.seen(target / source.name)
+        layout.mounts.append(Mount(str(source), inside))
     elif source.is_dir():
         if not target.exists():
             target.symlink_to(source, target_is_directory=True)

@@ -12,7 +12,7 @@ The files are read by :mod:`trainmon.runtime.watch.tensorfeed`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +32,17 @@ def tensor_file(home: Path, job: str, host: str) -> Path:
     return tensor_dir(job_dir(home, job) / host) / records.file_name(host)
 
 
-def prepare_host(host_root: Path, config_dir: Path, hook_config: Mapping[str, Any] | None) -> dict[str, str]:
-    """A host's tensor directory and hook configuration, made; the environment that names them."""
+def prepare_host(host_root: Path, config_dir: Path, hook_config: Mapping[str, Any] | None,
+                 seen: Callable[[Path], str] = str) -> dict[str, str]:
+    """A host's tensor directory and hook configuration, made; the environment that names them, as
+    the job sees it (``seen``: a container's path for a path of this machine)."""
     directory = tensor_dir(host_root)
     directory.mkdir(parents=True, exist_ok=True)
-    written = {**(hook_config or {}), "LocalPath": str(directory)}
+    written = {**(hook_config or {}), "LocalPath": seen(directory)}
     temporary = config_dir / (records.CONFIG_FILE + ".tmp")
     temporary.write_text(json.dumps(written, indent=2), encoding="utf-8")
     temporary.replace(config_dir / records.CONFIG_FILE)
-    return {records.ENV_TENSOR_DIR: str(directory)}
+    return {records.ENV_TENSOR_DIR: seen(directory)}
 
 
 def copy_file(home: Path, job: str, host: str) -> Path:

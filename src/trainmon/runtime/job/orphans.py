@@ -7,7 +7,8 @@ this machine whose supervisor is gone is reaped by the first command that notice
 1. the reaper takes the job over (its identity replaces the dead one's, atomically), so that two
    commands never reap one job twice, and a reaper that dies in turn is reaped like a supervisor;
 2. what is left of the job's processes is killed: only processes whose environment carries the
-   job's tag, each checked again after it is opened (never a bare process id);
+   job's tag, each checked again after it is opened (never a bare process id), and the containers
+   of a job run in an image, found by the label that holds the tag (never by name alone);
 3. the output left in the job's spool is stored (:mod:`trainmon.runtime.capture.recovery`);
 4. the job ends as its supervisor recorded beside the spool when it left a store that was gone
    (:func:`~trainmon.runtime.job.jobstate.replay`: Completed, say, at the time it ended); else it is
@@ -82,7 +83,8 @@ def _reap(store: Store, job: JobRow, dead: SupervisorIdentity) -> bool:
     if store.update_job(job.name, take_over).supervisor != me:
         return False  # another command is reaping it
     tag = dead.get("tag", "")
-    still_running = bool(tag) and tags.kill_tagged(tag) > 0
+    in_containers = bool(tag) and "Image" in job.doc["TrainmonConfig"] and _remove_containers(tag) > 0
+    still_running = bool(tag) and tags.kill_tagged(tag) > 0 or in_containers
     if tag:
         tags.wait_for_spooler(tag)  # it spools what the pipes still held, then ends
     unstored = recovery.recover(store, job).unstored()
@@ -97,3 +99,13 @@ def _reap(store: Store, job: JobRow, dead: SupervisorIdentity) -> bool:
         set_status(store, job.name, "Failed", ended_at=ended_at, **fields)
     shutil.rmtree(directory, ignore_errors=True)
     return True
+
+
+def _remove_containers(tag: str) -> int:
+    """Remove the containers of the job with this tag (killed if running); how many there were."""
+    from ..containers import engine
+
+    try:
+        return engine.find().remove_tagged(tag)
+    except engine.EngineError:
+        return 0  # no engine now: nothing of it can be running

@@ -20,7 +20,7 @@ class LaunchError(Exception):
 class HostSpec:
     name: str
     command: list[str]
-    env: dict[str, str]
+    env: dict[str, str]  # the job's own variables: a process also gets this one's, a container its image's
     cwd: str
 
 

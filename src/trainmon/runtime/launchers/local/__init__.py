@@ -18,8 +18,10 @@ def _hosts(context: HostsContext) -> JobHosts:
     from ...contract.layout import Peers
     from .hosts import LocalHosts  # capture, monitor, sampler: loaded only by whoever supervises
 
-    return LocalHosts(context.store, context.job, context.names, Peers.local(context.names), echo=context.echo,
+    names = context.names
+    peers = Peers.named(names) if "Image" in context.job.doc["TrainmonConfig"] else Peers.local(names)
+    return LocalHosts(context.store, context.job, names, peers, echo=context.echo,
                       live_metrics=context.live_metrics, interrupted=lambda: context.state.interrupted)
 
 
-KIND = Kind("local", "the hosts are processes of this machine", _hosts)
+KIND = Kind("local", "the hosts are processes of this machine (containers, for an image)", _hosts, containers=True)

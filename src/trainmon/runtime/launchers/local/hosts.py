@@ -44,6 +44,7 @@ from ...watch.monitor import SystemMonitor
 from ...watch.profilewatch import ProfileTap
 from .. import launcher
 from . import launcher as local_launcher
+from .container import ContainerLauncher
 
 PIPE_DRAIN_S = 5.0
 
@@ -64,7 +65,7 @@ class LocalHosts:
     """Some hosts of a job (all of a local job's; one on a Ray node), run and captured on this machine."""
 
     def __init__(self, store: Store, job: JobRow, names: list[str], peers: contract.Peers, *,
-                 launcher: launcher.Launcher | None = None, echo: bool = False, live_metrics: bool = False,
+                 tag: str | None = None, echo: bool = False, live_metrics: bool = False,
                  environment: dict[str, str] | None = None,
                  interrupted: Callable[[], bool] = lambda: False) -> None:
         self.store = store
@@ -73,7 +74,7 @@ class LocalHosts:
         self.doc = doc = job.doc
         self.names = names
         self.peers = peers
-        self.launcher = launcher or local_launcher.LocalLauncher()
+        self.launcher = _launcher(doc, tag)
         self.tag = self.launcher.tag
         self.environment = environment or {}  # added to every host's
         self.interrupted = interrupted  # the user asked the job to stop: waits for the store end
@@ -100,10 +101,18 @@ class LocalHosts:
         for stale in self.job_dir.glob("algo-*") if whole else [self.job_dir / h for h in self.names]:
             shutil.rmtree(stale, ignore_errors=True)  # left by an earlier job of the same name
         config.make_private_dir(self.job_dir)
+        containers = self.launcher if isinstance(self.launcher, ContainerLauncher) else None
+        if containers is not None:
+            failure = containers.prepare()
+            if failure is not None:
+                return failure[:FAILURE_REASON_CHARS]
         try:
             for host in self.names:
-                layout, env = contract.prepare_host(self.job_dir, self.doc, host, self.peers)
+                seen_at = contract.CONTAINER_ROOT if containers is not None else None
+                layout, env = contract.prepare_host(self.job_dir, self.doc, host, self.peers, seen_at=seen_at)
                 self.hosts.append(_Host(host, layout, env))
+                if containers is not None:
+                    containers.place(layout)
         except (OSError, toolkit.SourceError) as exc:  # an input gone or changed since the job was created
             reason = f"ClientError: could not prepare the job's input and code: {exc}"
             return reason[:FAILURE_REASON_CHARS]
@@ -141,7 +150,7 @@ class LocalHosts:
             except Interrupted:
                 return None  # stopped while the store was away: the hosts started so far are stopped
             cwd = str(layout.code_dir) if script else settings.get("WorkingDirectory") or str(layout.root)
-            spec = launcher.HostSpec(host.name, settings["Command"], {**os.environ, **host.env, **self.environment}, cwd)
+            spec = launcher.HostSpec(host.name, settings["Command"], {**host.env, **self.environment}, cwd)
             try:
                 host.process = self.launcher.start(spec)
             except launcher.LaunchError as exc:
@@ -207,6 +216,7 @@ class LocalHosts:
 
     def finish(self, patience: Patience | None = None) -> HostsEnd:
         end = HostsEnd()
+        self.launcher.close()  # what the hosts ran in (a container) goes with them, before the job's end is told
         if self.monitor is not None:
             self.monitor.stop()
             failed = (self.monitor.error, self.monitor.profiler.failed if self.monitor.profiler else None)
@@ -266,3 +276,11 @@ class LocalHosts:
 
     def _started(self) -> list[_Host]:
         return [h for h in self.hosts if h.process is not None]
+
+
+def _launcher(doc: JobDocument, tag: str | None) -> local_launcher.LocalLauncher:
+    """The hosts as processes, or as containers of the job's image."""
+    image = doc["TrainmonConfig"].get("Image")
+    if image is None:
+        return local_launcher.LocalLauncher(tag)
+    return ContainerLauncher(doc, tag=tag)

@@ -91,7 +91,7 @@ class LocalLauncher:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env={**spec.env, TAG_VARIABLE: self.tag},
+                env={**os.environ, **spec.env, TAG_VARIABLE: self.tag},
                 cwd=spec.cwd,
                 start_new_session=self.own_session,
                 process_group=None if self.own_session else 0,

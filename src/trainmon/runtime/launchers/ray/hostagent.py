@@ -27,7 +27,6 @@ from ...contract import tensors
 from ...job.hosts import HostsEnd
 from ...watch import tensorfeed
 from ...watch.profilewatch import ProfileTap
-from ..local import launcher as local_launcher
 from ..local.hosts import LocalHosts
 from . import lifeline
 
@@ -69,8 +68,7 @@ class HostAgent:
                 "port": contract.free_port(self.address)}
 
     def prepare(self, peers: contract.Peers) -> str | None:
-        self.hosts = LocalHosts(self.store, self.row, [self.host], peers,
-                                launcher=local_launcher.LocalLauncher(self.tag),
+        self.hosts = LocalHosts(self.store, self.row, [self.host], peers, tag=self.tag,
                                 environment={NODE_ID_VARIABLE: self.node_id})
         return self.hosts.prepare()
 

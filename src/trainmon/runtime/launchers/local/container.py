@@ -1,0 +1,146 @@
+"""Hosts as containers of this machine: :class:`ContainerLauncher` runs each host's command in the
+job's image, with the host's directory mounted at ``/opt/ml`` (SageMaker's container contract).
+
+A host is created first (``create``: its name, labels, mounts, network, limits), then started
+attached (``start --attach``): that client process is the host's main process as far as the rest
+of trainmon knows: its stdout and stderr are the container's, on pipes read by the spooler as a
+process's are (no log driver in the path: the engine keeps no copy), and its exit status is the
+container's. Signals go to the container through the engine (``kill --signal``), since the
+container's processes are not the client's children; the client's own signals are not passed on
+(``--sig-proxy=false``), so a stop reaches the job once. Every container carries the label
+``trainmon.tag`` with the job's process tag, by which :meth:`close` and the reaper
+(:mod:`trainmon.runtime.job.orphans`) remove what a job left, and the tag in its environment too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import TYPE_CHECKING
+
+from ...containers.engine import JOB_LABEL, TAG_LABEL, Engine, EngineError, find
+from ...containers.image import parse as parse_reference
+from ...contract.layout import CONTAINER_ROOT, HostLayout
+from ...processes.tags import TAG_VARIABLE
+from ..launcher import HostSpec, LaunchError
+from .launcher import LocalHost, LocalLauncher
+
+if TYPE_CHECKING:
+    from ....jobs.document import JobDocument
+
+STATE_WAIT_S = 5.0  # for a started container's process to appear, for the system monitor
+
+
+class ContainerLauncher(LocalLauncher):
+    """Each host of the job a container of its image (``TrainmonConfig.Image``)."""
+
+    def __init__(self, doc: JobDocument, *, tag: str | None = None) -> None:
+        super().__init__(tag)
+        settings = doc["TrainmonConfig"]
+        self.image = settings["Image"]["Reference"]
+        self.entrypoint = settings["Image"].get("Entrypoint", [])
+        self.job = doc["TrainingJobName"]
+        self.workdir = str(CONTAINER_ROOT / "code") if settings.get("Script") else None
+        self.isolated = doc.get("EnableNetworkIsolation", False)
+        several = doc["ResourceConfig"]["InstanceCount"] > 1
+        # a network of the job's own where each host is known by its name, cut off from all else when
+        # isolated; one host alone is on the engine's default network, or on none when isolated
+        self.network = f"trainmon-{self.job}-{self.tag[:8]}" if several else None
+        self.engine: Engine | None = None
+        self.layouts: dict[str, HostLayout] = {}
+        self.containers: dict[str, str] = {}  # host -> container id
+        self._network_made = False
+        self._addresses: dict[str, str] = {}  # each host's on the job's network
+        self.hosts_count = doc["ResourceConfig"]["InstanceCount"]
+
+    def prepare(self) -> str | None:
+        """The engine found and the image ready (pulled if need be); the job's failure reason if not."""
+        try:
+            self.engine = engine = find()
+            reference = parse_reference(self.image)
+            assert reference is not None, "a job's image was checked when the job was made"
+            engine.ensure(reference)
+        except EngineError as exc:
+            return f"ClientError: {exc}"
+        return None
+
+    def place(self, layout: HostLayout) -> None:
+        """The host's directory and mounts (from :func:`~trainmon.runtime.contract.layout.prepare_host`)."""
+        self.layouts[layout.host] = layout
+
+    def start(self, spec: HostSpec) -> LocalHost:
+        engine = self.engine
+        assert engine is not None, "prepare() first"
+        try:
+            if self.network is not None and not self._network_made:
+                free = engine.create_network(self.network, internal=self.isolated, tag=self.tag)
+                self._network_made = True
+                self._addresses = {f"algo-{i}": free[i - 1] for i in range(1, self.hosts_count + 1)}
+            environment = {**spec.env, TAG_VARIABLE: self.tag}  # the engine passes them on by name
+            created = engine.call(self._create_args(engine, spec, environment), env={**os.environ, **environment})
+        except EngineError as exc:
+            raise LaunchError(f"cannot create {spec.name}'s container: {exc}") from None
+        container = created.stdout.strip()
+        self.containers[spec.name] = container
+        attach = HostSpec(spec.name, [engine.path, "start", "--attach", "--sig-proxy=false", container],
+                          {}, spec.cwd)
+        return super().start(attach)
+
+    def _create_args(self, engine: Engine, spec: HostSpec, environment: dict[str, str]) -> list[str]:
+        layout = self.layouts[spec.name]
+        args = ["create", "--rm", "--name", f"trainmon-{self.job}-{spec.name}-{self.tag[:8]}",
+                "--label", f"{TAG_LABEL}={self.tag}", "--label", f"{JOB_LABEL}={self.job}",
+                "--hostname", spec.name, "--log-driver", "none", "--interactive=false",
+                "--volume", f"{layout.root}:{CONTAINER_ROOT}", *engine.limits()]
+        for mount in layout.mounts:
+            args += ["--volume", f"{mount.source}:{mount.target}{':ro' if mount.read_only else ''}"]
+        if self.network is not None:
+            args += ["--network", self.network, "--ip", self._addresses[spec.name]]
+            args += [f"--add-host={host}:{address}" for host, address in self._addresses.items() if host != spec.name]
+        elif self.isolated:
+            args += ["--network", "none"]
+        for name in environment:  # the value from the engine's environment: none on a command line
+            args += ["--env", name]
+        if self.entrypoint:
+            args += ["--entrypoint", self.entrypoint[0]]
+        if self.workdir is not None:
+            args += ["--workdir", self.workdir]
+        args += [self.image, *self.entrypoint[1:], *spec.command]
+        return args
+
+    def signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name.removeprefix("SIG")
+        for container in self.containers.values():
+            assert self.engine is not None
+            self.engine.kill(container, name)
+        if sig == signal.SIGKILL:
+            super().signal(sig)  # the attached clients too
+
+    def running(self) -> bool:
+        engine = self.engine
+        return super().running() or engine is not None and any(engine.state(c)[0] for c in self.containers.values())
+
+    def process_groups(self) -> dict[str, int]:
+        """Each container's main process: the leader of its processes' group on this machine."""
+        found = {host: self._main_process(host, container) for host, container in self.containers.items()}
+        return {host: pid for host, pid in found.items() if pid}
+
+    def _main_process(self, host: str, container: str) -> int:
+        """The container's main process id, once the client has started it (0: it has ended, or never ran)."""
+        client = next(h for h in self.hosts if h.name == host)
+        deadline = time.monotonic() + STATE_WAIT_S
+        while True:
+            assert self.engine is not None
+            _, pid = self.engine.state(container)
+            if pid or client.poll() is not None or time.monotonic() > deadline:
+                return pid
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        super().close()
+        if self.engine is not None:
+            self.engine.remove_tagged(self.tag)
+            if self._network_made and self.network is not None:
+                self.engine.remove_network(self.network)
+                self._network_made = False

@@ -1,0 +1,321 @@
+"""Training images run as containers (real Podman, images built offline: tests/containers.py),
+under SageMaker's container contract, with everything trainmon does around a process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trainmon
+from trainmon.errors import ValidationException, WaiterError
+from trainmon.runtime.containers import engine as engines
+from trainmon.runtime.containers.image import named_image, parse
+from trainmon.store import open_store
+
+from . import containers
+from .conftest import run_cli, wait_for
+
+SEED_DEFINITIONS = [{"Name": "train:error", "Regex": "Train_error=(.*?);"},
+                    {"Name": "validation:error", "Regex": "Valid_error=(.*?);"}]
+GROUP = "/aws/sagemaker/TrainingJobs"
+
+
+@pytest.fixture(scope="module")
+def algo() -> str:
+    return containers.algo_image()
+
+
+def _request(name: str, image: str, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "TrainingJobName": name,
+        "RoleArn": "arn:aws:iam::123456789012:role/local",
+        "AlgorithmSpecification": {"TrainingImage": image, "TrainingInputMode": "File",
+                                   "MetricDefinitions": SEED_DEFINITIONS},
+        "OutputDataConfig": {"S3OutputPath": str(tmp_path / "out")},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+        **extra,
+    }
+
+
+def _finished(sm: Any, name: str) -> dict[str, Any]:
+    with contextlib.suppress(WaiterError):  # a job that Failed: its description says how
+        sm.get_waiter("training_job_completed_or_stopped").wait(
+            TrainingJobName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 900})
+    return dict(sm.describe_training_job(TrainingJobName=name))
+
+
+def _messages(name: str, host: str = "algo-1") -> list[str]:
+    logs = trainmon.client("logs")
+    streams = logs.describe_log_streams(logGroupName=GROUP, logStreamNamePrefix=f"{name}/{host}")["logStreams"]
+    return [event["message"] for stream in streams for event in logs.get_log_events(
+        logGroupName=GROUP, logStreamName=stream["logStreamName"], startFromHead=True)["events"]]
+
+
+def _tag(home: Path, name: str) -> str:
+    store = open_store(home)
+    try:
+        job = store.get_job(name)
+        assert job is not None and job.supervisor
+        return str(job.supervisor["tag"])
+    finally:
+        store.close()
+
+
+# -- what names an image -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("given", "name"), [
+    ("my-algo:latest", "my-algo:latest"),
+    ("team/algo", "team/algo:latest"),
+    ("localhost/trainmon-test-base:1", "localhost/trainmon-test-base:1"),
+    ("123456789012.dkr.ecr.us-west-2.amazonaws.com/my-algo:latest",
+     "123456789012.dkr.ecr.us-west-2.amazonaws.com/my-algo:latest"),
+    ("registry.example:5000/a/b@sha256:" + "a" * 64, "registry.example:5000/a/b@sha256:" + "a" * 64),
+])
+def test_image_references(given: str, name: str) -> None:
+    found = named_image(given)
+    assert found is not None and found.name == name
+
+
+@pytest.mark.parametrize("given", ["python3", "python3 train.py", "/usr/bin/env", "./train", "local", "",
+                                   "Upper:1", "a:b:c", "name@sha256:short"])
+def test_commands_and_directories_are_not_images(given: str) -> None:
+    assert named_image(given) is None
+
+
+def test_an_ecr_uri_is_known_as_one() -> None:
+    found = parse("123456789012.dkr.ecr.eu-central-1.amazonaws.com/repo:1")
+    assert found is not None and found.in_ecr and found.registry.startswith("123456789012.")
+    assert not (parse("localhost/repo:1") or pytest.fail()).in_ecr
+
+
+def test_no_engine_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with pytest.raises(engines.EngineError, match="neither podman nor docker is installed"):
+        engines.find({"PATH": str(tmp_path)})
+    with pytest.raises(engines.EngineError, match="TRAINMON_CONTAINER_ENGINE=nothing-here is not an executable"):
+        engines.find({engines.ENGINE_VARIABLE: "nothing-here", "PATH": str(tmp_path)})
+
+
+# -- an image's job, end to end ----------------------------------------------------------------
+
+
+def test_the_seed_definitions_on_an_images_output(home: Path, tmp_path: Path, algo: str) -> None:
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("byo-fit", algo, tmp_path, HyperParameters={"epochs": "4"}))
+    doc = _finished(sm, "byo-fit")
+    assert doc["TrainingJobStatus"] == "Completed", doc.get("FailureReason")
+    final = {m["MetricName"]: m["Value"] for m in doc["FinalMetricDataList"]}
+    assert final == {"train:error": pytest.approx(0.25), "validation:error": pytest.approx(0.375)}
+    messages = _messages("byo-fit")
+    assert messages[:2] == ["epoch 0 Train_error=1.0000; Valid_error=1.5000;",
+                            "epoch 1 Train_error=0.5000; Valid_error=0.7500;"]
+    assert "training done" in messages  # its stderr too
+    assert doc["AlgorithmSpecification"]["TrainingImage"] == algo
+    assert containers.left_by(_tag(home, "byo-fit")) == []
+
+
+def test_the_container_contract(home: Path, tmp_path: Path, algo: str) -> None:
+    data = tmp_path / "train-data"
+    data.mkdir()
+    (data / "part-0.csv").write_text("1,2\n")
+    single = tmp_path / "labels.txt"
+    single.write_text("a\n")
+    channels = [{"ChannelName": name, "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": str(path)}}}
+                for name, path in (("train", data), ("labels", single))]
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("byo-contract", algo, tmp_path, HyperParameters={"mode": "contract", "lr": "0.1"},
+                                      InputDataConfig=channels, Environment={"FROM_REQUEST": "yes"}))
+    doc = _finished(sm, "byo-contract")
+    assert doc["TrainingJobStatus"] == "Completed", doc.get("FailureReason")
+    (line,) = [m for m in _messages("byo-contract") if m.startswith("CONTRACT ")]
+    seen = json.loads(line.removeprefix("CONTRACT "))
+    assert seen["argv"] == ["/usr/local/bin/train"]  # "train", as SageMaker runs an image without an entry point
+    assert seen["cwd"] == "/srv"  # the image's own WORKDIR
+    assert seen["hostname"] == "algo-1"
+    assert seen["hyperparameters"] == {"mode": "contract", "lr": "0.1"}
+    assert seen["resourceconfig"]["current_host"] == "algo-1" and seen["resourceconfig"]["hosts"] == ["algo-1"]
+    assert set(seen["inputdataconfig"]) == {"train", "labels"}
+    assert seen["channels"] == {"labels": ["labels.txt"], "train": ["part-0.csv"]}
+    env = seen["env"]
+    assert env["SM_CHANNEL_TRAIN"] == "/opt/ml/input/data/train"
+    assert env["SM_MODEL_DIR"] == "/opt/ml/model" and env["SM_OUTPUT_DATA_DIR"] == "/opt/ml/output/data"
+    assert env["SM_HP_LR"] == "0.1" and env["FROM_REQUEST"] == "yes"
+    assert env["TRAINING_JOB_NAME"] == "byo-contract" and env["TRAINING_JOB_ARN"] == doc["TrainingJobArn"]
+    assert "/usr/bin" in seen["path"] and str(Path(os.sys.executable).parent) not in seen["path"].split(":")
+    model = Path(doc["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
+    with tarfile.open(model) as archive:
+        assert archive.extractfile("weights.txt").read() == b"w=1\n"  # type: ignore[union-attr]
+    with tarfile.open(model.parent / "output.tar.gz") as archive:
+        assert archive.extractfile("summary.txt").read() == b"best=0.25\n"  # type: ignore[union-attr]
+    assert (data / "part-0.csv").read_text() == "1,2\n"  # mounted read-only: the job cannot change its input
+
+
+def test_the_failure_file_is_the_failure_reason(home: Path, tmp_path: Path, algo: str) -> None:
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("byo-fail", algo, tmp_path, HyperParameters={"mode": "fail"}))
+    doc = _finished(sm, "byo-fail")
+    assert doc["TrainingJobStatus"] == "Failed"
+    assert doc["FailureReason"] == "ValueError: the learning rate must be positive"
+    assert containers.left_by(_tag(home, "byo-fail")) == []
+
+
+def test_entrypoint_and_arguments_replace_the_images(home: Path, tmp_path: Path, algo: str) -> None:
+    sm = trainmon.client("sagemaker")
+    request = _request("byo-entry", algo, tmp_path)
+    request["AlgorithmSpecification"].update(ContainerEntrypoint=["/bin/sh", "-c"],
+                                             ContainerArguments=['echo "Train_error=0.5; in $0"'])
+    sm.create_training_job(**request)
+    doc = _finished(sm, "byo-entry")
+    assert doc["TrainingJobStatus"] == "Completed", doc.get("FailureReason")
+    assert _messages("byo-entry") == ["Train_error=0.5; in /bin/sh"]
+    assert doc["FinalMetricDataList"][0]["Value"] == 0.5
+
+
+def test_stop_ends_the_container(home: Path, tmp_path: Path, algo: str) -> None:
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("byo-stop", algo, tmp_path, HyperParameters={"mode": "wait"},
+                                      TrainmonConfig={"StopGraceSeconds": 2}))
+    wait_for(lambda: "waiting" in _messages("byo-stop"), "the container's first line")
+    tag = _tag(home, "byo-stop")
+    assert len(containers.left_by(tag)) == 1
+    sm.stop_training_job(TrainingJobName="byo-stop")
+    doc = _finished(sm, "byo-stop")
+    assert doc["TrainingJobStatus"] == "Stopped"
+    assert containers.left_by(tag) == []
+
+
+def test_max_runtime_ends_the_container(home: Path, tmp_path: Path, algo: str) -> None:
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("byo-runtime", algo, tmp_path, HyperParameters={"mode": "wait"},
+                                      StoppingCondition={"MaxRuntimeInSeconds": 2},
+                                      TrainmonConfig={"StopGraceSeconds": 1}))
+    doc = _finished(sm, "byo-runtime")
+    assert doc["TrainingJobStatus"] == "Stopped"
+    assert containers.left_by(_tag(home, "byo-runtime")) == []
+
+
+def test_a_killed_supervisors_container_is_reaped(home: Path, tmp_path: Path, algo: str) -> None:
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("byo-reaped", algo, tmp_path, HyperParameters={"mode": "wait"}))
+    wait_for(lambda: "waiting" in _messages("byo-reaped"), "the container's first line")
+    store = open_store(home)
+    try:
+        supervisor = store.get_job("byo-reaped").supervisor  # type: ignore[union-attr]
+    finally:
+        store.close()
+    tag = supervisor["tag"]
+    assert len(containers.left_by(tag)) == 1
+    os.kill(supervisor["pid"], signal.SIGKILL)
+    wait_for(lambda: sm.describe_training_job(TrainingJobName="byo-reaped")["TrainingJobStatus"] == "Failed",
+             "the job to be reaped")
+    assert containers.left_by(tag) == []
+    assert "supervising process" in sm.describe_training_job(TrainingJobName="byo-reaped")["FailureReason"]
+
+
+def test_two_hosts_reach_each_other_by_name(home: Path, tmp_path: Path, algo: str) -> None:
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("byo-pair", algo, tmp_path, HyperParameters={"mode": "exchange"},
+                                      ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 2,
+                                                      "VolumeSizeInGB": 1}))
+    doc = _finished(sm, "byo-pair")
+    assert doc["TrainingJobStatus"] == "Completed", doc.get("FailureReason")
+    assert _messages("byo-pair", "algo-1") == ["algo-1 got hello from algo-2"]
+    assert _messages("byo-pair", "algo-2") == ["sent"]
+    tag = _tag(home, "byo-pair")
+    assert containers.left_by(tag) == []
+    networks = containers.engine().call(["network", "ls", "--quiet", "--filter", f"label={engines.TAG_LABEL}={tag}"])
+    assert networks.stdout.split() == []
+
+
+def test_network_isolation_means_no_network(home: Path, tmp_path: Path, algo: str) -> None:
+    sm = trainmon.client("sagemaker")
+    request = _request("byo-isolated", algo, tmp_path, EnableNetworkIsolation=True)
+    request["AlgorithmSpecification"].update(ContainerEntrypoint=["/bin/sh", "-c"],
+                                             ContainerArguments=["ls /sys/class/net"])
+    sm.create_training_job(**request)
+    doc = _finished(sm, "byo-isolated")
+    assert doc["TrainingJobStatus"] == "Completed", doc.get("FailureReason")
+    assert _messages("byo-isolated") == ["lo"]
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+def test_an_image_that_does_not_exist_fails_the_job_saying_why(home: Path, tmp_path: Path) -> None:
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("byo-missing", "localhost/no-such-algo:1", tmp_path))
+    doc = _finished(sm, "byo-missing")
+    assert doc["TrainingJobStatus"] == "Failed"
+    reason = doc["FailureReason"]
+    assert reason.startswith("ClientError: image localhost/no-such-algo:1 is not on this machine and could not be "
+                             "pulled")
+    assert "podman build -t localhost/no-such-algo:1" in reason
+
+
+def test_a_train_that_is_not_executable(home: Path, tmp_path: Path, algo: str) -> None:
+    sm = trainmon.client("sagemaker")
+    request = _request("byo-noexec", algo, tmp_path)
+    request["AlgorithmSpecification"].update(ContainerEntrypoint=["/opt/ml/input/config/hyperparameters.json"])
+    sm.create_training_job(**request)
+    doc = _finished(sm, "byo-noexec")
+    assert doc["TrainingJobStatus"] == "Failed"
+    assert "permission denied" in doc["FailureReason"].lower()
+    assert containers.left_by(_tag(home, "byo-noexec")) == []
+
+
+def test_no_engine_refuses_the_job_before_it_exists(home: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(engines.ENGINE_VARIABLE, str(tmp_path / "no-engine"))
+    sm = trainmon.client("sagemaker")
+    with pytest.raises(ValidationException, match="is a container image, and TRAINMON_CONTAINER_ENGINE="):
+        sm.create_training_job(**_request("byo-noengine", "my-algo:1", tmp_path))
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+def test_trainmon_run_image(home: Path, tmp_path: Path, algo: str) -> None:
+    done = run_cli("run", "--name", "byo-cli", "--image", algo, "--metric", "train:error=Train_error=(.*?);",
+                   "-H", "epochs=2", "--disable-profiler", "--system-metrics-interval", "1")
+    assert done.returncode == 0, done.stderr
+    assert "epoch 1 Train_error=0.5000; Valid_error=0.7500;" in done.stdout
+    assert "train:error" in done.stdout
+    listed = run_cli("images", check=True)
+    assert algo in listed.stdout
+
+
+def test_trainmon_run_image_refuses_a_command_line(home: Path) -> None:
+    done = run_cli("run", "--image", "python3 train.py")
+    assert done.returncode == 2
+    assert "does not name a container image" in done.stderr
+
+
+def test_a_launcher_without_containers_refuses_an_image(home: Path, tmp_path: Path) -> None:
+    from trainmon.api.training_request import job_document
+
+    request = _request("byo-ray", "my-algo:1", tmp_path, TrainmonConfig={"Launcher": "ray",
+                                                                         "RayAddress": "127.0.0.1:6379"})
+    with pytest.raises(ValidationException, match="is a container image, and a job on a Ray cluster cannot run one"):
+        job_document(request, 0.0, home=home, database_url="postgresql://trainmon@127.0.0.1/trainmon")
+
+
+def test_estimator_with_an_image_uri(home: Path, tmp_path: Path, algo: str) -> None:
+    estimator = trainmon.Estimator(image_uri=algo, role="local", instance_type="ml.m5.large",
+                                   hyperparameters={"epochs": "2"}, metric_definitions=SEED_DEFINITIONS,
+                                   output_path=str(tmp_path / "out"))
+    estimator.fit(wait=True, logs="None")
+    name = estimator.latest_training_job.job_name
+    assert name.startswith("trainmon-test-algo-")  # the repository's name, as the SageMaker SDK makes it
+    frame = estimator.training_job_analytics.dataframe()
+    assert sorted(zip(frame["metric_name"], frame["value"], strict=True)) == [
+        ("train:error", 0.5), ("train:error", 1.0), ("validation:error", 0.75), ("validation:error", 1.5)]
+    attached = trainmon.Estimator.attach(name)
+    assert attached.image_uri == algo
