@@ -7,10 +7,12 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import trainmon
@@ -149,6 +151,9 @@ def test_the_container_contract(home: Path, tmp_path: Path, algo: str) -> None:
     assert env["SM_MODEL_DIR"] == "/opt/ml/model" and env["SM_OUTPUT_DATA_DIR"] == "/opt/ml/output/data"
     assert env["SM_HP_LR"] == "0.1" and env["FROM_REQUEST"] == "yes"
     assert env["TRAINING_JOB_NAME"] == "byo-contract" and env["TRAINING_JOB_ARN"] == doc["TrainingJobArn"]
+    # ml.m5.large: 2 vCPUs and 8 GiB, at most this machine's
+    assert env["SM_NUM_CPUS"] == str(min(2, os.cpu_count() or 1))
+    assert seen["memory_limit"] == str(min(8 << 30, psutil.virtual_memory().total))
     assert "/usr/bin" in seen["path"] and str(Path(os.sys.executable).parent) not in seen["path"].split(":")
     model = Path(doc["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
     with tarfile.open(model) as archive:
@@ -319,3 +324,87 @@ def test_estimator_with_an_image_uri(home: Path, tmp_path: Path, algo: str) -> N
         ("train:error", 0.5), ("train:error", 1.0), ("validation:error", 0.75), ("validation:error", 1.5)]
     attached = trainmon.Estimator.attach(name)
     assert attached.image_uri == algo
+
+
+def test_system_metrics_are_the_containers_own(home: Path, tmp_path: Path, algo: str) -> None:
+    """The monitor follows the container's processes, not the engine's client that waits for them."""
+    from .test_monitor import host_metric
+
+    sm = trainmon.client("sagemaker")
+    for name, code in (("byo-busy", "import time\nend = time.time() + 3\nwhile time.time() < end:\n    pass\n"),
+                       ("byo-idle", "import time\ntime.sleep(3)\n")):
+        request = _request(name, algo, tmp_path, TrainmonConfig={"SystemMetricsIntervalSeconds": 1},
+                           ProfilerConfig={"DisableProfiler": True})
+        request["AlgorithmSpecification"].update(ContainerEntrypoint=["/usr/bin/python3", "-c"],
+                                                 ContainerArguments=[code])
+        sm.create_training_job(**request)
+    for name in ("byo-busy", "byo-idle"):
+        assert _finished(sm, name)["TrainingJobStatus"] == "Completed"
+    store = open_store(home)
+    try:
+        busy, idle = host_metric(store, "byo-busy", "CPUUtilization"), host_metric(store, "byo-idle", "CPUUtilization")
+        assert len(busy) >= 2 and len(idle) >= 2  # 3 s jobs, 1 s intervals
+        assert sum(busy) > sum(idle)  # a busy loop outweighs a sleep: the container's, not its client's
+        assert max(host_metric(store, "byo-busy", "ProcessCount")) == 1
+    finally:
+        store.close()
+
+
+def test_checkpoints_are_restored_and_kept(home: Path, tmp_path: Path, algo: str) -> None:
+    """CheckpointConfig: what one job leaves in /opt/ml/checkpoints the next one finds there, kept in
+    a local directory or under an s3:// prefix of the object store."""
+    from trainmon.store.objects import ObjectStore
+
+    kept = tmp_path / "checkpoints"
+    objects = ObjectStore(home)
+    objects.create_bucket("runs")
+    objects.put_object("runs", "ckpt/step.txt", b"41")
+    sm = trainmon.client("sagemaker")
+    for name, uri in (("byo-ckpt-1", str(kept)), ("byo-ckpt-2", str(kept)), ("byo-ckpt-s3", "s3://runs/ckpt")):
+        sm.create_training_job(**_request(name, algo, tmp_path, HyperParameters={"mode": "checkpoint"},
+                                          CheckpointConfig={"S3Uri": uri}))
+        assert _finished(sm, name)["TrainingJobStatus"] == "Completed"
+    assert _messages("byo-ckpt-1") == ["resumed at step 0"]
+    assert _messages("byo-ckpt-2") == ["resumed at step 1"]
+    assert (kept / "step.txt").read_text() == "2"
+    assert _messages("byo-ckpt-s3") == ["resumed at step 41"]
+    body, _ = objects.open_object("runs", "ckpt/step.txt")
+    with body:
+        assert body.read() == b"42"
+    request = _request("byo-ckpt-path", algo, tmp_path, CheckpointConfig={"S3Uri": str(kept), "LocalPath": "/ckpt"})
+    request["AlgorithmSpecification"].update(ContainerEntrypoint=["/bin/sh", "-c"],
+                                             ContainerArguments=["cat /ckpt/step.txt; echo; echo 7 > /ckpt/step.txt"])
+    sm.create_training_job(**request)
+    assert _finished(sm, "byo-ckpt-path")["TrainingJobStatus"] == "Completed"
+    assert _messages("byo-ckpt-path") == ["2"]  # restored at the LocalPath the request names
+    assert (kept / "step.txt").read_text() == "7\n"
+
+
+def test_a_checkpoint_place_that_cannot_be_is_refused(home: Path, tmp_path: Path) -> None:
+    sm = trainmon.client("sagemaker")
+    with pytest.raises(ValidationException, match="CheckpointConfig.S3Uri 's3://nobucket/x'"):
+        sm.create_training_job(**_request("byo-ckpt-bad", "my-algo:1", tmp_path,
+                                          CheckpointConfig={"S3Uri": "s3://nobucket/x"}))
+    with pytest.raises(ValidationException, match="CheckpointConfig.LocalPath 'relative' must be an absolute path"):
+        sm.create_training_job(**_request("byo-ckpt-bad", "my-algo:1", tmp_path,
+                                          CheckpointConfig={"S3Uri": str(tmp_path), "LocalPath": "relative"}))
+
+
+def test_a_process_jobs_checkpoints_are_at_its_local_path(home: Path, tmp_path: Path, script) -> None:
+    kept, local = tmp_path / "kept", tmp_path / "work"
+    kept.mkdir()
+    (kept / "step.txt").write_text("5")
+    train = script(f"""
+        from pathlib import Path
+        path = Path({str(local)!r}) / "step.txt"
+        print("resumed at step", path.read_text(), flush=True)
+        path.write_text("6")
+        """)
+    sm = trainmon.client("sagemaker")
+    request = _request("proc-ckpt", "unused", tmp_path, CheckpointConfig={"S3Uri": kept.as_uri(),
+                                                                           "LocalPath": str(local)})
+    request["AlgorithmSpecification"] = {"TrainingInputMode": "File", "ContainerEntrypoint": [sys.executable, str(train)]}
+    sm.create_training_job(**request)
+    assert _finished(sm, "proc-ckpt")["TrainingJobStatus"] == "Completed"
+    assert _messages("proc-ckpt") == ["resumed at step 5"]
+    assert (kept / "step.txt").read_text() == "6"

@@ -158,3 +158,37 @@ def test_a_framework_estimator_runs_its_entry_point_in_script_mode(server: Serve
     assert "pytorch-training" in str(found["image"])
     assert found["finals"] == {"loss": pytest.approx(0.667)}
     assert "epoch 2 lr=0.1 loss=0.667;" in str(found["stdout"])
+
+
+@pytest.mark.timeout(600)  # heavy by design: room for a machine busy with other tests
+def test_an_estimator_runs_an_image_tagged_as_in_ecr(server: ServerProcess, tmp_path: Path) -> None:
+    """`podman build -t <account>.dkr.ecr.<region>.amazonaws.com/repo:tag .`, then the SDK's
+    Estimator with that URI: the local image runs, with no registry at all."""
+    from . import containers
+
+    ecr = "123456789012.dkr.ecr.us-west-2.amazonaws.com/my-algo:sdk"
+    containers.engine().call(["tag", containers.algo_image(), ecr])
+    found = _run_with_sdk(server, tmp_path, f"""
+        import json
+        from sagemaker.estimator import Estimator
+
+        estimator = Estimator(
+            image_uri={ecr!r},
+            role="arn:aws:iam::000000000000:role/trainmon",
+            instance_count=1,
+            instance_type="ml.m5.large",
+            hyperparameters={{"epochs": 4}},
+            metric_definitions=[{{"Name": "train:error", "Regex": "Train_error=(.*?);"}}],
+        )
+        estimator.fit(logs="All", job_name="sdk-image")
+        description = estimator.latest_training_job.describe()
+        print(json.dumps({{
+            "status": description["TrainingJobStatus"],
+            "image": description["AlgorithmSpecification"]["TrainingImage"],
+            "finals": {{m["MetricName"]: m["Value"] for m in description["FinalMetricDataList"]}},
+        }}))
+        """)
+    assert found["status"] == "Completed"
+    assert found["image"] == ecr
+    assert found["finals"] == {"train:error": pytest.approx(0.25)}
+    assert "epoch 3 Train_error=0.2500; Valid_error=0.3750;" in str(found["stdout"])

@@ -47,7 +47,7 @@ from ..rules import catalog
 from ..rules.configs import DEBUGGER_IMAGE
 from ..rules.profiler_setup import default_report
 from ..runtime.containers import engine, image
-from ..runtime.contract import toolkit
+from ..runtime.contract import checkpoints, toolkit
 from ..runtime.launchers import registry
 from ..runtime.retry import STORE_WAIT_S
 from ..runtime.watch import notify
@@ -184,6 +184,7 @@ def job_document(request: Mapping[str, Any], now: float, *, home: Path | None = 
     checked = validate(SHAPE, request)
     launcher = registry.kind(checked.get("TrainmonConfig", {}).get("Launcher"))
     launcher.check(checked, database_url, root)
+    checkpoints.check(checked.get("CheckpointConfig"), root)
     name: str = checked["TrainingJobName"]
     algorithm = _algorithm(checked.get("AlgorithmSpecification", {}))
     hyperparameters: dict[str, str] = checked.get("HyperParameters", {})

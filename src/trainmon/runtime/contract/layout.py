@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from ...jobs.document import Channel, JobDocument
-from . import tensors, toolkit
+from . import instances, tensors, toolkit
 
 CONTAINER_ROOT = Path("/opt/ml")
 CONTAINER_RENDEZVOUS_PORT = 7777
@@ -86,6 +86,13 @@ class HostLayout:
 
 def host_names(count: int) -> list[str]:
     return [f"algo-{index}" for index in range(1, count + 1)]
+
+
+def container_limits(doc: JobDocument) -> instances.Limits | None:
+    """The CPUs and memory a container of the job's hosts may use (its instance type's, at most this
+    machine's); None: no limits."""
+    return instances.container_limits(doc["ResourceConfig"]["InstanceType"], os.cpu_count() or 1,
+                                      psutil.virtual_memory().total)
 
 
 def gpu_count() -> int:
@@ -147,12 +154,19 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *,
     _write_json(layout.config_dir / "hyperparameters.json", hyperparameters)
     _write_json(layout.config_dir / "resourceconfig.json", resource)
     _write_json(layout.config_dir / "inputdataconfig.json", input_config)
+    checkpoints = (doc.get("CheckpointConfig") or {}).get("LocalPath", "/opt/ml/checkpoints")
+    if seen_at is not None and doc.get("CheckpointConfig") and Path(checkpoints) != seen_at / "checkpoints":
+        (layout.root / "checkpoints").mkdir(exist_ok=True)
+        layout.mounts.append(Mount(str(layout.root / "checkpoints"), checkpoints, read_only=False))
     hook_env = tensors.prepare_host(layout.root, layout.config_dir, doc.get("DebugHookConfig"), seen)  # trainmon.debug's
 
     script = doc["TrainmonConfig"].get("Script")
     split = toolkit.split(hyperparameters)
     decoded = split.user if script is not None else {key: toolkit.decode(value) for key, value in hyperparameters.items()}
     num_cpus, num_gpus = os.cpu_count() or 1, gpu_count()
+    limits = container_limits(doc) if seen_at is not None else None
+    if limits is not None:  # a container's limit, as the toolkit counts them inside its cgroup
+        num_cpus = limits.cpus
     training_env = {
         "job_name": doc["TrainingJobName"],
         "current_host": host,
@@ -217,6 +231,17 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *,
         inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", "") if seen_at is None else "")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (seen(layout.code_dir), inherited)))
     return layout, env
+
+
+def checkpoint_dir(layout: HostLayout, doc: JobDocument) -> Path | None:
+    """Where a host's checkpoints are on this machine (None: the job keeps none): a container's in its
+    directory, seen at CheckpointConfig.LocalPath; a process's at LocalPath itself, when given."""
+    config = doc.get("CheckpointConfig")
+    if not config:
+        return None
+    if layout.seen_at is None and config.get("LocalPath"):
+        return Path(config["LocalPath"])
+    return layout.root / "checkpoints"
 
 
 @dataclass(frozen=True)

@@ -104,4 +104,4 @@ class HostsEnd:
     loss: Loss = field(default_factory=Loss)
     ingest_failure: str | None = None  # the output could not be stored at all
     left: bool = False  # what was not stored waits in the job's spool (patience with the store was lost)
-    warnings: list[str] = field(default_factory=list)  # a system monitor or profiler that failed
+    warnings: list[str] = field(default_factory=list)  # what failed beside the job (the monitor, the checkpoints' copy)

@@ -168,7 +168,7 @@ class Supervisor:
         maintainer.stop()
         end = hosts.finish(self._patience)
         for warning in end.warnings:
-            print(f"trainmon: warning: system monitoring: {warning}; the job itself was not affected", file=sys.stderr)
+            print(f"trainmon: warning: {warning}", file=sys.stderr)
         self.loss = end.loss  # everything not stored: the readers' drops and the ingestor's own
         self._left = end.left
         if rules is not None:

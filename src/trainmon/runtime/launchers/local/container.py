@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ...containers.engine import JOB_LABEL, TAG_LABEL, Engine, EngineError, find
 from ...containers.image import parse as parse_reference
-from ...contract.layout import CONTAINER_ROOT, HostLayout
+from ...contract.layout import CONTAINER_ROOT, HostLayout, container_limits
 from ...processes.tags import TAG_VARIABLE
 from ..launcher import HostSpec, LaunchError
 from .launcher import LocalHost, LocalLauncher
@@ -53,6 +53,7 @@ class ContainerLauncher(LocalLauncher):
         self._network_made = False
         self._addresses: dict[str, str] = {}  # each host's on the job's network
         self.hosts_count = doc["ResourceConfig"]["InstanceCount"]
+        self.limits = container_limits(doc)
 
     def prepare(self) -> str | None:
         """The engine found and the image ready (pulled if need be); the job's failure reason if not."""
@@ -93,6 +94,9 @@ class ContainerLauncher(LocalLauncher):
                 "--label", f"{TAG_LABEL}={self.tag}", "--label", f"{JOB_LABEL}={self.job}",
                 "--hostname", spec.name, "--log-driver", "none", "--interactive=false",
                 "--volume", f"{layout.root}:{CONTAINER_ROOT}", *engine.limits()]
+        if self.limits is not None:
+            memory = f"{self.limits.memory_bytes}b"  # and no swap beyond it: an instance has none
+            args += ["--cpus", str(self.limits.cpus), "--memory", memory, "--memory-swap", memory]
         for mount in layout.mounts:
             args += ["--volume", f"{mount.source}:{mount.target}{':ro' if mount.read_only else ''}"]
         if self.network is not None:

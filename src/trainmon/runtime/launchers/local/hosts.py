@@ -35,7 +35,7 @@ from ...capture.loss import LossCounter
 from ...capture.pipes import MemoryBudget, PipeOutput, Spooler, start_spool
 from ...capture.records import Echo, RecordCutter
 from ...capture.spool import now_ms, spool_path
-from ...contract import artifacts, tensors, toolkit
+from ...contract import artifacts, checkpoints, tensors, toolkit
 from ...contract import layout as contract
 from ...job.hosts import FAILURE_REASON_CHARS, HostsEnd
 from ...retry import Interrupted, Patience, retrying
@@ -111,6 +111,9 @@ class LocalHosts:
                 seen_at = contract.CONTAINER_ROOT if containers is not None else None
                 layout, env = contract.prepare_host(self.job_dir, self.doc, host, self.peers, seen_at=seen_at)
                 self.hosts.append(_Host(host, layout, env))
+                directory = contract.checkpoint_dir(layout, self.doc)
+                if directory is not None:  # what an earlier job left there
+                    checkpoints.restore(self.doc["CheckpointConfig"], self.store.home, directory)
                 if containers is not None:
                     containers.place(layout)
         except (OSError, toolkit.SourceError) as exc:  # an input gone or changed since the job was created
@@ -220,7 +223,9 @@ class LocalHosts:
         if self.monitor is not None:
             self.monitor.stop()
             failed = (self.monitor.error, self.monitor.profiler.failed if self.monitor.profiler else None)
-            end.warnings = [str(problem) for problem in failed if problem]
+            end.warnings = [f"system monitoring: {problem}; the job itself was not affected" for problem in failed
+                            if problem]
+        end.warnings += self._save_checkpoints()
         # What the pipes still hold, for at most PIPE_DRAIN_S: a pipe kept open by a process beyond
         # trainmon's reach is abandoned, not waited for.
         if self.spooler is not None:
@@ -241,6 +246,22 @@ class LocalHosts:
         if not end.left:
             shutil.rmtree(self.spool_dir, ignore_errors=True)  # all stored, or counted as lost: nothing to recover
         return end
+
+    def _save_checkpoints(self) -> list[str]:
+        """Each host's checkpoints copied to CheckpointConfig.S3Uri; what could not be, as warnings."""
+        config = self.doc.get("CheckpointConfig")
+        if not config:
+            return []
+        problems = []
+        for host in self.hosts:
+            directory = contract.checkpoint_dir(host.layout, self.doc)
+            try:
+                if directory is not None:
+                    checkpoints.save(config, self.store.home, directory)
+            except OSError as exc:
+                problems.append(f"checkpoints: {host.name}'s could not be kept at {config['S3Uri']}: {exc}; they "
+                                f"are still in {directory}")
+        return problems
 
     def failure_reason(self, host: str, code: int) -> str:
         found = next(h for h in self.hosts if h.name == host)
