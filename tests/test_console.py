@@ -544,3 +544,28 @@ def test_rules_and_alarms(server: ServerProcess, page: Any, script: Callable[[st
     page.click("button[name=delete]")
     page.wait_for_url(re.compile(r".*/alarms$"))
     expect(page.locator(".empty")).to_have_text("No alarms yet.")
+
+
+def test_a_job_of_your_own_algorithm_container(server: ServerProcess, page: Any, tmp_path: Path) -> None:
+    """The new-job form's image choice: the images on this machine offered, the job run as a container."""
+    from . import containers
+
+    image = containers.algo_image()
+    page.goto(server.url + "/new")
+    page.select_option("select[name=run-kind]", "image")
+    expect(page.locator(f"#local-images option[value='{image}']")).to_have_count(1)
+    page.fill("input[name=name]", "console-image")
+    page.fill("input[name=command]", image)
+    page.fill("[data-row=metric] input[name=Name]", "train:error")
+    page.fill("[data-row=metric] input[name=Regex]", "Train_error=(.*?);")
+    page.click("button[name=add-hyperparameter]")
+    page.fill("[data-row=hyperparameter] input[name=key]", "epochs")
+    page.fill("[data-row=hyperparameter] input[name=value]", "2")
+    page.click("button[name=create]")
+    page.wait_for_url("**/jobs/console-image")
+    job = call(server, "GET", "/api/jobs/console-image")["Job"]
+    assert job["AlgorithmSpecification"]["TrainingImage"] == image
+    assert "ContainerEntrypoint" not in job["AlgorithmSpecification"]
+    expect(page.locator(".log-lines .line", has_text="epoch 1 Train_error=0.5000;").first).to_be_visible(
+        timeout=60_000)
+    expect(page.locator("dl.facts")).to_contain_text(image)  # what the job runs in

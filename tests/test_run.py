@@ -429,7 +429,11 @@ def test_a_stop_signal_at_any_moment_of_the_start_stops_the_job_and_leaves_nothi
         try:
             proc.communicate(timeout=120)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"trainmon run went on after a signal {delay_ms} ms into it") from None
+            masks = [line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                     if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
+            raise AssertionError(f"trainmon run went on after a signal {delay_ms} ms into it ({masks}; this test "
+                                 f"process: {signal.pthread_sigmask(signal.SIG_BLOCK, [])}, "
+                                 f"{signal.getsignal(signal.SIGINT)})") from None
         listing = run_cli("list", "--json", check=True)  # (it reaps a job whose supervisor is gone)
         jobs = {job["TrainingJobName"]: job for job in json.loads(listing.stdout)}
         if name in jobs:

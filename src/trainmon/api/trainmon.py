@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
-from ..errors import ValidationException
+from ..errors import TrainmonError, ValidationException
 from ..jobs import rulestatus
 from ..jobs.status import TERMINAL, profiler_settings
 from ..parsing.definitions import MetricDefinition, definition_warnings, validate_definitions
@@ -299,6 +299,21 @@ def maintain_store(store: Store, **unsupported: Any) -> dict[str, Any]:
             **{"".join(part.title() for part in k.split("_")): v for k, v in dataclasses.asdict(done).items()}}
 
 
+def list_images(store: Store | None = None, **unsupported: Any) -> dict[str, Any]:
+    """The container images on this machine a job can run in (``TrainingImage``): ``Engine`` (podman
+    or docker) and ``Images`` (``Name``, ``Id``, ``Size``, ``Created``, as the engine words them)."""
+    refuse_unknown(unsupported, where="input")
+    from ..runtime.containers import engine
+
+    try:
+        found = engine.find()
+        images = found.images()
+    except engine.EngineError as exc:
+        raise TrainmonError(str(exc), code="EngineUnavailable") from None
+    return {"Engine": found.name,
+            "Images": [{"Name": i.name, "Id": i.id, "Size": i.size, "Created": i.created} for i in images]}
+
+
 OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "DescribeJobMetrics": describe_job_metrics,
     "GetJobMetricPoints": get_job_metric_points,
@@ -308,4 +323,5 @@ OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "GetProfileSummary": get_profile_summary,
     "ListRuleFindings": list_rule_findings,
     "MaintainStore": maintain_store,
+    "ListImages": list_images,
 }

@@ -15,9 +15,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .common import Commands, handled
 
@@ -65,12 +68,22 @@ def _command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_command(arguments))
-    args = parser.parse_args(arguments)
-    if args.home is not None:
-        args.home = args.home.expanduser().resolve()
-        os.environ["TRAINMON_HOME"] = str(args.home)  # detached supervisors and defaults follow it
-    return handled(args, lambda: args.handler(args))
+    command = _command(arguments)
+    held: dict[int, Any] = {}
+    if command in ("run", "demo") and threading.current_thread() is threading.main_thread():
+        from ..runtime.processes.sessions import hold_stop_signals
+
+        held = hold_stop_signals()  # a Ctrl-C while the command starts stops the job, however early it comes
+    try:
+        parser = build_parser(command)
+        args = parser.parse_args(arguments)
+        if args.home is not None:
+            args.home = args.home.expanduser().resolve()
+            os.environ["TRAINMON_HOME"] = str(args.home)  # detached supervisors and defaults follow it
+        return handled(args, lambda: args.handler(args))
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

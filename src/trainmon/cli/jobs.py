@@ -120,14 +120,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in catalog.warnings(request):
         warn(warning)
     name = request["TrainingJobName"]
+    from ..runtime.processes.sessions import release_stop_signals, supervise_in_a_session_of_its_own
+
     if registry.kind(args.launcher).submit is not None and not args.detach:
+        release_stop_signals()  # this process supervises nothing: Ctrl-C is Python's again
         return _run_elsewhere(store(args), request, registry.kind(args.launcher).elsewhere)
     if args.detach:
+        release_stop_signals()
         sagemaker.create_training_job(store(args), **request)
         print(f"trainmon: job {name} started in the background; follow it with: trainmon logs {name} --follow")
         return 0
-    from ..runtime.processes.sessions import supervise_in_a_session_of_its_own
-
     return supervise_in_a_session_of_its_own(lambda: handled(args, lambda: _supervise(args, request)))
 
 
@@ -361,20 +363,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_images(args: argparse.Namespace) -> int:
-    from ..runtime.containers import engine
-
-    try:
-        found = engine.find()
-        images = found.images()
-    except engine.EngineError as exc:
-        print(f"trainmon: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    found = trainmon.list_images()
     if args.json:
-        print_json([{"Name": i.name, "Id": i.id, "Size": i.size, "Created": i.created} for i in images])
+        print_json(found["Images"])
         return 0
-    if not images:
-        print(f"no images in {found.name} yet: build one (`{found.name} build -t my-algo:latest .`), then "
+    if not found["Images"]:
+        print(f"no images in {found['Engine']} yet: build one (`{found['Engine']} build -t my-algo:latest .`), then "
               "`trainmon run --image my-algo:latest`")
         return 0
-    print(render.table(["IMAGE", "ID", "SIZE", "CREATED"], [[i.name, i.id[:12], i.size, i.created] for i in images]))
+    print(render.table(["IMAGE", "ID", "SIZE", "CREATED"],
+                       [[i["Name"], i["Id"][:12], i["Size"], i["Created"]] for i in found["Images"]]))
     return 0

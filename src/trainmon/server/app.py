@@ -102,6 +102,10 @@ async def list_jobs(request: Request, store: Store) -> Any:
     return await _call(work)
 
 
+async def list_images(request: Request, store: Store) -> Any:
+    return await _call(lambda: trainmon.list_images(store))
+
+
 async def create_job(request: Request, store: Store) -> Any:
     request_ = await body(request)
     typecheck.check("sagemaker", "CreateTrainingJob", sagemaker.create_training_job, request_)
@@ -414,6 +418,7 @@ ROUTES: tuple[Endpoint, ...] = (
                           Param("logs", help="0: no log records")), stream=True, tags=("live",)),
     Endpoint("GET", "/api/events", "Live: every job's status (Server-Sent Events)", jobs_events, stream=True,
              tags=("live",)),
+    Endpoint("GET", "/api/images", "The container images a job can run in", list_images),
     Endpoint("POST", "/api/definitions/test", "Metric definitions applied to sample log text", test_definitions,
              body="MetricDefinitions and LogText (TestMetricDefinitions)", tags=("definitions",)),
     Endpoint("POST", "/api/{service}/{operation}", "Any operation of the operations layer, by its API name",

@@ -1,7 +1,7 @@
 // The new-job page: a CreateTrainingJob request from a form, with a live tester of the metric
 // definitions over pasted sample output.
 
-import {post, ApiError} from "./api.js";
+import {get, post, ApiError} from "./api.js";
 import {h, clear, fmtNum, debounce, field, warningList} from "./dom.js";
 import {navigate} from "./router.js";
 
@@ -102,8 +102,9 @@ export function mount(root) {
     "select",
     {name: "run-kind"},
     h("option", {value: "command"}, "Command"),
-    h("option", {value: "image"}, "Image"),
+    h("option", {value: "image"}, "Your own algorithm container"),
   );
+  const images = h("datalist", {id: "local-images"});
   const command = h("input", {
     type: "text",
     name: "command",
@@ -111,6 +112,34 @@ export function mount(root) {
     spellcheck: "false",
     class: "wide",
   });
+  const runHelp = h("span", {class: "help"});
+  const arguments_ = h("input", {
+    type: "text",
+    name: "container-arguments",
+    placeholder: "train",
+    spellcheck: "false",
+    class: "wide",
+  });
+  const argumentsField = field("Container arguments", arguments_, "instead of train, as a shell splits them");
+  function showKind() {
+    const image = kind.value === "image";
+    command.placeholder = image ? "my-algo:latest, or 123456789012.dkr.ecr.us-west-2.amazonaws.com/my-algo:latest" :
+      "python3 train.py --epochs 3";
+    if (image) command.setAttribute("list", "local-images");
+    else command.removeAttribute("list");
+    runHelp.textContent = image ?
+      "an image, run as a container under SageMaker's contract with train as its argument (or a directory " +
+        "with an executable train); the images on this machine are offered as you type" :
+      "a command line, split into words as a shell would (quotes respected)";
+    argumentsField.hidden = !image;
+  }
+  kind.addEventListener("change", showKind);
+  showKind();
+  get("/api/images").then(
+    (found) => images.replaceChildren(...found.Images.filter((i) => !/^[0-9a-f]+$/.test(i.Name))
+      .map((i) => h("option", {value: i.Name}, `${i.Size}, ${i.Created}`))),
+    () => {}, // no container engine here: a command still runs
+  );
   const count = h("input", {type: "number", name: "instance-count", min: 1, max: 64, value: 1});
   const runtime = h("input", {type: "number", name: "max-runtime", min: 1, placeholder: "86400"});
   const hyper = rows(
@@ -255,7 +284,12 @@ export function mount(root) {
   function requestBody() {
     const algorithm = {TrainingInputMode: "File"};
     if (kind.value === "command") algorithm.ContainerEntrypoint = splitCommand(command.value);
-    else algorithm.TrainingImage = command.value.trim();
+    else {
+      algorithm.TrainingImage = command.value.trim();
+      if (!algorithm.TrainingImage) throw new Error("Give the image to run.");
+      const given = splitCommand(arguments_.value);
+      if (given.length) algorithm.ContainerArguments = given;
+    }
     if (kind.value === "command" && !algorithm.ContainerEntrypoint.length) throw new Error("Give the command to run.");
     const definitions = definitionsNow();
     if (definitions.length) algorithm.MetricDefinitions = definitions;
@@ -316,14 +350,10 @@ export function mount(root) {
         "div",
         {class: "field"},
         h("span", {class: "label"}, "Run"),
-        h("div", {class: "inline"}, kind, command),
-        h(
-          "span",
-          {class: "help"},
-          "a command line (split into words as a shell would, quotes respected), or an image: " +
-            "a command line or a directory with an executable train",
-        ),
+        h("div", {class: "inline"}, kind, command, images),
+        runHelp,
       ),
+      argumentsField,
       h("div", {class: "inline-fields"}, field("Instances", count), field("Max runtime (s)", runtime)),
     ),
     h("section", {class: "panel"}, h("h2", {}, "Hyperparameters"), hyper.el),

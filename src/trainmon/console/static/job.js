@@ -211,6 +211,7 @@ class JobPage {
         fact("Duration", this.duration()),
         fact("Instances", job.ResourceConfig?.InstanceCount ?? 1),
         fact("Max runtime", fmtDuration(job.StoppingCondition?.MaxRuntimeInSeconds)),
+        this.metrics.Image ? fact("Image", h("code", {}, this.metrics.Image)) : null,
         fact("Command", h("code", {}, command.join(" "))),
       ),
       job.FailureReason ? h("div", {class: "failure"}, h("strong", {}, "Failure: "), job.FailureReason) : null,

@@ -17,7 +17,7 @@ import threading
 import traceback
 import warnings
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 _PR_SET_PDEATHSIG = 1
 
@@ -65,6 +65,7 @@ def supervise_in_a_session_of_its_own(supervise: Callable[[], int]) -> int:
         child = os.fork()
     if child == 0:
         _supervise_apart(supervise, parent, blocked)
+    _early.clear()  # kept for the supervisor, which has its own copy
     try:
         return _stand_for(child)
     finally:
@@ -86,6 +87,29 @@ def early_signals() -> list[int]:
     return taken
 
 
+def hold_stop_signals() -> dict[int, Any]:
+    """From now until a supervisor's own handlers are in place, a SIGINT or SIGTERM is kept for it
+    (:func:`early_signals`) instead of acting at once: ``trainmon run``'s first moments, where
+    Python's KeyboardInterrupt could be raised inside code that swallows it (a lookup that calls
+    Python and clears its errors) and the job would start as if no one had asked it to stop. The
+    handlers it replaced, to put back. A stop signal blocked by whoever started this process (a mask
+    is inherited) is unblocked: one sent already is kept now, and the job can be stopped."""
+    replaced = {sig: signal.signal(sig, _noted_early) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, replaced)
+    return replaced
+
+
+def release_stop_signals() -> None:
+    """Python's own handling of SIGINT and SIGTERM again, for a command that supervises nothing
+    (``--detach``, a job handed over); a signal kept meanwhile acts now."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for signum in early_signals():
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signum)
+
+
 def _supervise_apart(supervise: Callable[[], int], parent: int, blocked: set[int | signal.Signals]) -> NoReturn:
     code = 1
     try:
@@ -94,7 +118,8 @@ def _supervise_apart(supervise: Callable[[], int], parent: int, blocked: set[int
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             pass
-        # until the supervisor's own handlers: a Ctrl-C or SIGTERM is kept for it, a SIGHUP ignored as it will be
+        # until the supervisor's own handlers: a Ctrl-C or SIGTERM is kept for it (with those kept before the
+        # fork), a SIGHUP ignored as it will be
         signal.signal(signal.SIGINT, _noted_early)
         signal.signal(signal.SIGTERM, _noted_early)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
