@@ -94,7 +94,7 @@ def hold_stop_signals() -> dict[int, Any]:
     Python and clears its errors) and the job would start as if no one had asked it to stop. The
     handlers it replaced, to put back. A stop signal blocked by whoever started this process (a mask
     is inherited) is unblocked: one sent already is kept now, and the job can be stopped."""
-    replaced = {sig: signal.signal(sig, _noted_early) for sig in (signal.SIGINT, signal.SIGTERM)}
+    replaced: dict[int, Any] = {sig: signal.signal(sig, _noted_early) for sig in (signal.SIGINT, signal.SIGTERM)}
     signal.pthread_sigmask(signal.SIG_UNBLOCK, replaced)
     return replaced
 
