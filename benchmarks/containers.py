@@ -9,6 +9,11 @@ command as a process, both under ``trainmon run``, alternated in the same run.
 - Flood: a host printing 2,000,000 metric lines as fast as it can (the test image's ``train``
   in flood mode, and the same Python loop as a process): ``trainmon run``'s whole time, every
   line stored. Target: the container within 1.1x of the process.
+- Sampling: the system monitor and the profiler (100 ms ticks) following a host of 50 sleeping
+  processes for 20 s, in a process of their own (``benchmarks.monitor``'s child): the host a
+  container of the image (its main process on this machine, as the launcher hands it to the
+  monitor) against the same tree as a process group. CPU time per tick; informational (both read
+  the same ``/proc`` files, one per process).
 
 The image is the tests' (tests/containers.py builds it offline on first use: about a minute).
 """
@@ -18,8 +23,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from . import monitor
 from .common import Report, child_env, heading, median, scratch_dir, table
 
 STARTS = 5
@@ -110,4 +118,50 @@ def run(scale: float = 1.0) -> Report:
         ratio = walls["container"] / walls["process"]
         report.ratio("flood, trainmon run's time: container / process", ratio, f"<= {TARGET_FLOOD_RATIO}x",
                      ratio <= TARGET_FLOOD_RATIO, detail=f"({walls['container']:.2f} s / {walls['process']:.2f} s)")
+        _sampling(report, image, max(3.0, monitor.RUN_S * scale), work)
     return report
+
+
+def _sampling(report: Report, image: str, seconds: float, work: Path) -> None:
+    heading(f"System metrics: the monitor following {monitor.TREE_SIZE} processes, {monitor.INTERVAL_MS} ms ticks, "
+            f"{seconds:g} s each")
+    per_tick: dict[str, float] = {}
+    for kind in ("process", "container"):
+        (work / f"sampling-{kind}").mkdir()
+        with (monitor.job_tree(monitor.TREE_SIZE) if kind == "process" else _container_tree(image)) as leader:
+            found = monitor.run_child("monitor", str(leader), str(seconds), str(work / f"sampling-{kind}"))
+        ticks = len(found["tick_times"])
+        report.check(found["processes_max"] == monitor.TREE_SIZE,
+                     f"{kind}: the monitor followed the {monitor.TREE_SIZE} processes ({found['processes_max']:g})")
+        per_tick[kind] = 1000 * found["cpu_s"] / max(1, ticks)
+    table(["host", "CPU ms per tick"], [[kind, f"{ms:.3f}"] for kind, ms in per_tick.items()])
+    report.ratio("system-metric sampling, CPU per tick: container host / process host",
+                 per_tick["container"] / per_tick["process"],
+                 detail=f"({per_tick['container']:.3f} ms / {per_tick['process']:.3f} ms)")
+
+
+@contextmanager
+def _container_tree(image: str) -> Iterator[int]:
+    """The monitor's tree of sleeping processes, in a container of the image; its main process's id here."""
+    from trainmon.runtime.containers.engine import find
+
+    engine = find()
+    started = engine.call(["run", "--detach", "--rm", *engine.limits(), image, "/usr/bin/python3", "-c",
+                           monitor.TREE.format(children=monitor.TREE_SIZE - 1)]).stdout.strip()
+    try:
+        deadline = time.monotonic() + 60
+        while len(_tree(engine.state(started)[1])) < monitor.TREE_SIZE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield engine.state(started)[1]
+    finally:
+        engine.call(["rm", "--force", started], check=False)
+
+
+def _tree(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        return [parent.pid, *(child.pid for child in parent.children(recursive=True))]
+    except psutil.Error:
+        return []

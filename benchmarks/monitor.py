@@ -171,7 +171,7 @@ def child_psutil(pgid: int, seconds: float) -> dict[str, Any]:
             "processes": seen}
 
 
-def _run_child(*args: str) -> dict[str, Any]:
+def run_child(*args: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "benchmarks.monitor", "--child", *args], cwd=ROOT,
                           capture_output=True, text=True, env=child_env(), timeout=600)
     if done.returncode != 0:
@@ -186,9 +186,9 @@ def _run_child(*args: str) -> dict[str, Any]:
 def measure_cost(report: Report, seconds: float, work: Path) -> dict[str, Any]:
     heading(f"Monitor cost: {TREE_SIZE}-process job tree, {INTERVAL_MS} ms ticks, {seconds:g} s each, idle machine")
     with job_tree(TREE_SIZE) as pgid:
-        baseline = _run_child("psutil", str(pgid), str(seconds), str(work))
+        baseline = run_child("psutil", str(pgid), str(seconds), str(work))
         (work / "cost").mkdir()
-        monitor = _run_child("monitor", str(pgid), str(seconds), str(work / "cost"))
+        monitor = run_child("monitor", str(pgid), str(seconds), str(work / "cost"))
     ticks = len(monitor["tick_times"])
     monitor_pct = 100 * monitor["cpu_s"] / monitor["wall_s"]
     baseline_pct = 100 * baseline["cpu_s"] / baseline["wall_s"]
@@ -236,7 +236,7 @@ def measure_accuracy(report: Report, seconds: float, work: Path) -> None:
         thread = threading.Thread(target=sleep_loop, name="sleep-loop", daemon=True)
         thread.start()
         try:
-            monitor = _run_child("monitor", str(pgid), str(seconds), str(work / "accuracy"))
+            monitor = run_child("monitor", str(pgid), str(seconds), str(work / "accuracy"))
         finally:
             stop.set()
             thread.join()

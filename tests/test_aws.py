@@ -246,12 +246,34 @@ def test_logs_of_a_job_page_until_caught_up(finished_job: str) -> None:
         logs.get_log_events(logGroupName=GROUP, logStreamName=name, limit=0 + 20000)
 
 
-# -- STS and the AWS CLI --------------------------------------------------------------------------
+# -- STS, IAM and the AWS CLI --------------------------------------------------------------------------
 
 
 def test_caller_identity(aws_env: ServerProcess) -> None:
     identity = _client("sts").get_caller_identity()
     assert identity["Account"] == "000000000000" and identity["Arn"].startswith("arn:aws:iam::000000000000:")
+
+
+def test_iam_answers_what_the_sagemaker_sdk_asks_of_a_role(aws_env: ServerProcess) -> None:
+    """GetRole (does it trust SageMaker?) and SimulatePrincipalPolicy (may it do what a job does?), as
+    the SageMaker SDK v3 asks them: trainmon keeps no IAM, so every role trusts SageMaker and every
+    action is allowed; a malformed question gets IAM's own error."""
+    iam = _client("iam")
+    role = iam.get_role(RoleName="SageMakerRole")["Role"]
+    assert role["Arn"] == "arn:aws:iam::000000000000:role/SageMakerRole" and role["RoleName"] == "SageMakerRole"
+    trust = role["AssumeRolePolicyDocument"]  # sent URL-encoded, as IAM does: botocore decodes it
+    assert trust["Statement"] == [{"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"},
+                                   "Action": "sts:AssumeRole"}]
+    actions = ["ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "s3:PutObject"]
+    pages = iam.get_paginator("simulate_principal_policy").paginate(
+        PolicySourceArn=role["Arn"], ActionNames=actions, ResourceArns=["arn:aws:s3:::sagemaker-trainmon/*"])
+    results = [result for page in pages for result in page["EvaluationResults"]]
+    assert [(r["EvalActionName"], r["EvalResourceName"], r["EvalDecision"]) for r in results] == [
+        (action, "arn:aws:s3:::sagemaker-trainmon/*", "allowed") for action in actions]
+    with pytest.raises(iam.exceptions.InvalidInputException, match="is not the ARN of a user, group or role"):
+        iam.simulate_principal_policy(PolicySourceArn="arn:aws:s3:::a-bucket-not-a-role", ActionNames=["s3:PutObject"])
+    with pytest.raises(iam.exceptions.InvalidInputException, match="roleName"):
+        iam.get_role(RoleName="no spaces allowed")
 
 
 def _aws(*args: str) -> subprocess.CompletedProcess[str]:

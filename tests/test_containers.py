@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +277,55 @@ def test_a_train_that_is_not_executable(home: Path, tmp_path: Path, algo: str) -
     assert containers.left_by(_tag(home, "byo-noexec")) == []
 
 
+def test_an_engine_that_does_not_answer_fails_the_job_saying_why(home: Path, tmp_path: Path, algo: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine installed but not running (here Podman told to use a service that is not there, as
+    Docker's client is without its daemon): the job fails naming it and what to check."""
+    monkeypatch.setenv("CONTAINER_HOST", f"unix://{tmp_path / 'no-service.sock'}")
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("byo-engine-down", algo, tmp_path))
+    doc = _finished(sm, "byo-engine-down")
+    assert doc["TrainingJobStatus"] == "Failed"
+    reason = doc["FailureReason"]
+    assert reason.startswith("ClientError: podman cannot be used (")
+    assert "no-service.sock" in reason and "check that it runs and that you may use it (`podman info`" in reason
+
+
+@pytest.fixture(scope="module")
+def foreign_image(algo: str) -> str:
+    """The base image's files as an image for another processor than this machine's."""
+    engine = containers.engine()
+    foreign = "arm64" if engines.machine_architecture() != "arm64" else "amd64"
+    name = f"localhost/trainmon-test-foreign:{foreign}"
+    if not engine.present(name):
+        created = engine.call(["create", containers.base_image(), "true"]).stdout.strip()
+        try:
+            with tempfile.TemporaryDirectory() as scratch:
+                archive = os.path.join(scratch, "root.tar")
+                engine.call(["export", "--output", archive, created])
+                engine.call(["import", "--arch", foreign, archive, name], timeout_s=600)
+        finally:
+            engine.call(["rm", "--force", created], check=False)
+    return name
+
+
+def test_an_image_for_another_processor_fails_the_job_saying_what_to_do(home: Path, tmp_path: Path,
+                                                                        foreign_image: str) -> None:
+    built_for = containers.engine().architecture(foreign_image)
+    if engines._emulated(built_for):
+        pytest.skip(f"this machine runs {built_for} programs through an emulator: such an image runs")
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(**_request("byo-foreign", foreign_image, tmp_path))
+    doc = _finished(sm, "byo-foreign")
+    assert doc["TrainingJobStatus"] == "Failed"
+    here = engines.machine_architecture()
+    assert doc["FailureReason"] == (
+        f"ClientError: image {foreign_image} is built for {built_for} and this machine is {here}: build it for "
+        f"{here} (`podman build --platform linux/{here} ...`), or register an emulator for {built_for} (Debian: "
+        "`apt-get install qemu-user-static binfmt-support`).")
+    assert containers.left_by(_tag(home, "byo-foreign")) == []
+
+
 def test_no_engine_refuses_the_job_before_it_exists(home: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(engines.ENGINE_VARIABLE, str(tmp_path / "no-engine"))
@@ -303,12 +353,16 @@ def test_trainmon_run_image_refuses_a_command_line(home: Path) -> None:
     assert "does not name a container image" in done.stderr
 
 
-def test_a_launcher_without_containers_refuses_an_image(home: Path, tmp_path: Path) -> None:
+def test_isolated_hosts_on_ray_nodes_are_refused(home: Path, tmp_path: Path) -> None:
+    """Containers on Ray's nodes reach each other through their nodes' network, which trainmon cannot
+    cut off: several isolated hosts there are refused before the job exists, saying where they can run."""
     from trainmon.api.training_request import job_document
 
-    request = _request("byo-ray", "my-algo:1", tmp_path, TrainmonConfig={"Launcher": "ray",
-                                                                         "RayAddress": "127.0.0.1:6379"})
-    with pytest.raises(ValidationException, match="is a container image, and a job on a Ray cluster cannot run one"):
+    request = _request("byo-ray", "my-algo:1", tmp_path, EnableNetworkIsolation=True,
+                       TrainmonConfig={"Launcher": "ray", "RayAddress": "127.0.0.1:6379"})
+    request["ResourceConfig"]["InstanceCount"] = 2
+    with pytest.raises(ValidationException, match="EnableNetworkIsolation: the hosts of a Ray job reach each other "
+                       "through their nodes' own network"):
         job_document(request, 0.0, home=home, database_url="postgresql://trainmon@127.0.0.1/trainmon")
 
 
@@ -408,3 +462,64 @@ def test_a_process_jobs_checkpoints_are_at_its_local_path(home: Path, tmp_path: 
     assert _finished(sm, "proc-ckpt")["TrainingJobStatus"] == "Completed"
     assert _messages("proc-ckpt") == ["resumed at step 5"]
     assert (kept / "step.txt").read_text() == "6"
+
+
+# -- GPUs ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("instance_type", "machine", "hosts", "expected"), [
+    ("ml.g5.xlarge", ["0", "1", "2", "3"], 2, [["0"], ["1"]]),  # one each, in turn
+    ("ml.g5.12xlarge", ["0", "1", "2", "3", "4", "5", "6", "7"], 2, [["0", "1", "2", "3"], ["4", "5", "6", "7"]]),
+    ("ml.g5.12xlarge", ["0", "1"], 2, [["0", "1"], ["0", "1"]]),  # too few: as many as there are, shared
+    ("ml.g5.xlarge", ["0", "1"], 3, [["0"], ["1"], ["0"]]),
+    ("ml.m5.large", ["0", "1"], 1, [[]]),  # a type without GPUs gets none
+    ("local", ["0", "1"], 2, [["0", "1"], ["0", "1"]]),  # local: every GPU, as a process sees them
+    ("ml.g5.xlarge", [], 1, [[]]),  # a machine without GPUs has none to give
+    ("ml.p3.8xlarge", ["GPU-a", "GPU-b", "GPU-c", "GPU-d"], 1, [["GPU-a", "GPU-b", "GPU-c", "GPU-d"]]),
+])
+def test_the_gpus_each_container_host_gets(instance_type: str, machine: list[str], hosts: int,
+                                           expected: list[list[str]]) -> None:
+    from trainmon.runtime.contract.instances import host_gpus
+
+    assert [host_gpus(instance_type, index, machine) for index in range(hosts)] == expected
+
+
+def test_gpus_are_passed_as_each_engine_takes_them(tmp_path: Path) -> None:
+    docker, podman = engines.Engine("docker", "/usr/bin/docker"), engines.Engine("podman", "/usr/bin/podman")
+    assert docker.gpu_arguments(["0", "2"]) == ["--gpus", '"device=0,2"']
+    assert podman.gpu_arguments([]) == []
+    with pytest.raises(engines.EngineError, match=r"podman finds no CDI description of NVIDIA's GPUs in .*: install "
+                       r"the NVIDIA Container Toolkit and run `nvidia-ctk cdi generate"):
+        podman.gpu_arguments(["0"], cdi_dirs=[str(tmp_path)])
+    (tmp_path / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n")
+    assert podman.gpu_arguments(["0", "1"], cdi_dirs=[str(tmp_path)]) == [
+        "--device", "nvidia.com/gpu=0", "--device", "nvidia.com/gpu=1"]
+
+
+def _nvidia_gpus() -> int:
+    from trainmon.runtime.contract.layout import machine_gpus
+
+    return len(machine_gpus())
+
+
+@pytest.mark.skipif(_nvidia_gpus() == 0, reason="no NVIDIA GPU on this machine (NVML finds none): the GPU test runs "
+                    "where one is")
+def test_a_container_gets_its_instance_types_gpu(home: Path, tmp_path: Path, algo: str) -> None:
+    """On a machine with an NVIDIA GPU and its container toolkit: an ml.g5.xlarge host's container
+    sees one GPU, SM_NUM_GPUS says so, and the system monitor reads that GPU."""
+    from .test_monitor import host_metric
+
+    sm = trainmon.client("sagemaker")
+    request = _request("byo-gpu", algo, tmp_path, TrainmonConfig={"SystemMetricsIntervalSeconds": 1},
+                       ResourceConfig={"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 1})
+    request["AlgorithmSpecification"].update(ContainerEntrypoint=["/bin/sh", "-c"], ContainerArguments=[
+        "ls /dev | grep -c '^nvidia[0-9]'; echo SM_NUM_GPUS=$SM_NUM_GPUS; sleep 3"])
+    sm.create_training_job(**request)
+    doc = _finished(sm, "byo-gpu")
+    assert doc["TrainingJobStatus"] == "Completed", doc.get("FailureReason")
+    assert _messages("byo-gpu") == ["1", "SM_NUM_GPUS=1"]
+    store = open_store(home)
+    try:
+        assert host_metric(store, "byo-gpu", "GPUUtilization")
+    finally:
+        store.close()

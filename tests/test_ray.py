@@ -225,6 +225,29 @@ def test_hosts_reach_each_other_by_the_addresses_they_are_given(submitter: Submi
         assert submitter.records("allreduce", host) == ["allreduce_sum=60"]
 
 
+def test_hosts_run_as_containers_on_their_nodes_and_reach_each_other_by_name(submitter: Submitter,
+                                                                            tmp_path: Path) -> None:
+    """Each node's host agent runs its host as a container of the job's image, on the node's network,
+    where algo-1 ... algo-N name the nodes (resourceconfig's names, as on SageMaker): the all-reduce
+    meets at algo-1, and no container is left on any node."""
+    from . import containers
+
+    image = containers.algo_image()
+    code = tmp_path / "code"  # a channel every node reaches (they share this machine's file system)
+    code.mkdir()
+    (code / "allreduce.py").write_text(ALL_REDUCE_JOB, encoding="utf-8")
+    done = submitter.run("run", "--name", "ray-images", "--launcher", "ray", "--instance-count", "3",
+                         "--image", image, "--metric", "sum=allreduce_sum=(\\d+)", "--disable-profiler",
+                         "--channel", f"code={code}", "--", "/usr/bin/python3", "/opt/ml/input/data/code/allreduce.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    finals = {m["MetricName"]: m["Value"] for m in submitter.describe("ray-images")["FinalMetricDataList"]}
+    assert finals == {"sum": 60.0}
+    for host in ("algo-1", "algo-2", "algo-3"):
+        assert submitter.records("ray-images", host) == ["allreduce_sum=60"]
+    left = containers.engine().call(["ps", "--all", "--quiet", "--filter", "label=trainmon.job=ray-images"])
+    assert left.stdout.split() == []
+
+
 def test_a_detached_job_outlives_its_submitter_and_stops_from_anywhere(submitter: Submitter, tmp_path: Path,
                                                                        cluster: RayCluster) -> None:
     script = job(submitter, tmp_path, SLEEPING_JOB, "sleeping")

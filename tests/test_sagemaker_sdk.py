@@ -1,14 +1,18 @@
-"""The SageMaker Python SDK v2, unchanged, against a real ``trainmon server``: only
+"""The SageMaker Python SDK, v2 and v3, unchanged, against a real ``trainmon server``: only
 ``AWS_ENDPOINT_URL`` (and a key) point it there. Each scenario is a script run by its own
-interpreter, as a user's notebook or pipeline would run it."""
+interpreter, as a user's notebook or pipeline would run it: v2's from the test extras, v3's from a
+virtual environment of its own (the two are one distribution), made on first use
+(``scripts/test`` makes it before the tests)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -28,9 +32,9 @@ SageMaker:
 """
 
 
-def _run_with_sdk(server: ServerProcess, tmp_path: Path, body: str) -> dict[str, object]:
-    """Run ``body`` (Python using the SDK) with only the environment a user would set; it prints
-    its findings as JSON on its last line."""
+def _run_with_sdk(server: ServerProcess, tmp_path: Path, body: str, python: str = sys.executable) -> dict[str, object]:
+    """Run ``body`` (Python using the SDK; the v3 one with ``python=sdk_v3()``) with only the
+    environment a user would set; it prints its findings as JSON on its last line."""
     config = tmp_path / ".config" / "sagemaker" / "config.yaml"  # what docs/aws.md has a user write once
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(SDK_CONFIG, encoding="utf-8")
@@ -44,7 +48,7 @@ def _run_with_sdk(server: ServerProcess, tmp_path: Path, body: str) -> dict[str,
         "SAGEMAKER_SUPPRESS_V2_WARNING": "1",
         "HOME": str(tmp_path),  # no SDK defaults file of the machine's user
     }
-    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=SDK_TIMEOUT_S,
+    done = subprocess.run([python, str(path)], capture_output=True, text=True, timeout=SDK_TIMEOUT_S,
                           env=env, cwd=tmp_path)
     assert done.returncode == 0, f"the SDK script failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
     found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -192,3 +196,95 @@ def test_an_estimator_runs_an_image_tagged_as_in_ecr(server: ServerProcess, tmp_
     assert found["image"] == ecr
     assert found["finals"] == {"train:error": pytest.approx(0.25)}
     assert "epoch 3 Train_error=0.2500; Valid_error=0.3750;" in str(found["stdout"])
+
+
+SDK_V3_VENV = Path(__file__).resolve().parent.parent / ".venv-sdk3"
+SDK_V3 = "sagemaker>=3,<4"
+
+
+def sdk_v3() -> str:
+    """The Python of the virtual environment that holds the SageMaker SDK v3, made if it is not."""
+    python = SDK_V3_VENV / "bin" / "python"
+    with open(Path(tempfile.gettempdir()) / "trainmon-test-sdk3.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if subprocess.run([str(python), "-c", "import sagemaker.train"], capture_output=True).returncode != 0:
+            subprocess.run([sys.executable, "-m", "venv", str(SDK_V3_VENV)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", SDK_V3],
+                           check=True, timeout=900)
+    return str(python)
+
+
+@pytest.mark.timeout(1200)  # heavy by design, and it may have to install the SDK first
+@pytest.mark.parametrize("image_here", [False, True], ids=["image-absent", "image-here"])
+def test_the_sdk_v3_model_trainer_runs_its_driver_in_a_framework_image(server: ServerProcess, tmp_path: Path,
+                                                                          image_here: bool) -> None:
+    """``ModelTrainer(training_image=<framework image>, source_code=SourceCode(...))`` sends its own
+    driver as a channel and runs it through ContainerEntrypoint by its path under /opt/ml, after
+    asking IAM about its role (SAGEMAKER_VALIDATE_ROLE left as it is): it completes whether this
+    machine has the framework image (the job runs in it) or not (its driver runs as a process that
+    sees /opt/ml, with a local Python)."""
+    from . import containers
+
+    image = containers.framework_image() if image_here else (
+        "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-cpu-py310")
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(textwrap.dedent("""\
+        import argparse, os
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--epochs", type=int)
+        arguments = parser.parse_args()
+        for epoch in range(arguments.epochs):
+            print(f"epoch {epoch} Train_error={1 / (epoch + 1):.4f};", flush=True)
+        with open(os.path.join(os.environ["SM_MODEL_DIR"], "weights.txt"), "w") as out:
+            out.write("w")
+        """), encoding="utf-8")
+    found = _run_with_sdk(server, tmp_path, f"""
+        import io
+        import json
+        import tarfile
+        import boto3
+        from sagemaker.train import ModelTrainer
+        from sagemaker.train.configs import MetricDefinition, SourceCode
+
+        trainer = ModelTrainer(
+            training_image={image!r},
+            source_code=SourceCode(source_dir={str(source)!r}, entry_script="train.py"),
+            role="arn:aws:iam::000000000000:role/trainmon",
+            base_job_name="sdk3",
+            hyperparameters={{"epochs": 3}},
+        )
+        trainer.with_metric_definitions([MetricDefinition(name="train:error", regex="Train_error=(.*?);")]).train(
+            wait=True, logs=True)
+        sm, logs = boto3.client("sagemaker"), boto3.client("logs")
+        (summary,) = sm.list_training_jobs(NameContains="sdk3")["TrainingJobSummaries"]
+        description = sm.describe_training_job(TrainingJobName=summary["TrainingJobName"])
+        (stream,) = logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs",
+                                              logStreamNamePrefix=summary["TrainingJobName"])["logStreams"]
+        events = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs",
+                                     logStreamName=stream["logStreamName"], startFromHead=True)["events"]
+        bucket, _, key = description["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("s3://").partition("/")
+        archive = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+        with tarfile.open(fileobj=io.BytesIO(archive)) as model:
+            members = model.getnames()
+        print(json.dumps({{
+            "status": description["TrainingJobStatus"],
+            "reason": description.get("FailureReason"),
+            "members": members,
+            "entrypoint": description["AlgorithmSpecification"].get("ContainerEntrypoint"),
+            "finals": {{m["MetricName"]: m["Value"] for m in description["FinalMetricDataList"]}},
+            "model": description["ModelArtifacts"]["S3ModelArtifacts"],
+            "messages": [event["message"] for event in events],
+        }}))
+        """, python=sdk_v3())
+    assert found["status"] == "Completed", found["reason"]
+    assert found["entrypoint"] == ["/bin/bash"]  # the SDK's driver, by its path under /opt/ml
+    assert found["finals"] == {"train:error": pytest.approx(0.3333)}
+    messages = found["messages"]
+    assert isinstance(messages, list)
+    assert "epoch 2 Train_error=0.3333;" in messages
+    said_absent = [m for m in messages if m.startswith(f"trainmon: the image {image} is not on this machine")]
+    assert len(said_absent) == (0 if image_here else 1)
+    model = str(found["model"])
+    assert model.startswith("s3://sagemaker-trainmon/") and model.endswith("/output/model.tar.gz")
+    assert found["members"] == ["weights.txt"]  # written to SM_MODEL_DIR, which the driver sets to /opt/ml/model

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import tarfile
 import textwrap
 from pathlib import Path
@@ -159,7 +161,10 @@ def test_sdk_request_with_s3_source_channel_and_output_runs_the_entry_point(home
     lines = log_lines(name)
     assert job["TrainingJobStatus"] == "Completed", (job.get("FailureReason"), lines)
 
-    assert lines[0].startswith("trainmon: requirements.txt is not installed")
+    # the framework image is not on this machine: a local Python runs the entry point, which says so
+    assert lines[0].startswith(f"trainmon: the image {request['AlgorithmSpecification']['TrainingImage']} is not on "
+                               "this machine: the entry point runs with ")
+    assert lines[1].startswith("trainmon: requirements.txt is not installed")
     assert json.loads(line(lines, "argv=")) == EXPECTED_ARGV
     code_dir = home / "jobs" / name / "algo-1" / "code"
     assert line(lines, "cwd=") == str(code_dir)
@@ -197,7 +202,10 @@ def test_source_from_a_local_directory(home: Path, tmp_path: Path) -> None:
     job = run_to_end(name, sdk_request(name, str(source)))
     lines = log_lines(name)
     assert job["TrainingJobStatus"] == "Completed", (job.get("FailureReason"), lines)
-    assert not any(text.startswith("trainmon:") for text in lines)  # no requirements.txt, nothing to say
+    # no requirements.txt: trainmon says only that the framework image is not here
+    assert [text for text in lines if text.startswith("trainmon:")] == [
+        f"trainmon: the image {job['AlgorithmSpecification']['TrainingImage']} is not on this machine: the entry point "
+        f"runs with {os.path.abspath(shutil.which(PY) or PY)}; pull or build it to run the job in it"]
     assert json.loads(line(lines, "argv=")) == EXPECTED_ARGV
     code_dir = home / "jobs" / name / "algo-1" / "code"
     assert line(lines, "cwd=") == str(code_dir)

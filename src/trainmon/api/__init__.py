@@ -4,7 +4,7 @@ codes) live here, once; the Python clients, the CLI, the Estimator and the serve
 
 ``SERVICES`` maps each service to its operations by their API names (``CreateTrainingJob``): the
 SageMaker training-job operations, CloudWatch's metric and alarm operations, CloudWatch Logs' log-stream
-operations, STS's GetCallerIdentity, and the operations only trainmon has.
+operations, STS's GetCallerIdentity, IAM's GetRole and SimulatePrincipalPolicy, and the operations only trainmon has.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import alarms, cloudwatch, logs, sagemaker, sts, trainmon
+from . import alarms, cloudwatch, iam, logs, sagemaker, sts, trainmon
 
 Operation = Callable[..., dict[str, Any]]
 
@@ -21,5 +21,6 @@ SERVICES: dict[str, dict[str, Operation]] = {
     "cloudwatch": {**cloudwatch.OPERATIONS, **alarms.OPERATIONS},
     "logs": logs.OPERATIONS,
     "sts": sts.OPERATIONS,
+    "iam": iam.OPERATIONS,
     "trainmon": trainmon.OPERATIONS,
 }

@@ -341,7 +341,8 @@ def _model_artifacts(output_path: str, name: str, root: Path, *, through_s3: boo
 def _trainmon_config(given: dict[str, Any], algorithm: AlgorithmSpecification, hyperparameters: dict[str, str],
                      root: Path, instance_type: str) -> TrainmonConfig:
     script = _script_mode(algorithm, hyperparameters, root)
-    container = _container(algorithm) if script is None else None
+    absent = _framework_image_absent(algorithm, script is not None)
+    container = _container(algorithm) if absent is None and _in_a_container(algorithm, script) else None
     settings: TrainmonConfig = {
         "Command": container_arguments(algorithm) if container else resolve_command(algorithm) if script is None else [],
         "RecordMode": given.get("RecordMode", Mode.TERMINAL.value),
@@ -355,30 +356,52 @@ def _trainmon_config(given: dict[str, Any], algorithm: AlgorithmSpecification, h
                                   "directory.")
     launcher = registry.kind(given.get("Launcher"))
     if container is not None:
-        if not launcher.containers:
-            raise ValidationException(f"TrainingImage {algorithm.get('TrainingImage')!r} is a container image, and "
-                                      f"{launcher.where or 'a job of this launcher'} cannot run one yet: run it on this "
-                                      "machine, or give a command (ContainerEntrypoint) that every node has.")
         settings["Image"] = container
+    if absent is not None:
+        settings["AbsentImage"] = absent
     if launcher.name != registry.DEFAULT:
         settings["Launcher"] = launcher.name
         launcher.complete(cast(dict[str, Any], settings), given, instance_type)
     if script is not None:
-        interpreter = _interpreter(given.get("Interpreter"))
-        user = toolkit.split(hyperparameters).user
         settings["Script"] = script
-        settings["Interpreter"] = interpreter
-        settings["Command"] = toolkit.command(script["Program"], interpreter, toolkit.to_cmd_args(user))
+    if (script is not None or absent is not None) and container is None:
+        settings["Interpreter"] = _interpreter(given.get("Interpreter"))
+    if script is not None and container is None:
+        user = toolkit.split(hyperparameters).user
+        settings["Command"] = toolkit.command(script["Program"], settings["Interpreter"], toolkit.to_cmd_args(user))
     return settings
+
+
+def _in_a_container(algorithm: AlgorithmSpecification, script: ScriptMode | None) -> bool:
+    """Whether the hosts run in the TrainingImage: always when it names an image, but a script-mode
+    job's only when it names one (not ``local`` or nothing)."""
+    return script is None or image.named_image(algorithm.get("TrainingImage", "")) is not None
+
+
+def _framework_image_absent(algorithm: AlgorithmSpecification, script: bool) -> str | None:
+    """The framework image a job names when this machine does not have it and the job can run
+    without it (None otherwise): a script-mode entry point then runs with a local Python, as the
+    image's toolkit would run it, and a ContainerEntrypoint (the SageMaker SDK v3's driver) as a
+    process that sees /opt/ml. Any other image that is not here is pulled when the job starts."""
+    reference = image.named_image(algorithm.get("TrainingImage", ""))
+    if reference is None or not (script or algorithm.get("ContainerEntrypoint") and toolkit.is_framework_image(
+            reference.name)):
+        return None
+    try:
+        if engine.find().present(reference.name):
+            return None
+    except engine.EngineError:
+        pass  # no engine: no image is here
+    return reference.name
 
 
 def _script_mode(algorithm: AlgorithmSpecification, hyperparameters: dict[str, str], root: Path) -> ScriptMode | None:
     """The entry point and source of a script-mode request, checked; None for a request of another kind.
 
     Script mode is a request with ``sagemaker_program`` and no ContainerEntrypoint whose TrainingImage
-    is absent, ``local`` or an image in Amazon ECR (the framework images): such an image is not pulled,
-    the entry point runs with a local Python. A local image (a directory, a command line) runs as it is
-    and may run the toolkit itself.
+    is absent, ``local`` or an image in Amazon ECR (the framework images): such an image is never
+    pulled; the job runs in it when this machine has it, else its entry point runs with a local
+    Python. A local image (a directory, a command line) runs as it is and may run the toolkit itself.
     """
     image = algorithm.get("TrainingImage", "").strip()
     if toolkit.PROGRAM not in hyperparameters or algorithm.get("ContainerEntrypoint"):

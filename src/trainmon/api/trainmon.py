@@ -12,7 +12,8 @@
 - ``GetProfileSummary``: a job's profiler data per host and metric (min, percentiles, max);
 - ``ListRuleFindings``: a job's rules (status, parameters with their defaults, actions) and what
   they found (when, on which host, which values crossed which thresholds);
-- ``MaintainStore``: one maintenance pass (seal, roll up, expire) now.
+- ``MaintainStore``: one maintenance pass (seal, roll up, expire) now;
+- ``ListImages``: the container images on this machine a job can run in.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def describe_job_metrics(store: Store, *, TrainingJobName: Any = None, **unsuppo
     ``trainmon run`` warned of the definitions), ``Command`` (what each host ran), ``RecordMode`` and,
     when some output could not be stored, ``UnstoredOutput``; for a Ray job, ``HostPlacements`` (each
     host's node: Ray's node id, its address and host name); for a job run in containers, ``Image``
-    (the hosts' image, ``Command`` then being its entry point and arguments)."""
+    (the hosts' image, ``Command`` then being its entry point and arguments); for one whose framework
+    image this machine did not have, ``AbsentImage`` (that image: its hosts ran as processes)."""
     refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
     finals = {name: (value, ts / 1000) for name, value, ts in store.final_metrics(row.id)}
@@ -78,6 +80,8 @@ def _job_metrics(store: Store, row: JobRow, finals: dict[str, tuple[float, float
     if "Image" in settings:  # its hosts are containers of this image, the command their arguments
         answer["Image"] = settings["Image"]["Reference"]
         answer["Command"] = [*settings["Image"].get("Entrypoint", []), *settings["Command"]]
+    if "AbsentImage" in settings:  # a framework image this machine did not have: its hosts ran as processes
+        answer["AbsentImage"] = settings["AbsentImage"]
     if "UnstoredOutput" in row.doc:
         answer["UnstoredOutput"] = row.doc["UnstoredOutput"]
     if "HostPlacements" in row.doc:  # a Ray job: where each host runs

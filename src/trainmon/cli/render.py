@@ -96,7 +96,9 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     """A DescribeTrainingJob answer with the job's DescribeJobMetrics: the command its hosts ran,
     metric summaries and definition diagnostics."""
     lines = [f"Training job {doc['TrainingJobName']}: {status_text(doc)}"]
-    lines.extend(fields(_facts(doc, metrics["Command"], metrics.get("HostPlacements", []), metrics.get("Image"))))
+    image = metrics.get("Image") or (f"{metrics['AbsentImage']} (not on this machine: its hosts ran as processes)"
+                                     if "AbsentImage" in metrics else None)
+    lines.extend(fields(_facts(doc, metrics["Command"], metrics.get("HostPlacements", []), image)))
     if doc.get("FailureReason"):
         lines += ["", "Failure reason"]
         lines.extend("  " + terminal_safe(line) for line in doc["FailureReason"].splitlines())

@@ -102,6 +102,7 @@ class TrainmonConfig(TypedDict):
     Command: list[str]  # what each host runs: ContainerEntrypoint + ContainerArguments, the image's train, or
     # a script-mode entry point; for a container (Image), its arguments (ContainerArguments, else train)
     Image: NotRequired[ContainerImage]
+    AbsentImage: NotRequired[str]  # a framework image this machine lacks: the job runs as processes instead
     RecordMode: str  # terminal, sagemaker or raw (trainmon.parsing.framing.Mode)
     StopGraceSeconds: float
     StoreWaitSeconds: NotRequired[float]  # once the job has ended, how long it waits for a store that refuses writes

@@ -18,7 +18,7 @@ from ..errors import TrainmonError, ValidationException
 from ..shapes import Problems, member_path
 
 # The botocore model of each service of the operations layer that AWS has.
-MODELS = {"sagemaker": "sagemaker", "cloudwatch": "cloudwatch", "logs": "logs", "sts": "sts"}
+MODELS = {"sagemaker": "sagemaker", "cloudwatch": "cloudwatch", "logs": "logs", "sts": "sts", "iam": "iam"}
 
 _PYTHON_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "string": ((str,), "a string"),

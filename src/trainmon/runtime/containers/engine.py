@@ -12,11 +12,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import platform
 import resource
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from .image import ImageReference
 
@@ -25,6 +27,8 @@ TAG_LABEL = "trainmon.tag"
 JOB_LABEL = "trainmon.job"
 CALL_TIMEOUT_S = 120.0
 PULL_TIMEOUT_S = 3600.0
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")  # where the Container Device Interface's descriptions are
+NVIDIA_GPU_KIND = "nvidia.com/gpu"
 # conmon, Podman's monitor of each container, cannot raise a container's process limit above this
 PODMAN_MAX_NPROC = 32768
 
@@ -62,7 +66,17 @@ class Engine:
         return done
 
     def present(self, image: str) -> bool:
-        return self.call(["image", "inspect", "--format", "{{.Id}}", image], check=False).returncode == 0
+        """Whether the engine has the image; EngineError when the engine itself does not answer (a
+        daemon not running, a socket the user may not use)."""
+        done = self.call(["image", "inspect", "--format", "{{.Id}}", image], check=False)
+        if done.returncode == 0:
+            return True
+        said = _said(done)
+        if any(words in said.lower() for words in _NO_SUCH_IMAGE):
+            return False
+        raise EngineError(f"{self.name} cannot be used ({said}): check that it runs and that you may use it "
+                          f"(`{self.name} info`; Docker: its daemon started and you in the docker group), or "
+                          f"choose another engine with {ENGINE_VARIABLE}.")
 
     def ensure(self, reference: ImageReference) -> str:
         """The image ready to run: the local one of that name when there is one, else pulled (once);
@@ -84,6 +98,16 @@ class Engine:
     def architecture(self, image: str) -> str:
         done = self.call(["image", "inspect", "--format", "{{.Architecture}}", image], check=False)
         return done.stdout.strip() if done.returncode == 0 else ""
+
+    def check_runnable(self, image: str) -> None:
+        """EngineError, saying what to do, when the image is built for a processor this machine
+        cannot run (none registered to emulate it): the container would fail with 'exec format error'."""
+        built_for, here = self.architecture(image), machine_architecture()
+        if not built_for or built_for == here or _emulated(built_for):
+            return
+        raise EngineError(f"image {image} is built for {built_for} and this machine is {here}: build it for "
+                          f"{here} (`{self.name} build --platform linux/{here} ...`), or register an emulator for "
+                          f"{built_for} (Debian: `apt-get install qemu-user-static binfmt-support`).")
 
     def images(self) -> list[LocalImage]:
         done = self.call(["images", "--format", "{{.Repository}}\t{{.Tag}}\t{{.ID}}\t{{.Size}}\t{{.CreatedSince}}"])
@@ -139,6 +163,21 @@ class Engine:
         self.call(["network", "rm", "--force", name] if self.name == "podman" else ["network", "rm", name],
                   check=False)
 
+    def gpu_arguments(self, gpus: Sequence[str], cdi_dirs: Sequence[str] = CDI_DIRS) -> list[str]:
+        """The arguments that pass these GPUs (NVIDIA's, by index or UUID) to a container: Podman's
+        by their CDI names (``--device nvidia.com/gpu=0``), Docker's through its NVIDIA runtime
+        (``--gpus "device=0,1"``). EngineError, saying what to install, when Podman has no CDI
+        description of NVIDIA's GPUs."""
+        if not gpus:
+            return []
+        if self.name == "docker":
+            return ["--gpus", f'"device={",".join(gpus)}"']
+        if not any(_describes_nvidia_gpus(Path(d)) for d in cdi_dirs):
+            raise EngineError("the job's containers need GPUs, and podman finds no CDI description of NVIDIA's GPUs "
+                              f"in {' or '.join(cdi_dirs)}: install the NVIDIA Container Toolkit and run "
+                              "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`.")
+        return [argument for gpu in gpus for argument in ("--device", f"{NVIDIA_GPU_KIND}={gpu}")]
+
     def limits(self) -> list[str]:
         """``--ulimit`` arguments that give a container this process's own limits of open files and
         processes: the engines' defaults (Podman's 1,048,576 files) exceed what a user without
@@ -153,6 +192,31 @@ class Engine:
                 continue
             args += ["--ulimit", f"{option}={soft if soft != resource.RLIM_INFINITY else hard}:{hard}"]
         return args
+
+
+def _describes_nvidia_gpus(directory: Path) -> bool:
+    try:
+        specs = [p for p in directory.iterdir() if p.suffix in (".yaml", ".yml", ".json")]
+        return any(NVIDIA_GPU_KIND.split("/")[0] in p.read_text(errors="replace") for p in specs)
+    except OSError:
+        return False
+
+
+_NO_SUCH_IMAGE = ("image not known", "no such image", "no such object", "not found")
+# the engines' names (Go's) of the processors Python's platform.machine() names
+_ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386", "ppc64le": "ppc64le",
+                  "s390x": "s390x", "riscv64": "riscv64"}
+_EMULATORS = {"amd64": "x86_64", "arm64": "aarch64", "386": "i386"}  # binfmt_misc's qemu names that differ
+
+
+def machine_architecture() -> str:
+    machine = platform.machine()
+    return _ARCHITECTURES.get(machine, machine)
+
+
+def _emulated(architecture: str) -> bool:
+    """Whether the kernel runs programs of that processor through an emulator (binfmt_misc's qemu)."""
+    return Path(f"/proc/sys/fs/binfmt_misc/qemu-{_EMULATORS.get(architecture, architecture)}").exists()
 
 
 def find(environ: os._Environ[str] | dict[str, str] | None = None) -> Engine:

@@ -9,6 +9,7 @@ type) asks for one CPU, and limits nothing. A type not listed here needs HostRes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # type: (vCPUs, GPUs, memory GiB)
@@ -56,3 +57,15 @@ def container_limits(instance_type: str, machine_cpus: int, machine_memory_bytes
         return None
     cpus, _, memory_gib = known
     return Limits(min(cpus, machine_cpus), min(memory_gib << 30, machine_memory_bytes))
+
+
+def host_gpus(instance_type: str, host_index: int, machine: Sequence[str]) -> list[str]:
+    """The GPUs (the machine's ids) a container host of ``instance_type`` gets: as many as the type
+    has, taken in turn by the hosts, so that hosts share GPUs only when the machine has too few for
+    all of them; every GPU of the machine for ``local`` and types not in the table (as a process sees
+    them all)."""
+    known = INSTANCE_TYPES.get(instance_type)
+    if known is None or instance_type == "local":
+        return list(machine)
+    count = min(known[1], len(machine))
+    return [machine[(host_index * count + offset) % len(machine)] for offset in range(count)]

@@ -95,7 +95,9 @@ def container_limits(doc: JobDocument) -> instances.Limits | None:
                                       psutil.virtual_memory().total)
 
 
-def gpu_count() -> int:
+def machine_gpus() -> list[str]:
+    """The GPUs this process may use, by the ids containers take (indexes, or UUIDs where
+    CUDA_VISIBLE_DEVICES gives them): NVIDIA's, through NVML (``nvidia-ml-py``); none without it."""
     try:
         import pynvml  # optional extra
 
@@ -105,11 +107,17 @@ def gpu_count() -> int:
         finally:
             pynvml.nvmlShutdown()
     except Exception:
-        return 0
+        return []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return len([d for d in visible.split(",") if d.strip()])
-    return count
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    return [str(index) for index in range(count)]
+
+
+def container_gpus(doc: JobDocument, host: str) -> list[str]:
+    """The GPUs a container host of the job gets (:func:`instances.host_gpus`)."""
+    index = host_names(doc["ResourceConfig"]["InstanceCount"]).index(host)
+    return instances.host_gpus(doc["ResourceConfig"]["InstanceType"], index, machine_gpus())
 
 
 def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *,
@@ -124,7 +132,7 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *,
     for directory in (layout.config_dir, layout.data_dir, layout.model_dir, layout.output_data_dir):
         directory.mkdir(parents=True, exist_ok=True)
     hosts = host_names(doc["ResourceConfig"]["InstanceCount"])
-    interface = peers.interface or interface_of(peers.addresses[host])
+    interface = peers.interface or interface_of(peers.known_as.get(host) or peers.addresses[host])
     hyperparameters: dict[str, str] = doc.get("HyperParameters", {})
     resource = {
         "current_host": host,
@@ -163,7 +171,8 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *,
     script = doc["TrainmonConfig"].get("Script")
     split = toolkit.split(hyperparameters)
     decoded = split.user if script is not None else {key: toolkit.decode(value) for key, value in hyperparameters.items()}
-    num_cpus, num_gpus = os.cpu_count() or 1, gpu_count()
+    num_cpus = os.cpu_count() or 1
+    num_gpus = len(container_gpus(doc, host) if seen_at is not None else machine_gpus())
     limits = container_limits(doc) if seen_at is not None else None
     if limits is not None:  # a container's limit, as the toolkit counts them inside its cgroup
         num_cpus = limits.cpus
@@ -226,6 +235,9 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *,
         toolkit.install_source(Path(script["Source"]), layout.code_dir, script["Program"])
         env.update(_script_environment(script["Program"], split, training_env))
     env.update(hook_env)
+    interpreter = doc["TrainmonConfig"].get("Interpreter")
+    if "AbsentImage" in doc["TrainmonConfig"] and interpreter:  # its python3 and pip3 stand in for the image's
+        env["PATH"] = os.pathsep.join(filter(None, (os.path.dirname(interpreter), os.environ.get("PATH", ""))))
     env.update(doc.get("Environment", {}))
     if script is not None:  # the code directory comes first, as the toolkit puts it first on sys.path
         inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", "") if seen_at is None else "")
@@ -252,6 +264,9 @@ class Peers:
     addresses: dict[str, str]
     port: int
     interface: str | None = None  # the hosts' network interface, when it is not the one holding their address
+    # containers on their nodes' own network (a Ray job's): each host's name and the address it is known by
+    # there, as entries of every container's hosts file, where ``addresses`` are the names
+    known_as: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def local(cls, names: list[str]) -> Peers:
@@ -262,6 +277,15 @@ class Peers:
         """Containers on a network of the job's own, each its own machine as SageMaker's hosts are:
         known by name there, on the first interface, with the rendezvous port free on every host."""
         return cls({name: name for name in names}, CONTAINER_RENDEZVOUS_PORT, "eth0")
+
+    @classmethod
+    def on_nodes(cls, addresses: dict[str, str], port: int, *, containers: bool) -> Peers:
+        """Hosts on machines of their own at these addresses (a Ray job's nodes), with the rendezvous
+        port free on the first: as processes, each reached by its node's address; as containers on
+        their node's network, by its name, which every container's hosts file gives that address."""
+        if not containers:
+            return cls(dict(addresses), port)
+        return cls({name: name for name in addresses}, port, known_as=dict(addresses))
 
 
 def free_port(address: str) -> int:

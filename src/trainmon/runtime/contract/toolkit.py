@@ -35,6 +35,8 @@ TOOLKIT_HYPERPARAMETERS = frozenset({  # the toolkit's own: neither the user's n
 })
 REQUIREMENTS = "requirements.txt"
 
+_FRAMEWORK_PREFIXES = ("sagemaker-scikit-learn", "sagemaker-xgboost", "sagemaker-distribution",
+                       "sagemaker-base-python", "sagemaker-pytorch", "sagemaker-tensorflow")
 # An image in Amazon ECR, as the SDK's image_uris.retrieve gives them: the framework images
 # (763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.1.0-cpu-py310, .../sagemaker-scikit-learn:1.2-1)
 # in every partition (amazonaws.com, amazonaws.com.cn, ...) and FIPS endpoints.
@@ -48,6 +50,17 @@ class SourceError(Exception):
 
 class MissingProgram(SourceError):
     """The submitted source does not hold the entry point."""
+
+
+def is_framework_image(image: str) -> bool:
+    """Whether an image is one of SageMaker's framework images (its repository a framework's
+    training image, ``pytorch-training``, ``huggingface-pytorch-training``, ``sagemaker-scikit-learn``,
+    ``sagemaker-xgboost``, ...), whose work a local Python can do when the image is not here."""
+    if not is_ecr_image(image):
+        return False
+    repository = image.split("/", 1)[1].split("@")[0].split(":")[0]
+    return any(part.endswith("-training") or part.startswith(_FRAMEWORK_PREFIXES)
+               for part in repository.split("/")) or "-training-" in repository
 
 
 def is_ecr_image(image: str) -> bool:
@@ -173,14 +186,21 @@ def install_source(source: Path, code_dir: Path, program: str) -> None:
         raise MissingProgram(f"holds no {program!r}")
 
 
-def notes(code_dir: Path, interpreter: str) -> bytes:
-    """What the job's log says about the installed source before the job's own output: one line
-    when it has a requirements.txt, which is not installed."""
-    if not (code_dir / REQUIREMENTS).is_file():
-        return b""
-    line = (f"trainmon: {REQUIREMENTS} is not installed: the entry point runs with the packages of {interpreter}; "
-            "install what it needs there")
-    return line.encode("utf-8", "replace") + b"\n"
+def notes(code_dir: Path, interpreter: str | None, absent_image: str | None, script: bool) -> bytes:
+    """What the job's log says before the job's own output about how it runs: that its framework
+    image is not on this machine (what runs in its place), and that a script's requirements.txt is
+    not installed (a local ``interpreter`` runs the entry point; an image's toolkit installs it)."""
+    lines = []
+    if absent_image is not None:
+        instead = f"the entry point runs with {interpreter}" if script else (
+            "its entry point runs as a process of this machine, which sees /opt/ml as the container would, with "
+            f"{interpreter} first on its PATH")
+        lines.append(f"trainmon: the image {absent_image} is not on this machine: {instead}; pull or build it to "
+                     "run the job in it")
+    if script and interpreter and (code_dir / REQUIREMENTS).is_file():
+        lines.append(f"trainmon: {REQUIREMENTS} is not installed: the entry point runs with the packages of "
+                     f"{interpreter}; install what it needs there")
+    return "".join(f"{line}\n" for line in lines).encode("utf-8", "replace")
 
 
 def _open_archive(source: Path) -> tarfile.TarFile:

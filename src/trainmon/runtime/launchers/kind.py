@@ -43,7 +43,6 @@ class Kind:
     # its members completed into TrainmonConfig (the settings, the members given, the instance type)
     complete: Callable[[dict[str, Any], Mapping[str, Any], str], None] = _nothing
     files_here: bool = True  # the hosts write their files (the model, the tensor records) on this machine
-    containers: bool = False  # its hosts can run as containers of the job's image
     # None: the process that starts the job supervises it; else the job handed over to a supervisor elsewhere
     submit: Callable[[Store, str, ReportWriter | None], None] | None = None
     elsewhere: str = ""  # where a job handed over is supervised ("the Ray cluster")

@@ -22,6 +22,7 @@ class HostSpec:
     command: list[str]
     env: dict[str, str]  # the job's own variables: a process also gets this one's, a container its image's
     cwd: str
+    opt_ml: str | None = None  # a process's: the directory it sees at /opt/ml (processes.optml)
 
 
 class Host(Protocol):

@@ -1,5 +1,5 @@
-"""The AWS endpoint: SageMaker, CloudWatch, CloudWatch Logs, STS and an S3 subset on the server's
-one port, so code written for boto3, the AWS CLI or the SageMaker Python SDK runs unchanged with
+"""The AWS endpoint: SageMaker, CloudWatch, CloudWatch Logs, STS, IAM's questions about a role and
+an S3 subset on the server's one port, so code written for boto3, the AWS CLI or the SageMaker Python SDK runs unchanged with
 ``AWS_ENDPOINT_URL`` pointing at trainmon.
 
 :class:`Gateway` sits in front of the native application and takes the requests that speak an

@@ -5,7 +5,7 @@ answer or an error goes back, in each protocol boto3 and the AWS CLI speak.
   SageMaker, CloudWatch Logs and CloudWatch.
 - **RPC v2 CBOR** (smithy-rpc-v2-cbor): ``POST /service/<service>/operation/<Operation>``, what
   current botocore uses for CloudWatch; times are CBOR tag 1 (epoch seconds).
-- **Query**: a form-encoded ``POST /`` with ``Action``; STS, and CloudWatch for older SDKs. Its
+- **Query**: a form-encoded ``POST /`` with ``Action``; STS, IAM, and CloudWatch for older SDKs. Its
   nested parameters (``MetricData.member.1.Dimensions.member.1.Name``) and its XML answers follow
   the operation's shapes in botocore's service model.
 
@@ -39,7 +39,7 @@ from ..typecheck import service_model
 class Service:
     """One AWS service as trainmon serves it: its name in botocore and in :data:`trainmon.api.SERVICES`."""
 
-    model_name: str  # botocore's: sagemaker, cloudwatch, logs, sts
+    model_name: str  # botocore's: sagemaker, cloudwatch, logs, sts, iam
     api_name: str  # the operations layer's
     signing_name: str  # the service in a signature's credential scope
 
@@ -57,10 +57,11 @@ SERVICES = (
     Service("cloudwatch", "cloudwatch", "monitoring"),
     Service("logs", "logs", "logs"),
     Service("sts", "sts", "sts"),
+    Service("iam", "iam", "iam"),
 )
 BY_TARGET = {"SageMaker": SERVICES[0], "GraniteServiceVersion20100801": SERVICES[1], "Logs_20140328": SERVICES[2]}
 BY_SIGNING_NAME = {service.signing_name: service for service in SERVICES}
-QUERY_SERVICES = {"monitoring": SERVICES[1], "sts": SERVICES[3]}
+QUERY_SERVICES = {"monitoring": SERVICES[1], "sts": SERVICES[3], "iam": SERVICES[4]}
 
 
 # -- the answers -----------------------------------------------------------------------------------

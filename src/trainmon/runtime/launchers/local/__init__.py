@@ -24,4 +24,4 @@ def _hosts(context: HostsContext) -> JobHosts:
                       live_metrics=context.live_metrics, interrupted=lambda: context.state.interrupted)
 
 
-KIND = Kind("local", "the hosts are processes of this machine (containers, for an image)", _hosts, containers=True)
+KIND = Kind("local", "the hosts are processes of this machine (containers, for an image)", _hosts)

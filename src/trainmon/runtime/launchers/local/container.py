@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ...containers.engine import JOB_LABEL, TAG_LABEL, Engine, EngineError, find
 from ...containers.image import parse as parse_reference
-from ...contract.layout import CONTAINER_ROOT, HostLayout, container_limits
+from ...contract.layout import CONTAINER_ROOT, HostLayout, Peers, container_gpus, container_limits
 from ...processes.tags import TAG_VARIABLE
 from ..launcher import HostSpec, LaunchError
 from .launcher import LocalHost, LocalLauncher
@@ -35,7 +35,7 @@ STATE_WAIT_S = 5.0  # for a started container's process to appear, for the syste
 class ContainerLauncher(LocalLauncher):
     """Each host of the job a container of its image (``TrainmonConfig.Image``)."""
 
-    def __init__(self, doc: JobDocument, *, tag: str | None = None) -> None:
+    def __init__(self, doc: JobDocument, *, tag: str | None = None, peers: Peers | None = None) -> None:
         super().__init__(tag)
         settings = doc["TrainmonConfig"]
         self.image = settings["Image"]["Reference"]
@@ -43,9 +43,12 @@ class ContainerLauncher(LocalLauncher):
         self.job = doc["TrainingJobName"]
         self.workdir = str(CONTAINER_ROOT / "code") if settings.get("Script") else None
         self.isolated = doc.get("EnableNetworkIsolation", False)
-        several = doc["ResourceConfig"]["InstanceCount"] > 1
-        # a network of the job's own where each host is known by its name, cut off from all else when
-        # isolated; one host alone is on the engine's default network, or on none when isolated
+        # hosts on machines of their own (a Ray job's nodes) are on their node's network, each known to the
+        # others by name through hosts entries; here, several hosts get a network of the job's own where each
+        # is known by its name, cut off from all else when isolated; one host alone is on the engine's
+        # default network, or on none when isolated
+        self.known_as = peers.known_as if peers is not None else {}
+        several = doc["ResourceConfig"]["InstanceCount"] > 1 and not self.known_as
         self.network = f"trainmon-{self.job}-{self.tag[:8]}" if several else None
         self.engine: Engine | None = None
         self.layouts: dict[str, HostLayout] = {}
@@ -54,6 +57,7 @@ class ContainerLauncher(LocalLauncher):
         self._addresses: dict[str, str] = {}  # each host's on the job's network
         self.hosts_count = doc["ResourceConfig"]["InstanceCount"]
         self.limits = container_limits(doc)
+        self.doc = doc
 
     def prepare(self) -> str | None:
         """The engine found and the image ready (pulled if need be); the job's failure reason if not."""
@@ -61,7 +65,7 @@ class ContainerLauncher(LocalLauncher):
             self.engine = engine = find()
             reference = parse_reference(self.image)
             assert reference is not None, "a job's image was checked when the job was made"
-            engine.ensure(reference)
+            engine.check_runnable(engine.ensure(reference))
         except EngineError as exc:
             return f"ClientError: {exc}"
         return None
@@ -69,6 +73,10 @@ class ContainerLauncher(LocalLauncher):
     def place(self, layout: HostLayout) -> None:
         """The host's directory and mounts (from :func:`~trainmon.runtime.contract.layout.prepare_host`)."""
         self.layouts[layout.host] = layout
+
+    def gpus(self) -> list[str]:
+        """Every GPU a host of the job gets, once each: those the system monitor reads."""
+        return sorted({gpu for host in self.layouts for gpu in container_gpus(self.doc, host)})
 
     def start(self, spec: HostSpec) -> LocalHost:
         engine = self.engine
@@ -97,6 +105,7 @@ class ContainerLauncher(LocalLauncher):
         if self.limits is not None:
             memory = f"{self.limits.memory_bytes}b"  # and no swap beyond it: an instance has none
             args += ["--cpus", str(self.limits.cpus), "--memory", memory, "--memory-swap", memory]
+        args += engine.gpu_arguments(container_gpus(self.doc, spec.name))
         for mount in layout.mounts:
             args += ["--volume", f"{mount.source}:{mount.target}{':ro' if mount.read_only else ''}"]
         if self.network is not None:
@@ -104,6 +113,8 @@ class ContainerLauncher(LocalLauncher):
             args += [f"--add-host={host}:{address}" for host, address in self._addresses.items() if host != spec.name]
         elif self.isolated:
             args += ["--network", "none"]
+        elif self.known_as:
+            args += ["--network", "host", *(f"--add-host={host}:{address}" for host, address in self.known_as.items())]
         for name in environment:  # the value from the engine's environment: none on a command line
             args += ["--env", name]
         if self.entrypoint:

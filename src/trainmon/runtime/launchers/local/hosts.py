@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .... import config
-from ....jobs.document import JobDocument
+from ....jobs.document import JobDocument, TrainmonConfig
 from ....jobs.status import profiler_settings
 from ....parsing.definitions import validate_definitions
 from ....parsing.extract import Extractor
@@ -74,7 +74,7 @@ class LocalHosts:
         self.doc = doc = job.doc
         self.names = names
         self.peers = peers
-        self.launcher = _launcher(doc, tag)
+        self.launcher = _launcher(doc, tag, peers)
         self.tag = self.launcher.tag
         self.environment = environment or {}  # added to every host's
         self.interrupted = interrupted  # the user asked the job to stop: waits for the store end
@@ -152,13 +152,15 @@ class LocalHosts:
                 row = retrying(functools.partial(self._add_stream, host.name), self.interrupted)
             except Interrupted:
                 return None  # stopped while the store was away: the hosts started so far are stopped
-            cwd = str(layout.code_dir) if script else settings.get("WorkingDirectory") or str(layout.root)
-            spec = launcher.HostSpec(host.name, settings["Command"], {**host.env, **self.environment}, cwd)
+            opt_ml = None if isinstance(self.launcher, ContainerLauncher) else str(layout.root)
+            spec = launcher.HostSpec(host.name, settings["Command"], {**host.env, **self.environment},
+                                     _working_directory(settings, layout), opt_ml)
             try:
                 host.process = self.launcher.start(spec)
             except launcher.LaunchError as exc:
                 return f"ClientError: {exc}"
-            notes = toolkit.notes(layout.code_dir, settings.get("Interpreter", "")) if script else b""
+            notes = toolkit.notes(layout.code_dir, settings.get("Interpreter"), settings.get("AbsentImage"),
+                                  script is not None)
             pipes = []
             for is_stderr, fd in zip((False, True), host.process.streams(), strict=True):
                 output = PipeOutput(spool_path(self.spool_dir, host.name, is_stderr), self._wake, budget=self._budget,
@@ -180,6 +182,8 @@ class LocalHosts:
         settings = profiler_settings(self.doc)
         profiler = ProfileWriter(settings["S3OutputPath"], self.job) if settings else None
         env = {**os.environ, **self.doc.get("Environment", {})}
+        if isinstance(self.launcher, ContainerLauncher):  # the GPUs its containers were given
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.launcher.gpus())
         monitor = SystemMonitor(
             self.store, self.job, self.launcher.process_groups(), self.job_dir,
             system_interval_s=self.doc["TrainmonConfig"].get("SystemMetricsIntervalSeconds", 60),
@@ -299,9 +303,20 @@ class LocalHosts:
         return [h for h in self.hosts if h.process is not None]
 
 
-def _launcher(doc: JobDocument, tag: str | None) -> local_launcher.LocalLauncher:
+def _working_directory(settings: TrainmonConfig, layout: contract.HostLayout) -> str:
+    """Where a host's command starts: a script in its code directory, the entry point of a framework
+    image that is not here in the host's directory (the image's /opt/ml), any other where the job
+    was created (TrainmonConfig.WorkingDirectory)."""
+    if "Script" in settings:
+        return str(layout.code_dir)
+    if "AbsentImage" in settings:
+        return str(layout.root)
+    return settings.get("WorkingDirectory") or str(layout.root)
+
+
+def _launcher(doc: JobDocument, tag: str | None, peers: contract.Peers) -> local_launcher.LocalLauncher:
     """The hosts as processes, or as containers of the job's image."""
     image = doc["TrainmonConfig"].get("Image")
     if image is None:
         return local_launcher.LocalLauncher(tag)
-    return ContainerLauncher(doc, tag=tag)
+    return ContainerLauncher(doc, tag=tag, peers=peers)

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
+import sys
 
 from ...capture.pipes import widen_pipe
+from ...processes import optml
 from ...processes.procfs import children_of, descendants, process_table, read_process_stat
 from ...processes.sessions import own_session
 from ...processes.tags import TAG_VARIABLE, Opened, _helpers, new_tag
@@ -85,13 +88,18 @@ class LocalLauncher:
         become_subreaper()
 
     def start(self, spec: HostSpec) -> LocalHost:
+        env = {**os.environ, **spec.env, TAG_VARIABLE: self.tag}
+        command = spec.command
         try:
+            if spec.opt_ml is not None and sys.platform == "linux":
+                _check_executable(command, env.get("PATH", os.defpath), spec.cwd)
+                command = [sys.executable, "-I", "-S", optml.__file__, spec.opt_ml, "--", *command]
             process = subprocess.Popen(
-                spec.command,
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env={**os.environ, **spec.env, TAG_VARIABLE: self.tag},
+                env=env,
                 cwd=spec.cwd,
                 start_new_session=self.own_session,
                 process_group=None if self.own_session else 0,
@@ -142,6 +150,24 @@ class LocalLauncher:
                 continue
             found.append((pid, stat.start_ticks))
         return found
+
+
+def _check_executable(command: list[str], search: str, cwd: str) -> None:
+    """OSError, as starting it would raise, when the command cannot be run: said before the host
+    starts, not by the program that enters its namespace (:mod:`~trainmon.runtime.processes.optml`)."""
+    if not command or not command[0]:
+        raise ValueError("the command is empty")
+    program = command[0]
+    if "/" in program:
+        path = os.path.join(cwd, program)
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, os.strerror(2))
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise PermissionError(13, os.strerror(13))
+    elif shutil.which(program, path=search) is None:
+        raise FileNotFoundError(2, os.strerror(2))
+    if not os.path.isdir(cwd):
+        raise FileNotFoundError(2, f"{os.strerror(2)}: {cwd!r}")
 
 
 def _reap(pid: int) -> None:

@@ -62,6 +62,12 @@ def check(request: Mapping[str, Any], database_url: str | None, root: Path) -> N
             "TrainmonConfig.Launcher 'ray': the hosts of a Ray job run on other machines and write to the store "
             "from there, which the embedded SQLite store cannot take: set TRAINMON_DATABASE_URL to a PostgreSQL "
             "server every node reaches (postgresql://USER:PASSWORD@HOST:PORT/DATABASE); see docs/cluster.md.")
+    several = request.get("ResourceConfig", {}).get("InstanceCount", 1) > 1
+    if several and request.get("EnableNetworkIsolation"):
+        raise ValidationException(
+            "EnableNetworkIsolation: the hosts of a Ray job reach each other through their nodes' own network, "
+            "which trainmon cannot cut off from all else: run the job on this machine (its hosts then share a "
+            "network of their own that reaches nothing else), or on Ray without isolation.")
     for channel in request.get("InputDataConfig", []):
         uri = channel.get("DataSource", {}).get("S3DataSource", {}).get("S3Uri", "")
         if uri.startswith("s3://"):

@@ -167,7 +167,9 @@ class RayHosts:
             return f"InternalServerError: could not start the job's host agents on the Ray cluster: {brief(exc)}"
         self.nodes = where
         self._record_placement()
-        peers = contract.Peers({host: str(w["address"]) for host, w in where.items()}, int(where[self.names[0]]["port"]))
+        peers = contract.Peers.on_nodes({host: str(w["address"]) for host, w in where.items()},
+                                        int(where[self.names[0]]["port"]),
+                                        containers="Image" in self.job.doc["TrainmonConfig"])
         try:
             failures = ray.get([a.prepare.remote(peers) for a in self.agents.values()])
         except Exception as exc:

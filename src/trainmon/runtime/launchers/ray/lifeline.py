@@ -9,7 +9,8 @@ own, with whatever it started. So each agent starts a *lifeline* before its host
 a session of its own, its parent gone at once) whose standard input is a pipe that only the agent
 holds open. However the agent ends, SIGKILL included, the kernel closes the pipe; the lifeline
 reads the end of it and kills every process of this machine that carries the host's tag
-(:func:`trainmon.runtime.processes.tags.kill_tagged`: only those, each proven), then exits. An agent
+(:func:`trainmon.runtime.processes.tags.kill_tagged`: only those, each proven), removes the
+containers labelled with it (a host run in an image), then exits. An agent
 that ends its host in order closes the pipe too, by which time nothing carries the tag.
 """
 
@@ -19,6 +20,7 @@ import os
 import subprocess
 import sys
 
+from ...containers import engine
 from ...processes import tags
 
 PASSES = 5  # kill passes, for what a dying process forked during the last one
@@ -49,6 +51,10 @@ def main(argv: list[str]) -> int:
     for _ in range(PASSES):
         if tags.kill_tagged(tag) == 0:
             break
+    try:  # a host run as a container: the engine's record of it too (found by its label, never a name)
+        engine.find().remove_tagged(tag)
+    except engine.EngineError:
+        pass  # no engine here: the host ran no container
     return 0
 
 
