@@ -1,6 +1,7 @@
 """Check the package's structure: no import circle between modules or between packages (imports
-inside functions and under ``TYPE_CHECKING`` count), no import that reaches a layer above its own,
-no folder of more than 12 modules and no module of more than 800 lines.
+inside functions and under ``TYPE_CHECKING`` count), no import that reaches a layer above its own
+(between the package's folders, and between runtime/'s), no folder of more than 12 modules and no
+module of more than 800 lines.
 
     python3 scripts/check_structure.py          # what breaks a rule, one line each; exit 1 if any
     python3 scripts/check_structure.py --graph  # and the imports between packages
@@ -31,6 +32,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sdk", "server", "demo"),
     ("cli", "__main__"),
 )
+
+# Inside a package, its folders' own layers, from the bottom up (a module of the package's own, such as
+# runtime/retry.py, by its name).
+INNER_LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "runtime": (("retry", "processes", "contract", "containers"), ("capture", "watch"), ("job",), ("launchers",)),
+}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -151,6 +158,15 @@ def layer(name: str) -> int | None:
     return next((level for level, names in enumerate(LAYERS) if top in names), None)
 
 
+def inner_layer(name: str) -> tuple[str, int] | None:
+    """The package of INNER_LAYERS that holds ``name`` and the layer of ``name`` in it."""
+    parts = name.split(".")
+    if len(parts) < 3 or parts[1] not in INNER_LAYERS:
+        return None
+    level = next((level for level, names in enumerate(INNER_LAYERS[parts[1]]) if parts[2] in names), None)
+    return (parts[1], level) if level is not None else None
+
+
 def problems(root: Path = ROOT) -> list[str]:
     found = modules(root)
     edges = graph(found)
@@ -165,9 +181,16 @@ def problems(root: Path = ROOT) -> list[str]:
     for name, path in found.items():
         if layer(name) is None and name != PACKAGE:
             said.append(f"{name} is in no layer: give its package one in scripts/check_structure.py")
+        inner = inner_layer(name)
+        if inner is None and name.count(".") >= 2 and name.split(".")[1] in INNER_LAYERS:
+            said.append(f"{name} is in no layer of {name.split('.')[1]}/: give it one in scripts/check_structure.py")
         for target, line in edges.get(name, {}).items():
             if name != PACKAGE and (layer(target) or 0) > (layer(name) or 0):
                 said.append(f"{path.relative_to(root.parent)}:{line}: {name} imports {target}, a layer above")
+            other = inner_layer(target)
+            if inner is not None and other is not None and other[0] == inner[0] and other[1] > inner[1]:
+                said.append(f"{path.relative_to(root.parent)}:{line}: {name} imports {target}, a layer above "
+                            f"within {inner[0]}/")
         lines = len(path.read_text().splitlines())
         if lines > MAX_LINES:
             said.append(f"{path.relative_to(root.parent)}: {lines} lines, over {MAX_LINES}")

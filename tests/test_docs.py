@@ -1,8 +1,10 @@
 """The documentation stays true: the CLI reference is regenerated text, every page is reachable,
-every `trainmon` command shown parses, and the README tour and the Python page's examples run."""
+every `trainmon` command shown parses, the architecture's module table names every module, and the
+README tour and the Python page's examples run."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -19,6 +21,9 @@ from trainmon.cli import build_parser
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
+ARCHITECTURE = DOCS / "architecture.md"
+PACKAGE = ROOT / "src" / "trainmon"
+TABLE_HEADER = "| folder / module | holds | I/O |"
 PAGES = sorted(DOCS.glob("*.md"))
 FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -159,6 +164,98 @@ def test_trainmon_commands_shown_parse(page: Path) -> None:
         except SystemExit:
             bad.append(shlex.join(["trainmon", *argv]))
     assert not bad, f"{page.name}: these commands do not parse: {bad}"
+
+
+# -- the architecture's module table ---------------------------------------------------------
+
+
+def module_table() -> list[list[str]]:
+    """The rows of docs/architecture.md's module table (the one headed ``TABLE_HEADER``), as cells."""
+    lines = ARCHITECTURE.read_text(encoding="utf-8").splitlines()
+    assert TABLE_HEADER in lines, f"docs/architecture.md has no module table ({TABLE_HEADER})"
+    rows = []
+    for line in lines[lines.index(TABLE_HEADER) + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def backticked(text: str) -> set[str]:
+    return set(re.findall(r"`([^`]+)`", text))
+
+
+def holds_more_than_imports(init: Path) -> bool:
+    """Whether a package's ``__init__`` holds more than its docstring, imports (those under
+    ``TYPE_CHECKING`` too) and ``__all__``: such an ``__init__`` is a module the table names."""
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            continue
+        if isinstance(node, ast.Assign) and [ast.unparse(target) for target in node.targets] == ["__all__"]:
+            continue
+        return True
+    return False
+
+
+def package_modules() -> list[Path]:
+    """Every module of the package, relative to it: each ``.py`` in a package folder (not the console's
+    files), an ``__init__`` only where it holds more than imports."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        folders = [path.parent, *path.parent.parents]
+        if not all((folder / "__init__.py").exists() for folder in folders[:folders.index(PACKAGE) + 1]):
+            continue
+        if path.name == "__init__.py" and not holds_more_than_imports(path):
+            continue
+        found.append(path.relative_to(PACKAGE))
+    return found
+
+
+def test_architecture_table_names_every_module() -> None:
+    """A module at the top of the package is named, in backticks, in the first cell of a row; any other
+    is named by its file's stem, in backticks, in the row whose first cell names its folder
+    (`runtime/capture/`). An ``__init__`` is named only where it holds more than imports."""
+    top: set[str] = set()
+    folders: dict[str, list[set[str]]] = {}
+    for first, *rest in module_table():
+        for name in backticked(first):
+            if name.endswith("/"):
+                folders.setdefault(name, []).append(backticked(" ".join([first, *rest])))
+            else:
+                top.add(name)
+    modules = package_modules()
+    assert len(modules) > 100, "the package's modules were not found"
+    missing = []
+    for module in modules:
+        folder = f"{module.parent.as_posix()}/" if module.parent.parts else ""
+        if not folder:
+            if module.stem not in top:
+                missing.append(f"`{module.stem}` (src/trainmon/{module}): add it to a top-level row's first cell")
+        elif folder not in folders:
+            missing.append(f"`{module.stem}` (src/trainmon/{module}): add a row whose first cell is `{folder}`")
+        elif len(folders[folder]) > 1:
+            missing.append(f"`{folder}` is the first cell of {len(folders[folder])} rows: make them one")
+        elif module.stem not in folders[folder][0]:
+            missing.append(f"`{module.stem}` (src/trainmon/{module}): add it, with what it holds, to row `{folder}`")
+    assert not missing, "docs/architecture.md's module table (## Layers), a module not named:\n" + "\n".join(
+        dict.fromkeys(missing))
+
+
+def test_architecture_table_names_only_what_exists() -> None:
+    modules = package_modules()
+    stems = {module.stem for module in modules if not module.parent.parts}
+    gone = []
+    for first, *_ in module_table():
+        for name in backticked(first):
+            if name.endswith("/") and not (PACKAGE / name / "__init__.py").exists():
+                gone.append(f"`{name}`: no such package under src/trainmon")
+            elif not name.endswith("/") and name not in stems:
+                gone.append(f"`{name}`: no such module at the top of src/trainmon")
+    assert not gone, f"docs/architecture.md's module table names what is not there: {gone}"
 
 
 # -- examples that run -----------------------------------------------------------------------

@@ -72,3 +72,18 @@ def test_the_checker_sees_a_circle_between_packages(tmp_path: Path) -> None:
     })
     # no two modules import each other: the circle is server.check -> server.aws -> server.check
     assert checker().problems(root) == ["packages in a circle: trainmon.server.aws, trainmon.server.check"]
+
+
+def test_the_checker_sees_an_import_a_layer_up_inside_runtime(tmp_path: Path) -> None:
+    """runtime/'s folders are layered too: capture/ may not reach job/ (above it), even lazily."""
+    root = write(tmp_path, {
+        "__init__.py": "",
+        "runtime/__init__.py": "",
+        "runtime/capture/__init__.py": "",
+        "runtime/capture/writer.py": "def later():\n    from ..job import supervisor\n",
+        "runtime/job/__init__.py": "",
+        "runtime/job/supervisor.py": "",
+    })
+    said = checker().problems(root)
+    assert len(said) == 1 and said[0].endswith(
+        "trainmon.runtime.capture.writer imports trainmon.runtime.job.supervisor, a layer above within runtime/"), said

@@ -1,7 +1,7 @@
 """One process owns one job: it starts the hosts, wires capture to the store, and ends the job.
 
-Run in the foreground by ``trainmon run``, or detached (``python -m trainmon.runtime.job.supervisor
-NAME``) by ``create_training_job``. Stop requests arrive through the store (``trainmon stop`` from
+Run in the foreground by ``trainmon run``, or detached (``python -m trainmon.cli.supervise NAME``) by
+``create_training_job``. Stop requests arrive through the store (``trainmon stop`` from
 any terminal), as SIGINT (Ctrl-C) or SIGTERM; every process of the job gets SIGTERM, then SIGKILL
 after the grace period. SIGHUP (a terminal that went away) is ignored: the job goes on, captured,
 and the echo to the terminal ends.
