@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -409,6 +410,33 @@ def test_ctrl_z_stops_the_supervisor_with_the_command_and_fg_resumes_both(home: 
     go.touch()
     proc.communicate(timeout=120)
     assert proc.returncode == 0 and describe("paused")["TrainingJobStatus"] == "Completed"
+
+
+@pytest.mark.parametrize(("argv", "held"), [(["run", "--", "true"], True), (["--home", "/x", "demo"], True),
+                                             (["describe", "run"], False), (["--debug", "list"], False)])
+def test_a_command_that_starts_a_job_holds_stop_signals_before_it_imports_the_rest(argv: list[str], held: bool) -> None:
+    """The command's first act, before trainmon.cli and what it imports: from then on a Ctrl-C is
+    kept for the supervisor, never raised where a finalizer or a lookup could swallow it."""
+    spy = textwrap.dedent(f"""
+        import builtins, signal, sys
+        seen, real = [], builtins.__import__
+        def spy(name, globals=None, locals=None, fromlist=(), level=0):
+            if (name, level) in (("cli", 1), ("trainmon.cli", 0)) and not seen:
+                seen.append(getattr(signal.getsignal(signal.SIGINT), "__name__", "?"))
+            return real(name, globals, locals, fromlist, level)
+        builtins.__import__ = spy
+        sys.argv = ["trainmon", *{[*argv, "--help"]!r}]
+        from trainmon.__main__ import main
+        try:
+            main()
+        except SystemExit:
+            pass
+        print("HANDLER", seen[0])
+        """)
+    done = subprocess.run([sys.executable, "-c", spy], capture_output=True, text=True, timeout=60)
+    handler = [line for line in done.stdout.splitlines() if line.startswith("HANDLER ")]
+    assert handler, done.stdout + done.stderr
+    assert (handler[0] == "HANDLER _noted_early") == held, handler  # else Python's own, or an ignored SIGINT
 
 
 @pytest.mark.timeout(600)

@@ -90,11 +90,15 @@ def early_signals() -> list[int]:
 def hold_stop_signals() -> dict[int, Any]:
     """From now until a supervisor's own handlers are in place, a SIGINT or SIGTERM is kept for it
     (:func:`early_signals`) instead of acting at once: ``trainmon run``'s first moments, where
-    Python's KeyboardInterrupt could be raised inside code that swallows it (a lookup that calls
-    Python and clears its errors) and the job would start as if no one had asked it to stop. The
-    handlers it replaced, to put back. A stop signal blocked by whoever started this process (a mask
-    is inherited) is unblocked: one sent already is kept now, and the job can be stopped."""
-    replaced: dict[int, Any] = {sig: signal.signal(sig, _noted_early) for sig in (signal.SIGINT, signal.SIGTERM)}
+    Python's KeyboardInterrupt could be raised inside code that swallows it (a finalizer, a lookup
+    that calls Python and clears its errors) and the job would start as if no one had asked it to
+    stop. The handlers it replaced, to put back (none when they are held already: whoever held them
+    first puts them back). A stop signal blocked by whoever started this process (a mask is
+    inherited) is unblocked: one sent already is kept now, and the job can be stopped."""
+    stops = (signal.SIGINT, signal.SIGTERM)
+    if all(signal.getsignal(sig) is _noted_early for sig in stops):
+        return {}
+    replaced: dict[int, Any] = {sig: signal.signal(sig, _noted_early) for sig in stops}
     signal.pthread_sigmask(signal.SIG_UNBLOCK, replaced)
     return replaced
 
