@@ -252,13 +252,22 @@ def _end_started_runs():
         process.communicate()
 
 
+def _as_a_shell_starts_it() -> None:
+    """SIGINT's default handling, as a shell gives what it starts in the foreground: tests started in
+    the background by a non-interactive shell ignore SIGINT and SIGQUIT, an ignored disposition
+    survives exec, and a Ctrl-C sent before trainmon's own handlers would be lost in the kernel, as it
+    never is in a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def _start(name: str, train: Path, *extra: str) -> subprocess.Popen[str]:
     """`trainmon run` in a process group of its own in this session, as a shell starts a job: its
     signals are then what they are in a terminal whatever runs the tests (in a process group the
     kernel deems orphaned, as under a runner that made pytest a session leader, SIGTSTP is discarded)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "trainmon", "run", "--name", name, *extra, "--", PY, str(train)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0, preexec_fn=_as_a_shell_starts_it,
     )
     _STARTED.append(process)
     return process
