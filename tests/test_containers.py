@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import tarfile
@@ -441,7 +442,16 @@ def test_a_checkpoint_place_that_cannot_be_is_refused(home: Path, tmp_path: Path
                                           CheckpointConfig={"S3Uri": "s3://nobucket/x"}))
     with pytest.raises(ValidationException, match="CheckpointConfig.LocalPath 'relative' must be an absolute path"):
         sm.create_training_job(**_request("byo-ckpt-bad", "my-algo:1", tmp_path,
-                                          CheckpointConfig={"S3Uri": str(tmp_path), "LocalPath": "relative"}))
+                                          CheckpointConfig={"S3Uri": str(tmp_path / "kept"), "LocalPath": "relative"}))
+    # a place that would copy checkpoints into themselves, or that means wherever the job is created
+    for uri, said in (("", "CheckpointConfig.S3Uri '': a local directory must be given by its absolute path"),
+                      ("ckpt", "CheckpointConfig.S3Uri 'ckpt': a local directory must be given by its absolute path"),
+                      (str(home.parent), f"CheckpointConfig.S3Uri '{home.parent}' holds trainmon's directory of jobs"),
+                      (home.as_uri(), f"CheckpointConfig.S3Uri '{home.as_uri()}' holds trainmon's directory of jobs"),
+                      (str(home / "jobs" / "x"), "is in trainmon's directory of jobs")):
+        with pytest.raises(ValidationException, match=re.escape(said)):
+            sm.create_training_job(**_request("byo-ckpt-bad", "my-algo:1", tmp_path, CheckpointConfig={"S3Uri": uri}))
+    assert sm.list_training_jobs()["TrainingJobSummaries"] == []
 
 
 def test_a_process_jobs_checkpoints_are_at_its_local_path(home: Path, tmp_path: Path, script) -> None:

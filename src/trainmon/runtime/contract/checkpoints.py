@@ -17,17 +17,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ... import config
 from ...errors import S3Error, TrainmonError, ValidationException
 from ...store import objects
 
 DEFAULT_LOCAL_PATH = "/opt/ml/checkpoints"
 
 
-def check(config: Mapping[str, Any] | None, home: Path) -> None:
-    """ValidationException when checkpoints could not be kept where ``config`` says."""
-    if not config:
+def check(settings: Mapping[str, Any] | None, home: Path) -> None:
+    """ValidationException when checkpoints could not be kept where ``settings`` (CheckpointConfig) say."""
+    if not settings:
         return
-    uri = config["S3Uri"]
+    uri = settings["S3Uri"]
     field = "CheckpointConfig.S3Uri"
     if uri.startswith("s3://"):
         bucket, key = objects.parse_uri(uri)
@@ -41,15 +42,31 @@ def check(config: Mapping[str, Any] | None, home: Path) -> None:
     elif "://" in uri and not uri.startswith("file://"):
         raise ValidationException(f"{field} {uri!r}: give an s3:// URI of trainmon's object store, a file:// URI or "
                                   "a local directory.")
-    local = config.get("LocalPath", DEFAULT_LOCAL_PATH)
+    else:
+        _check_directory(uri, field, home)
+    local = settings.get("LocalPath", DEFAULT_LOCAL_PATH)
     if not local.startswith("/"):
         raise ValidationException(f"CheckpointConfig.LocalPath {local!r} must be an absolute path.")
 
 
-def restore(config: Mapping[str, Any], home: Path, directory: Path) -> None:
+def _check_directory(uri: str, field: str, home: Path) -> None:
+    """A local place for checkpoints: an absolute path, that does not hold trainmon's data directory
+    (the hosts' checkpoint directories are in it: a copy would go into itself)."""
+    path = _local(uri)
+    if not path.is_absolute():
+        raise ValidationException(f"{field} {uri!r}: a local directory must be given by its absolute path (or a "
+                                  "file:// URI), as the job's hosts do not run where it was created.")
+    jobs = config.jobs_dir(home).resolve()
+    if jobs.is_relative_to(path.resolve()) or path.resolve().is_relative_to(jobs):
+        where = "is in" if path.resolve().is_relative_to(jobs) else "holds"
+        raise ValidationException(f"{field} {uri!r} {where} trainmon's directory of jobs ({jobs}), where the hosts' "
+                                  "checkpoints are: give a directory of their own.")
+
+
+def restore(settings: Mapping[str, Any], home: Path, directory: Path) -> None:
     """What ``S3Uri`` holds, copied into ``directory`` (made if need be); OSError when it cannot be."""
     directory.mkdir(parents=True, exist_ok=True)
-    uri = config["S3Uri"]
+    uri = settings["S3Uri"]
     if not uri.startswith("s3://"):
         source = _local(uri)
         if source.is_dir():
@@ -71,11 +88,11 @@ def restore(config: Mapping[str, Any], home: Path, directory: Path) -> None:
         raise OSError(f"{uri}: {exc.message}") from None
 
 
-def save(config: Mapping[str, Any], home: Path, directory: Path) -> None:
+def save(settings: Mapping[str, Any], home: Path, directory: Path) -> None:
     """Every file of ``directory`` copied to ``S3Uri``, over what was there; OSError when it cannot be."""
     if not directory.is_dir():
         return
-    uri = config["S3Uri"]
+    uri = settings["S3Uri"]
     files = sorted(path for path in directory.rglob("*") if path.is_file() and not path.is_symlink())
     if not uri.startswith("s3://"):
         target = _local(uri)
