@@ -451,6 +451,10 @@ def test_a_checkpoint_place_that_cannot_be_is_refused(home: Path, tmp_path: Path
                       (str(home / "jobs" / "x"), "is in trainmon's directory of jobs")):
         with pytest.raises(ValidationException, match=re.escape(said)):
             sm.create_training_job(**_request("byo-ckpt-bad", "my-algo:1", tmp_path, CheckpointConfig={"S3Uri": uri}))
+    for local in (tmp_path / "kept" / "here", tmp_path):  # a process's LocalPath inside S3Uri, or holding it
+        with pytest.raises(ValidationException, match="hold one another: checkpoints would be copied into themselves"):
+            sm.create_training_job(**_request("byo-ckpt-bad", "my-algo:1", tmp_path, CheckpointConfig={
+                "S3Uri": str(tmp_path / "kept"), "LocalPath": str(local)}))
     assert sm.list_training_jobs()["TrainingJobSummaries"] == []
 
 
@@ -495,15 +499,18 @@ def test_the_gpus_each_container_host_gets(instance_type: str, machine: list[str
 
 
 def test_gpus_are_passed_as_each_engine_takes_them(tmp_path: Path) -> None:
-    docker, podman = engines.Engine("docker", "/usr/bin/docker"), engines.Engine("podman", "/usr/bin/podman")
+    docker = engines.Engine("docker", str(tmp_path / "no-docker"))  # a client that cannot answer: no runtime known
+    podman = containers.engine() if containers.engine().name == "podman" else engines.Engine("podman", "podman")
     assert docker.gpu_arguments(["0", "2"]) == ["--gpus", '"device=0,2"']
     assert podman.gpu_arguments([]) == []
-    with pytest.raises(engines.EngineError, match=r"podman finds no CDI description of NVIDIA's GPUs in .*: install "
-                       r"the NVIDIA Container Toolkit and run `nvidia-ctk cdi generate"):
-        podman.gpu_arguments(["0"], cdi_dirs=[str(tmp_path)])
+    assert podman.gpus_unusable(cdi_dirs=[str(tmp_path)]) == (
+        f"podman finds no CDI description of NVIDIA's GPUs in {tmp_path}: install the NVIDIA Container Toolkit and "
+        "run `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`")
+    assert "docker has neither NVIDIA's runtime nor a CDI description" in str(docker.gpus_unusable([str(tmp_path)]))
     (tmp_path / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n")
-    assert podman.gpu_arguments(["0", "1"], cdi_dirs=[str(tmp_path)]) == [
-        "--device", "nvidia.com/gpu=0", "--device", "nvidia.com/gpu=1"]
+    assert podman.gpus_unusable(cdi_dirs=[str(tmp_path)]) is None
+    assert docker.gpus_unusable(cdi_dirs=[str(tmp_path)]) is None
+    assert podman.gpu_arguments(["0", "1"]) == ["--device", "nvidia.com/gpu=0", "--device", "nvidia.com/gpu=1"]
 
 
 def _nvidia_gpus() -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 import trainmon
-from trainmon.errors import WaiterError
+from trainmon.errors import ValidationException, WaiterError
 from trainmon.runtime.processes import optml
 
 from . import containers
@@ -139,6 +140,58 @@ def test_a_job_the_system_refuses_a_namespace_runs_without_it(home: Path, script
     messages = _messages("refused")
     assert messages[0].startswith(f"{optml.NOTICE} (the system refused a private mount namespace: unshare: ")
     assert messages[1:] == [f"has /opt/ml {os.path.exists('/opt/ml/model')}"]
+
+
+def test_a_process_keeps_its_checkpoints_where_it_sees_them_under_opt_ml(home: Path, tmp_path: Path,
+                                                                          script: Callable[[str], Path]) -> None:
+    """CheckpointConfig.LocalPath under /opt/ml: a process sees its own directory there, so that is
+    where its checkpoints are restored and kept from, never the machine's /opt/ml."""
+    machine_had_it = os.path.exists("/opt/ml/checkpoints")
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "step.txt").write_text("4")
+    train = script("""
+        from pathlib import Path
+        path = Path("/opt/ml/checkpoints/step.txt")
+        print("resumed at step", path.read_text(), flush=True)
+        path.write_text(str(int(path.read_text()) + 1))
+        """)
+    for name in ("ckpt-1", "ckpt-2"):
+        doc = _run(name, tmp_path, AlgorithmSpecification={"TrainingInputMode": "File",
+                                                            "ContainerEntrypoint": [PY, str(train)]},
+                   CheckpointConfig={"S3Uri": str(kept), "LocalPath": "/opt/ml/checkpoints"})
+        assert doc["TrainingJobStatus"] == "Completed", doc.get("FailureReason")
+    assert _messages("ckpt-1") == ["resumed at step 4"] and _messages("ckpt-2") == ["resumed at step 5"]
+    assert (kept / "step.txt").read_text() == "6"
+    assert os.path.exists("/opt/ml/checkpoints") == machine_had_it
+
+
+def test_an_isolated_job_whose_framework_image_is_absent_is_refused(home: Path, tmp_path: Path) -> None:
+    """Processes in the image's place could reach the network: the job is refused before it exists."""
+    sm = trainmon.client("sagemaker")
+    with pytest.raises(ValidationException, match=f"EnableNetworkIsolation: the image {re.escape(ABSENT_FRAMEWORK_IMAGE)} "
+                       "is not on this machine, and the processes that would run in its place cannot be cut off"):
+        sm.create_training_job(TrainingJobName="isolated-absent", RoleArn="arn:aws:iam::000000000000:role/trainmon",
+                               EnableNetworkIsolation=True, AlgorithmSpecification={
+                                   "TrainingImage": ABSENT_FRAMEWORK_IMAGE, "TrainingInputMode": "File",
+                                   "ContainerEntrypoint": ["/bin/sh", "-c", "true"]})
+    assert sm.list_training_jobs()["TrainingJobSummaries"] == []
+
+
+@pytest.mark.parametrize(("image", "framework"), [
+    ("763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-cpu-py310", True),
+    ("763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-training:2.1.0-transformers4.36.0-gpu-py310-cu121",
+     True),
+    ("683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1", True),
+    ("727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/tensorflow-training:2.13-cpu-py310", True),
+    ("123456789012.dkr.ecr.us-east-1.amazonaws.com/fraud-model-training:latest", False),  # one's own
+    ("123456789012.dkr.ecr.us-east-1.amazonaws.com/team/pytorch-training:1", False),
+    ("pytorch-training:2.1.0", False),  # not in ECR
+])
+def test_framework_images_are_sagemakers_own(image: str, framework: bool) -> None:
+    from trainmon.runtime.contract.toolkit import is_framework_image
+
+    assert is_framework_image(image) is framework
 
 
 def test_a_command_that_cannot_start_is_said_before_the_host_starts(home: Path, tmp_path: Path) -> None:

@@ -197,7 +197,8 @@ def job_document(request: Mapping[str, Any], now: float, *, home: Path | None = 
                                                      through_s3=not launcher.files_here)
     channels: list[Channel] = checked.get("InputDataConfig", [])
     instance_type = checked.get("ResourceConfig", {}).get("InstanceType", "local")
-    settings = _trainmon_config(checked.get("TrainmonConfig", {}), algorithm, hyperparameters, root, instance_type)
+    settings = _trainmon_config(checked.get("TrainmonConfig", {}), algorithm, hyperparameters, root, instance_type,
+                                checked.get("EnableNetworkIsolation", False))
     settings["ChannelPaths"] = _channel_paths(channels, root)
     if artifacts_path is not None:
         settings["ModelArtifactsPath"] = str(artifacts_path)
@@ -339,9 +340,13 @@ def _model_artifacts(output_path: str, name: str, root: Path, *, through_s3: boo
 
 
 def _trainmon_config(given: dict[str, Any], algorithm: AlgorithmSpecification, hyperparameters: dict[str, str],
-                     root: Path, instance_type: str) -> TrainmonConfig:
+                     root: Path, instance_type: str, isolated: bool) -> TrainmonConfig:
     script = _script_mode(algorithm, hyperparameters, root)
     absent = _framework_image_absent(algorithm, script is not None)
+    if absent is not None and isolated:
+        raise ValidationException(f"EnableNetworkIsolation: the image {absent} is not on this machine, and the processes "
+                                  "that would run in its place cannot be cut off from the network: pull or build "
+                                  "the image to run the job isolated in it, or run it without isolation.")
     container = _container(algorithm) if absent is None and _in_a_container(algorithm, script) else None
     settings: TrainmonConfig = {
         "Command": container_arguments(algorithm) if container else resolve_command(algorithm) if script is None else [],

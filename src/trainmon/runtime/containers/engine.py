@@ -100,10 +100,16 @@ class Engine:
         return done.stdout.strip() if done.returncode == 0 else ""
 
     def check_runnable(self, image: str) -> None:
-        """EngineError, saying what to do, when the image is built for a processor this machine
-        cannot run (none registered to emulate it): the container would fail with 'exec format error'."""
+        """EngineError, saying what to do, when the image is built for a processor the engine's machine
+        cannot run (natively, or through an emulator registered here): the container would fail with
+        'exec format error'. The engine's own machine is asked only when the image is not this one's
+        (a remote engine, or one in a virtual machine, may run another)."""
         built_for, here = self.architecture(image), machine_architecture()
-        if not built_for or built_for == here or _emulated(built_for):
+        if not built_for or _runs_on(built_for, here) or _emulated(built_for):
+            return
+        engines = self.call(["info", "--format", "{{.Host.Arch}}" if self.name == "podman" else "{{.Architecture}}"],
+                            check=False).stdout.strip()
+        if engines and _runs_on(built_for, _ARCHITECTURES.get(engines, engines)):
             return
         raise EngineError(f"image {image} is built for {built_for} and this machine is {here}: build it for "
                           f"{here} (`{self.name} build --platform linux/{here} ...`), or register an emulator for "
@@ -163,19 +169,31 @@ class Engine:
         self.call(["network", "rm", "--force", name] if self.name == "podman" else ["network", "rm", name],
                   check=False)
 
-    def gpu_arguments(self, gpus: Sequence[str], cdi_dirs: Sequence[str] = CDI_DIRS) -> list[str]:
+    def gpus_unusable(self, cdi_dirs: Sequence[str] = CDI_DIRS) -> str | None:
+        """Why this engine cannot pass NVIDIA's GPUs to a container, with what to install; None when
+        it can: Podman with a CDI description of them, Docker with NVIDIA's runtime (or CDI)."""
+        if any(_describes_nvidia_gpus(Path(d)) for d in cdi_dirs):
+            return None
+        if self.name == "docker":
+            try:
+                runtimes = self.call(["info", "--format", "{{json .Runtimes}}"], check=False).stdout
+            except EngineError:
+                runtimes = ""
+            if "nvidia" in runtimes:
+                return None
+            return ("docker has neither NVIDIA's runtime nor a CDI description of NVIDIA's GPUs: install the NVIDIA "
+                    "Container Toolkit (`nvidia-ctk runtime configure --runtime=docker`, then restart docker)")
+        return (f"podman finds no CDI description of NVIDIA's GPUs in {' or '.join(cdi_dirs)}: install the NVIDIA "
+                "Container Toolkit and run `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`")
+
+    def gpu_arguments(self, gpus: Sequence[str]) -> list[str]:
         """The arguments that pass these GPUs (NVIDIA's, by index or UUID) to a container: Podman's
         by their CDI names (``--device nvidia.com/gpu=0``), Docker's through its NVIDIA runtime
-        (``--gpus "device=0,1"``). EngineError, saying what to install, when Podman has no CDI
-        description of NVIDIA's GPUs."""
+        (``--gpus "device=0,1"``); see :meth:`gpus_unusable` first."""
         if not gpus:
             return []
         if self.name == "docker":
             return ["--gpus", f'"device={",".join(gpus)}"']
-        if not any(_describes_nvidia_gpus(Path(d)) for d in cdi_dirs):
-            raise EngineError("the job's containers need GPUs, and podman finds no CDI description of NVIDIA's GPUs "
-                              f"in {' or '.join(cdi_dirs)}: install the NVIDIA Container Toolkit and run "
-                              "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`.")
         return [argument for gpu in gpus for argument in ("--device", f"{NVIDIA_GPU_KIND}={gpu}")]
 
     def limits(self) -> list[str]:
@@ -212,6 +230,13 @@ _EMULATORS = {"amd64": "x86_64", "arm64": "aarch64", "386": "i386"}  # binfmt_mi
 def machine_architecture() -> str:
     machine = platform.machine()
     return _ARCHITECTURES.get(machine, machine)
+
+
+_ALSO_RUNS = {"amd64": ("386",), "arm64": ("arm",)}  # what a processor runs besides its own programs
+
+
+def _runs_on(built_for: str, machine: str) -> bool:
+    return built_for == machine or built_for in _ALSO_RUNS.get(machine, ())
 
 
 def _emulated(architecture: str) -> bool:

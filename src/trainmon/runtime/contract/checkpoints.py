@@ -44,6 +44,10 @@ def check(settings: Mapping[str, Any] | None, home: Path) -> None:
                                   "a local directory.")
     else:
         _check_directory(uri, field, home)
+        local_path = settings.get("LocalPath")
+        if local_path and _overlap(_local(uri), Path(local_path)):
+            raise ValidationException(f"CheckpointConfig.LocalPath {local_path!r} and S3Uri {uri!r} hold one another: "
+                                      "checkpoints would be copied into themselves; give places apart.")
     local = settings.get("LocalPath", DEFAULT_LOCAL_PATH)
     if not local.startswith("/"):
         raise ValidationException(f"CheckpointConfig.LocalPath {local!r} must be an absolute path.")
@@ -61,6 +65,11 @@ def _check_directory(uri: str, field: str, home: Path) -> None:
         where = "is in" if path.resolve().is_relative_to(jobs) else "holds"
         raise ValidationException(f"{field} {uri!r} {where} trainmon's directory of jobs ({jobs}), where the hosts' "
                                   "checkpoints are: give a directory of their own.")
+
+
+def _overlap(first: Path, second: Path) -> bool:
+    one, other = first.resolve(), second.expanduser().resolve()
+    return one.is_relative_to(other) or other.is_relative_to(one)
 
 
 def restore(settings: Mapping[str, Any], home: Path, directory: Path) -> None:

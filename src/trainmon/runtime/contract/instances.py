@@ -59,6 +59,12 @@ def container_limits(instance_type: str, machine_cpus: int, machine_memory_bytes
     return Limits(min(cpus, machine_cpus), min(memory_gib << 30, machine_memory_bytes))
 
 
+def instance_gpus(instance_type: str) -> int:
+    """How many GPUs a host of ``instance_type`` has (0 for ``local`` and types not in the table)."""
+    known = INSTANCE_TYPES.get(instance_type)
+    return known[1] if known is not None else 0
+
+
 def host_gpus(instance_type: str, host_index: int, machine: Sequence[str]) -> list[str]:
     """The GPUs (the machine's ids) a container host of ``instance_type`` gets: as many as the type
     has, taken in turn by the hosts, so that hosts share GPUs only when the machine has too few for

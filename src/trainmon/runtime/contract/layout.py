@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,19 +115,20 @@ def machine_gpus() -> list[str]:
     return [str(index) for index in range(count)]
 
 
-def container_gpus(doc: JobDocument, host: str) -> list[str]:
-    """The GPUs a container host of the job gets (:func:`instances.host_gpus`)."""
+def container_gpus(doc: JobDocument, host: str, machine: Sequence[str]) -> list[str]:
+    """The GPUs a container host of the job gets of ``machine``'s, those its engine can pass
+    (:func:`instances.host_gpus`)."""
     index = host_names(doc["ResourceConfig"]["InstanceCount"]).index(host)
-    return instances.host_gpus(doc["ResourceConfig"]["InstanceType"], index, machine_gpus())
+    return instances.host_gpus(doc["ResourceConfig"]["InstanceType"], index, machine)
 
 
-def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *,
-                 seen_at: Path | None = None) -> tuple[HostLayout, dict[str, str]]:
+def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *, seen_at: Path | None = None,
+                 gpus: Sequence[str] | None = None) -> tuple[HostLayout, dict[str, str]]:
     """Create one host's directories and config files in ``job_dir`` (which exists: it is private to
     the user, see :func:`trainmon.config.make_private_dir`), its channels and, in script mode, its code
     directory; return them and the SM_* environment, its paths as seen from ``seen_at`` (a
     container's /opt/ml) when given. OSError or :class:`toolkit.SourceError` when the input cannot be
-    put in place."""
+    put in place. ``gpus``: a container's (else the host sees every GPU of the machine)."""
     layout = HostLayout(host, job_dir / host, seen_at)
     seen = layout.seen
     for directory in (layout.config_dir, layout.data_dir, layout.model_dir, layout.output_data_dir):
@@ -172,7 +174,7 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *,
     split = toolkit.split(hyperparameters)
     decoded = split.user if script is not None else {key: toolkit.decode(value) for key, value in hyperparameters.items()}
     num_cpus = os.cpu_count() or 1
-    num_gpus = len(container_gpus(doc, host) if seen_at is not None else machine_gpus())
+    num_gpus = len(gpus if gpus is not None else machine_gpus())
     limits = container_limits(doc) if seen_at is not None else None
     if limits is not None:  # a container's limit, as the toolkit counts them inside its cgroup
         num_cpus = limits.cpus
@@ -247,12 +249,16 @@ def prepare_host(job_dir: Path, doc: JobDocument, host: str, peers: Peers, *,
 
 def checkpoint_dir(layout: HostLayout, doc: JobDocument) -> Path | None:
     """Where a host's checkpoints are on this machine (None: the job keeps none): a container's in its
-    directory, seen at CheckpointConfig.LocalPath; a process's at LocalPath itself, when given."""
+    directory, seen at CheckpointConfig.LocalPath; a process's at LocalPath itself when given (in its
+    directory when that is under /opt/ml, where the process sees it)."""
     config = doc.get("CheckpointConfig")
     if not config:
         return None
     if layout.seen_at is None and config.get("LocalPath"):
-        return Path(config["LocalPath"])
+        local = Path(config["LocalPath"])
+        if local.is_relative_to(CONTAINER_ROOT):  # where a process sees its own directory
+            return layout.root / local.relative_to(CONTAINER_ROOT)
+        return local
     return layout.root / "checkpoints"
 
 

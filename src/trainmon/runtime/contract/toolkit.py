@@ -35,8 +35,14 @@ TOOLKIT_HYPERPARAMETERS = frozenset({  # the toolkit's own: neither the user's n
 })
 REQUIREMENTS = "requirements.txt"
 
-_FRAMEWORK_PREFIXES = ("sagemaker-scikit-learn", "sagemaker-xgboost", "sagemaker-distribution",
-                       "sagemaker-base-python", "sagemaker-pytorch", "sagemaker-tensorflow")
+# The repositories of SageMaker's framework images for training, as the SDK's image_uris.retrieve names them.
+FRAMEWORK_REPOSITORIES = frozenset({
+    "pytorch-training", "tensorflow-training", "mxnet-training", "pytorch-training-neuronx",
+    "huggingface-pytorch-training", "huggingface-tensorflow-training", "huggingface-pytorch-training-neuronx",
+    "huggingface-pytorch-trcomp-training", "huggingface-tensorflow-trcomp-training", "autogluon-training",
+    "sagemaker-scikit-learn", "sagemaker-xgboost", "sagemaker-chainer", "sagemaker-base-python",
+    "sagemaker-distribution-prod",
+})
 # An image in Amazon ECR, as the SDK's image_uris.retrieve gives them: the framework images
 # (763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.1.0-cpu-py310, .../sagemaker-scikit-learn:1.2-1)
 # in every partition (amazonaws.com, amazonaws.com.cn, ...) and FIPS endpoints.
@@ -53,14 +59,12 @@ class MissingProgram(SourceError):
 
 
 def is_framework_image(image: str) -> bool:
-    """Whether an image is one of SageMaker's framework images (its repository a framework's
-    training image, ``pytorch-training``, ``huggingface-pytorch-training``, ``sagemaker-scikit-learn``,
-    ``sagemaker-xgboost``, ...), whose work a local Python can do when the image is not here."""
+    """Whether an image is one of SageMaker's framework images for training (an image in Amazon ECR
+    whose repository is one of :data:`FRAMEWORK_REPOSITORIES`), whose work a local Python can do when
+    the image is not here. An image of one's own, whatever its name, is not."""
     if not is_ecr_image(image):
         return False
-    repository = image.split("/", 1)[1].split("@")[0].split(":")[0]
-    return any(part.endswith("-training") or part.startswith(_FRAMEWORK_PREFIXES)
-               for part in repository.split("/")) or "-training-" in repository
+    return image.split("/", 1)[1].split("@")[0].split(":")[0] in FRAMEWORK_REPOSITORIES
 
 
 def is_ecr_image(image: str) -> bool:

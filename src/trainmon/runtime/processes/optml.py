@@ -72,13 +72,10 @@ def enter(root: str, libc: ctypes.CDLL | None = None) -> None:
     """Give this process a mount namespace of its own where ``root`` is at /opt/ml (Unavailable when
     the system refuses one; the process is then as it was, or in a namespace that changes nothing)."""
     libc = libc or _libc()
-    uid, gid = os.getuid(), os.getgid()
     cwd = os.getcwd()
-    _check(libc.unshare(CLONE_NEWNS if uid == 0 else CLONE_NEWNS | CLONE_NEWUSER), "unshare")
-    if uid != 0:  # the user's own ids, and no others: files keep their owners, setgroups is denied
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    if os.getuid() != 0:
+        _probe(libc)  # a refusal after unshare would leave this process in a namespace it cannot leave
+    _namespace(libc)
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing of what follows reaches the machine's
     covered = not os.path.isdir(TARGET)
     try:
@@ -90,6 +87,40 @@ def enter(root: str, libc: ctypes.CDLL | None = None) -> None:
             libc.umount2(b"/opt", MNT_DETACH)
         raise
     os.chdir(cwd)  # the same directory, seen through the namespace's mounts
+
+
+def _namespace(libc: ctypes.CDLL) -> None:
+    """A mount namespace of this process's own: inside a user namespace that maps the user's own ids
+    and no others, unless root (files keep their owners, setgroups is denied)."""
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc.unshare(CLONE_NEWNS if uid == 0 else CLONE_NEWNS | CLONE_NEWUSER), "unshare")
+    if uid != 0:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+
+
+def _probe(libc: ctypes.CDLL) -> None:
+    """Unavailable unless a child of this process can make the namespace and mount in it: some
+    systems let an unprivileged user create a user namespace and then refuse every id mapping and
+    mount in it (Ubuntu's restriction of unprivileged user namespaces by AppArmor)."""
+    said, told = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(said)
+        try:
+            _namespace(libc)
+            _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+        except BaseException as exc:  # this process only reports why: it must not go on as its parent
+            os.write(told, str(exc).encode(errors="replace")[:512])
+            os._exit(1)
+        os._exit(0)
+    os.close(told)
+    with os.fdopen(said, "rb") as answer:
+        why = answer.read().decode(errors="replace")
+    _, status = os.waitpid(child, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise Unavailable(why or "the namespace could not be made")
 
 
 def _opt_of_its_own(libc: ctypes.CDLL) -> None:

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from ...containers.engine import JOB_LABEL, TAG_LABEL, Engine, EngineError, find
 from ...containers.image import parse as parse_reference
-from ...contract.layout import CONTAINER_ROOT, HostLayout, Peers, container_gpus, container_limits
+from ...contract.instances import instance_gpus
+from ...contract.layout import CONTAINER_ROOT, HostLayout, Peers, container_gpus, container_limits, machine_gpus
 from ...processes.tags import TAG_VARIABLE
 from ..launcher import HostSpec, LaunchError
 from .launcher import LocalHost, LocalLauncher
@@ -58,17 +59,39 @@ class ContainerLauncher(LocalLauncher):
         self.hosts_count = doc["ResourceConfig"]["InstanceCount"]
         self.limits = container_limits(doc)
         self.doc = doc
+        self.machine_gpus: list[str] = []  # those of this machine's GPUs the engine can pass (prepare)
+        self.note = ""  # what the job's log says first of how it runs (GPUs the engine could not pass)
 
     def prepare(self) -> str | None:
-        """The engine found and the image ready (pulled if need be); the job's failure reason if not."""
+        """The engine found, the image ready (pulled if need be) and the GPUs the hosts get known; the
+        job's failure reason if not."""
         try:
             self.engine = engine = find()
             reference = parse_reference(self.image)
             assert reference is not None, "a job's image was checked when the job was made"
             engine.check_runnable(engine.ensure(reference))
+            self.machine_gpus = self._passable_gpus(engine)
         except EngineError as exc:
             return f"ClientError: {exc}"
         return None
+
+    def _passable_gpus(self, engine: Engine) -> list[str]:
+        """This machine's GPUs, when the engine can pass them; none when it cannot and the instance type
+        does not ask for GPUs (``local``: the job runs without them, and its log says why); EngineError
+        when the type asks for them."""
+        machine = machine_gpus()
+        unusable = engine.gpus_unusable() if machine else None
+        if unusable is None:
+            return machine
+        instance_type = self.doc["ResourceConfig"]["InstanceType"]
+        if instance_gpus(instance_type):
+            raise EngineError(f"{instance_type} has GPUs, and {unusable}.")
+        self.note = f"trainmon: this machine's GPUs are not given to the job's containers: {unusable}\n"
+        return []
+
+    def host_gpus(self, host: str) -> list[str]:
+        """The GPUs the host's container gets."""
+        return container_gpus(self.doc, host, self.machine_gpus)
 
     def place(self, layout: HostLayout) -> None:
         """The host's directory and mounts (from :func:`~trainmon.runtime.contract.layout.prepare_host`)."""
@@ -76,7 +99,7 @@ class ContainerLauncher(LocalLauncher):
 
     def gpus(self) -> list[str]:
         """Every GPU a host of the job gets, once each: those the system monitor reads."""
-        return sorted({gpu for host in self.layouts for gpu in container_gpus(self.doc, host)})
+        return sorted({gpu for host in self.layouts for gpu in self.host_gpus(host)})
 
     def start(self, spec: HostSpec) -> LocalHost:
         engine = self.engine
@@ -105,7 +128,7 @@ class ContainerLauncher(LocalLauncher):
         if self.limits is not None:
             memory = f"{self.limits.memory_bytes}b"  # and no swap beyond it: an instance has none
             args += ["--cpus", str(self.limits.cpus), "--memory", memory, "--memory-swap", memory]
-        args += engine.gpu_arguments(container_gpus(self.doc, spec.name))
+        args += engine.gpu_arguments(self.host_gpus(spec.name))
         for mount in layout.mounts:
             args += ["--volume", f"{mount.source}:{mount.target}{':ro' if mount.read_only else ''}"]
         if self.network is not None:

@@ -109,7 +109,9 @@ class LocalHosts:
         try:
             for host in self.names:
                 seen_at = contract.CONTAINER_ROOT if containers is not None else None
-                layout, env = contract.prepare_host(self.job_dir, self.doc, host, self.peers, seen_at=seen_at)
+                gpus = containers.host_gpus(host) if containers is not None else None
+                layout, env = contract.prepare_host(self.job_dir, self.doc, host, self.peers, seen_at=seen_at,
+                                                    gpus=gpus)
                 self.hosts.append(_Host(host, layout, env))
                 directory = contract.checkpoint_dir(layout, self.doc)
                 if directory is not None:  # what an earlier job left there
@@ -161,6 +163,8 @@ class LocalHosts:
                 return f"ClientError: {exc}"
             notes = toolkit.notes(layout.code_dir, settings.get("Interpreter"), settings.get("AbsentImage"),
                                   script is not None)
+            if isinstance(self.launcher, ContainerLauncher):
+                notes += self.launcher.note.encode("utf-8", "replace")
             pipes = []
             for is_stderr, fd in zip((False, True), host.process.streams(), strict=True):
                 output = PipeOutput(spool_path(self.spool_dir, host.name, is_stderr), self._wake, budget=self._budget,
