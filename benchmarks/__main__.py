@@ -1,4 +1,4 @@
-"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [aws] [rules] [alarms] [report] [debug_hook] [cluster] [listing] [containers] [--scale S] [--flood-mb N] [--strict]``"""
+"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [aws] [rules] [alarms] [report] [debug_hook] [cluster] [listing] [containers] [search] [--scale S] [--flood-mb N] [--strict]``"""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from . import (
     monitor,
     readback,
     rules,
+    search,
     series,
     server,
     store,
@@ -30,7 +31,8 @@ from . import report as profiling_report  # not `report`: main() names each Repo
 from .common import ROOT, Report
 
 BENCHMARKS = ("extraction", "capture", "latency", "monitor", "store", "series", "readback", "server", "aws", "rules",
-              "alarms", "report", "debug_hook", "cluster", "listing", "containers")
+              "alarms", "report", "debug_hook", "cluster", "listing", "containers",
+              "search")
 
 
 def _revision() -> str:
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     modules = {"extraction": extraction, "capture": capture, "latency": latency, "monitor": monitor,
                "store": store, "series": series, "readback": readback, "server": server, "aws": aws,
                "rules": rules, "alarms": alarms, "report": profiling_report, "debug_hook": debug_hook,
-               "cluster": cluster, "listing": listing, "containers": containers}
+               "cluster": cluster, "listing": listing, "containers": containers, "search": search}
     for name in names:
         if name == "capture":
             reports.append(capture.run(args.scale, args.flood_mb))

@@ -108,6 +108,61 @@ def test_list_filters_sorts_and_pages(aws_env: ServerProcess, script: Callable[[
     assert sm.list_training_jobs(StatusEquals="Failed")["TrainingJobSummaries"] == []
 
 
+def test_search_finds_runs_by_hyperparameter_metric_and_tag(aws_env: ServerProcess,
+                                                           script: Callable[[str], Path]) -> None:
+    """boto3's search() and its paginator, and the AWS CLI's, as SageMaker's Search answers them."""
+    sm = _client("sagemaker")
+    train = script("""
+        import json
+        lr = float(json.load(open("/opt/ml/input/config/hyperparameters.json"))["lr"])
+        print(f"loss={abs(lr - 0.1) * 10:.3f};")
+        """)
+    runs = {"lr-big": ("0.5", "vision"), "lr-right": ("0.1", "vision"), "lr-small": ("0.001", "speech"),
+            "lr-none": ("0.25", None)}
+    for name, (lr, team) in runs.items():
+        sm.create_training_job(**_job_request(name, train, HyperParameters={"lr": lr},
+                                              Tags=[{"Key": "team", "Value": team}] if team else []))
+    for name in runs:
+        sm.get_waiter("training_job_completed_or_stopped").wait(TrainingJobName=name, WaiterConfig=FAST_WAITER)
+
+    def names(answer: dict[str, Any]) -> list[str]:
+        return [result["TrainingJob"]["TrainingJobName"] for result in answer["Results"]]
+
+    best = sm.search(Resource="TrainingJob", SearchExpression={"Filters": [
+        {"Name": "HyperParameters.lr", "Operator": "LessThanOrEqualTo", "Value": "0.3"}]},
+        SortBy="Metrics.train:loss", SortOrder="Ascending")
+    assert names(best) == ["lr-right", "lr-small", "lr-none"]
+    assert best["TotalHits"] == {"Value": 3, "Relation": "EqualTo"}
+    job = best["Results"][0]["TrainingJob"]
+    assert job["HyperParameters"] == {"lr": "0.1"} and job["Tags"] == [{"Key": "team", "Value": "vision"}]
+    assert job["FinalMetricDataList"][0]["MetricName"] == "train:loss" and job["FinalMetricDataList"][0]["Value"] == 0
+    assert isinstance(job["CreationTime"], dt.datetime)
+    either = sm.search(Resource="TrainingJob", SearchExpression={"Operator": "Or", "SubExpressions": [
+        {"Filters": [{"Name": "Tags.team", "Operator": "Equals", "Value": "speech"}]},
+        {"Filters": [{"Name": "Tags.team", "Operator": "NotExists"},
+                     {"Name": "TrainingJobStatus", "Operator": "In", "Value": "Completed,Stopped"}]}]},
+        SortBy="TrainingJobName", SortOrder="Ascending")
+    assert names(either) == ["lr-none", "lr-small"]
+    nested = sm.search(Resource="TrainingJob", SearchExpression={"NestedFilters": [
+        {"NestedPropertyName": "FinalMetricDataList", "Filters": [
+            {"Name": "FinalMetricDataList.MetricName", "Operator": "Equals", "Value": "train:loss"},
+            {"Name": "FinalMetricDataList.Value", "Operator": "GreaterThan", "Value": "3"}]}]})
+    assert names(nested) == ["lr-big"]
+    pages = sm.get_paginator("search").paginate(Resource="TrainingJob", SortBy="HyperParameters.lr",
+                                                SortOrder="Descending", PaginationConfig={"PageSize": 1})
+    assert [name for page in pages for name in names(page)] == ["lr-big", "lr-none", "lr-right", "lr-small"]
+    with pytest.raises(botocore.exceptions.ClientError) as bad:
+        sm.search(Resource="TrainingJob", SearchExpression={"Filters": [
+            {"Name": "Metrics.train:loss", "Operator": "LessThan", "Value": "small"}]})
+    assert bad.value.response["Error"]["Code"] == "ValidationException"
+    assert "must be an integer or floating-point decimal" in bad.value.response["Error"]["Message"]
+    cli = _aws("sagemaker", "search", "--resource", "TrainingJob", "--search-expression",
+               json.dumps({"Filters": [{"Name": "Tags.team", "Operator": "Equals", "Value": "vision"}]}),
+               "--sort-by", "TrainingJobName", "--sort-order", "Ascending")
+    assert cli.returncode == 0, cli.stderr
+    assert [r["TrainingJob"]["TrainingJobName"] for r in json.loads(cli.stdout)["Results"]] == ["lr-big", "lr-right"]
+
+
 def test_stop_tags_and_delete(aws_env: ServerProcess, script: Callable[[str], Path], tmp_path: Path) -> None:
     sm = _client("sagemaker")
     stop_file = tmp_path / "never"

@@ -3,7 +3,7 @@ boto3's shape, the response as a dict in boto3's shape. Validation, paging and e
 codes) live here, once; the Python clients, the CLI, the Estimator and the server are doors onto it.
 
 ``SERVICES`` maps each service to its operations by their API names (``CreateTrainingJob``): the
-SageMaker training-job operations, CloudWatch's metric and alarm operations, CloudWatch Logs' log-stream
+SageMaker training-job operations and Search, CloudWatch's metric and alarm operations, CloudWatch Logs' log-stream
 operations, STS's GetCallerIdentity, IAM's GetRole and SimulatePrincipalPolicy, and the operations only trainmon has.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import alarms, cloudwatch, iam, logs, sagemaker, sts, trainmon
+from . import alarms, cloudwatch, iam, logs, sagemaker, search, sts, trainmon
 
 Operation = Callable[..., dict[str, Any]]
 
 SERVICES: dict[str, dict[str, Operation]] = {
-    "sagemaker": sagemaker.OPERATIONS,
+    "sagemaker": {**sagemaker.OPERATIONS, **search.OPERATIONS},
     "cloudwatch": {**cloudwatch.OPERATIONS, **alarms.OPERATIONS},
     "logs": logs.OPERATIONS,
     "sts": sts.OPERATIONS,

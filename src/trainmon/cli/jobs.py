@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from ..api import sagemaker, trainmon
+from ..api import sagemaker, search, trainmon
 from ..api.training_request import DEFAULT_MAX_RUNTIME_S, DEFAULT_STOP_GRACE_S, with_profiler_report
 from ..errors import ValidationException
+from ..jobs import searchtext
 from ..jobs.status import TERMINAL
 from ..parsing.definitions import MetricDefinition, definition_warnings, validate_definitions
 from ..parsing.framing import Mode
@@ -47,6 +48,17 @@ def register(commands: Commands) -> None:
     listing.add_argument("--name-contains", metavar="TEXT")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--json", action="store_true", help="ListTrainingJobs' summaries")
+
+    found = commands.add("search", cmd_search, "Find jobs by hyperparameters, final metrics, tags or any field of "
+                         "the job (SageMaker's Search), in any property's order.")
+    found.add_argument("where", nargs="?", default="", help="e.g. 'HyperParameters.lr < 0.01 and Tags.team = vision': "
+                       "= != < <= > >= contains in exists 'not exists', and, or, parentheses, \"quotes\"")
+    found.add_argument("--sort-by", metavar="NAME", default="LastModifiedTime",
+                       help="any property: Metrics.validation:error, HyperParameters.lr, CreationTime (default: "
+                            "LastModifiedTime)")
+    found.add_argument("--ascending", action="store_true", help="smallest first (default: largest first)")
+    found.add_argument("--limit", type=int, default=20)
+    found.add_argument("--json", action="store_true", help="Search's results")
 
     stop = commands.add("stop", cmd_stop, "Stop a running job (SIGTERM, then SIGKILL after the grace period).")
     stop.add_argument("name")
@@ -331,6 +343,32 @@ def _summaries(db: Store, status: str | None, name_contains: str | None, limit: 
             break
         request["NextToken"] = page["NextToken"]
     return found
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise ValidationException("--limit must be a positive number of jobs.")
+    db = store(args)
+    expression = searchtext.parse(args.where)
+    request: dict[str, Any] = {"Resource": "TrainingJob", "SortBy": args.sort_by,
+                               "SortOrder": "Ascending" if args.ascending else "Descending"}
+    if expression:
+        request["SearchExpression"] = expression
+    results: list[dict[str, Any]] = []
+    while True:
+        page = search.search(db, **request, MaxResults=min(100, args.limit - len(results)))
+        results += [result["TrainingJob"] for result in page["Results"]]
+        if "NextToken" not in page or len(results) >= args.limit:
+            break
+        request["NextToken"] = page["NextToken"]
+    if args.json:
+        print_json(results)
+        return 0
+    if not results:
+        print("no training job matches")
+        return 0
+    print(render.search_results(results, searchtext.names(expression) + [args.sort_by], page["TotalHits"]))
+    return 0
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

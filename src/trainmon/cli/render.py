@@ -268,6 +268,35 @@ def periods(rows: list[PeriodRow], units: Mapping[str, str | None] | None = None
     )
 
 
+def search_results(jobs: list[dict[str, Any]], names: list[str], hits: dict[str, Any]) -> str:
+    """Search's jobs with a column for each property the search read or sorted by."""
+    shown = [name for name in dict.fromkeys(names) if name not in ("TrainingJobName", "TrainingJobStatus")]
+    rows = [[job["TrainingJobName"], job["TrainingJobStatus"], *(property_text(job, name) for name in shown)]
+            for job in jobs]
+    more = "at least " if hits["Relation"] != "EqualTo" else ""
+    return (table(["NAME", "STATUS", *shown], rows) +
+            f"\n  {len(jobs)} of {more}{hits['Value']:,} matching job{'s' if hits['Value'] != 1 else ''}")
+
+
+def property_text(job: dict[str, Any], name: str) -> str:
+    """A property of Search's TrainingJob as text, "-" where the job has none."""
+    head, _, rest = name.partition(".")
+    if head == "Metrics":
+        values: list[Any] = [m["Value"] for m in job.get("FinalMetricDataList", []) if m["MetricName"] == rest]
+    elif head == "Tags":
+        values = [tag["Value"] for tag in job.get("Tags", []) if tag["Key"] == rest]
+    elif head in ("HyperParameters", "Environment"):
+        values = [job.get(head, {}).get(rest)]
+    else:
+        values = [job]
+        for key in name.split("."):
+            values = [item for value in values for item in (value if isinstance(value, list) else [value])]
+            values = [value.get(key) for value in values if isinstance(value, dict)]
+    shown = [terminal_safe(number(v) if isinstance(v, float) else clock(v, date=True) if isinstance(v, datetime)
+                           else str(v)) for v in values if v is not None]
+    return ", ".join(shown) or "-"
+
+
 def job_list(summaries: list[dict[str, Any]], now_s: float) -> str:
     """ListTrainingJobs' summaries; a job's duration is from its creation to its end, or to now."""
 

@@ -32,7 +32,7 @@ MESSAGES = {
 }
 
 
-_TRAINMON_FIELDS = ("TrainmonConfig", "UnstoredOutput", "RuleFindings", "HostPlacements")
+TRAINMON_FIELDS = ("TrainmonConfig", "UnstoredOutput", "RuleFindings", "HostPlacements")  # none of SageMaker's
 
 
 def transition(doc: JobDocument, status: str, now: float, message: str | None = None,
@@ -81,7 +81,7 @@ def description(doc: JobDocument, finals: list[FinalMetric]) -> Description:
     """The DescribeTrainingJob answer of a document (times as epoch seconds): SageMaker's fields only,
     so trainmon's own (how it runs the job, what it could not store, its rules' findings) are left out;
 a rule a job left InProgress when it ended is reported Stopped."""
-    answer: dict[str, object] = {k: v for k, v in doc.items() if k not in _TRAINMON_FIELDS}
+    answer: dict[str, object] = {k: v for k, v in doc.items() if k not in TRAINMON_FIELDS}
     answer["FinalMetricDataList"] = finals
     answer["ProfilingStatus"] = "Enabled" if profiler_settings(doc) else "Disabled"
     ended = doc["TrainingJobStatus"] in TERMINAL

@@ -30,9 +30,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import api
-from ..api import sagemaker, trainmon
+from ..api import sagemaker, search, trainmon
 from ..cloudwatch.model import job_metric_key
 from ..errors import MethodNotAllowed, NotFound, TrainmonError, ValidationException
+from ..jobs import searchtext
 from ..read import charts, downsample
 from ..shapes import snake_case
 from ..store import Store
@@ -84,20 +85,38 @@ async def _call(work: Callable[[], Any]) -> Any:
 
 
 async def list_jobs(request: Request, store: Store) -> Any:
+    """ListTrainingJobs' page; with ``where`` (Search's text form) or a sort by any other property,
+    Search's, with TotalHits."""
     q = request.query_params
-    request_ = {"MaxResults": _int(request, "limit", 50, 1, 100), "SortBy": q.get("sort", "CreationTime"),
+    sort = q.get("sort", "CreationTime")
+    searching = bool(q.get("where")) or sort not in ("Name", "CreationTime", "Status")
+    request_ = {"MaxResults": _int(request, "limit", 50, 1, 100), "SortBy": sort,
                 "SortOrder": q.get("order", "Descending")}
     for param, member in (("status", "StatusEquals"), ("name", "NameContains"), ("token", "NextToken")):
         if q.get(param):
             request_[member] = q[param]
 
     def work() -> dict[str, Any]:
-        rows, token = sagemaker.list_training_job_rows(store, **request_)
+        extra: dict[str, Any] = {}
+        if searching:
+            expression = searchtext.parse(q.get("where", ""))
+            for name, operator, value in (("TrainingJobStatus", "Equals", q.get("status")),
+                                          ("TrainingJobName", "Contains", q.get("name"))):
+                if value:
+                    expression = {"Filters": [{"Name": name, "Operator": operator, "Value": value}],
+                                  **({"SubExpressions": [expression]} if expression else {})}
+            rows, total, token = search.search_rows(
+                store, SearchExpression=expression, SortBy={"Name": "TrainingJobName"}.get(sort, sort),
+                SortOrder=request_["SortOrder"], NextToken=request_.get("NextToken"), MaxResults=request_["MaxResults"])
+            extra["TotalHits"] = search.total_hits(total)
+        else:
+            rows, token = sagemaker.list_training_job_rows(store, **request_)
         finals = store.final_metrics_of([row.id for row in rows])  # one read for the page, not one per job
         summaries = [{**sagemaker.summary(row), "TrainingStartTime": row.doc.get("TrainingStartTime"),
                       "HyperParameters": row.doc.get("HyperParameters", {}),
+                      "Tags": {tag["Key"]: tag["Value"] for tag in row.doc.get("Tags", [])},
                       "FinalMetrics": {name: value for name, value, _ in finals.get(row.id, [])}} for row in rows]
-        return {"TrainingJobSummaries": summaries, **({"NextToken": token} if token is not None else {})}
+        return {"TrainingJobSummaries": summaries, **extra, **({"NextToken": token} if token is not None else {})}
 
     return await _call(work)
 
@@ -361,9 +380,12 @@ _TIMES = Param("times", help="delta: the times as TimestampDeltas (the first, th
                              "one before) instead of Timestamps")
 
 ROUTES: tuple[Endpoint, ...] = (
-    Endpoint("GET", "/api/jobs", "List jobs, newest first, with their final metrics", list_jobs, (
+    Endpoint("GET", "/api/jobs", "List jobs, newest first, with their final metrics, or search them", list_jobs, (
         Param("status", help="InProgress, Completed, Failed, Stopping or Stopped"),
-        Param("name", help="part of the job's name"), Param("sort", help="CreationTime, Name or Status"),
+        Param("name", help="part of the job's name"),
+        Param("where", help="a Search in its text form: HyperParameters.lr < 0.01 and Tags.team = vision"),
+        Param("sort", help="CreationTime, Name, Status, or any property Search sorts by (Metrics.loss, "
+                           "HyperParameters.lr)"),
         Param("order", help="Ascending or Descending"), Param("limit", "integer", "1 to 100 (50)"),
         Param("token", help="the NextToken of the page before"))),
     Endpoint("POST", "/api/jobs", "Create and start a job", create_job, body="a CreateTrainingJob request"),

@@ -28,6 +28,8 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.statistics import Columns, Sample
 from ..errors import ResourceInUse, ResourceNotFound
 from ..jobs.document import JobDocument, SupervisorIdentity
+from ..jobs.search import Search, properties
+from . import search
 from .codec import pack_text, unpack_text
 from .rows import (
     AlarmHistoryRow,
@@ -81,6 +83,7 @@ class SqlStore:
     _buffer: SampleBuffer | None = None  # the buffer this object queued into, drained by close()
     _database_key: str | None = None
     _find: str  # SQLite's instr(haystack, needle), PostgreSQL's strpos
+    _search_dialect: search.Dialect
     _lock_job = ""  # what locks the job row update_job reads (PostgreSQL: FOR NO KEY UPDATE); alarms' too
     _skip_locked = ""  # what lets claimers of due alarms pass rows another one holds (PostgreSQL)
 
@@ -133,6 +136,8 @@ class SqlStore:
                 (name, doc["TrainingJobStatus"], creation_time, creation_time, json.dumps(doc),
                  json.dumps(supervisor) if supervisor is not None else None),
             )
+            if rows:
+                search.write_properties(sql, rows[0][0], properties(doc))
         if not rows:
             raise job_name_in_use(doc)
         return job_from_row(rows[0])
@@ -192,6 +197,7 @@ class SqlStore:
             if not rows:
                 raise ResourceNotFound.for_job(name)
             job = job_from_row(rows[0])
+            before = properties(job.doc)
             mutate(job)
             job.status = job.doc["TrainingJobStatus"]
             sql.rows(
@@ -201,7 +207,22 @@ class SqlStore:
                  json.dumps(job.supervisor) if job.supervisor is not None else None, job.stop_requested,
                  json.dumps(job.diagnostics), job.id),
             )
+            search.write_properties(sql, job.id, properties(job.doc), before)
         return job
+
+    def search_jobs(self, request: Search, offset: int, limit: int) -> tuple[list[JobRow], int]:
+        """The jobs that match a Search, in its order, from ``offset`` (at most ``limit``), and how
+        many match in all."""
+
+        def read(sql: Sql) -> tuple[list[JobRow], int]:
+            ids, total = search.search_jobs(sql, request, self._search_dialect, offset, limit)
+            if not ids:
+                return [], total
+            rows = {row[0]: job_from_row(row) for row in sql.rows(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({', '.join('?' * len(ids))})", ids)}
+            return [rows[job_id] for job_id in ids if job_id in rows], total
+
+        return self._reading(read)
 
     def delete_job(self, name: str) -> None:
         with self._transaction() as sql:

@@ -14,6 +14,7 @@ from ..cloudwatch.model import MetricKey
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.statistics import Columns, Sample
 from ..jobs.document import JobDocument, SupervisorIdentity
+from ..jobs.search import Search
 from .rows import (
     AlarmHistoryRow,
     AlarmRow,
@@ -90,6 +91,11 @@ class Store(Protocol):
     ) -> list[JobRow]:
         """A page of :meth:`list_jobs`: up to ``limit`` jobs after ``after``, the place of the last
         job of an earlier page (:func:`job_place`); its cost is independent of the total."""
+        ...
+
+    def search_jobs(self, request: Search, offset: int, limit: int) -> tuple[list[JobRow], int]:
+        """SageMaker's Search over jobs: up to ``limit`` of those that match, in the request's order
+        from ``offset``, and how many match in all (store/search.py)."""
         ...
 
     def update_job(self, name: str, mutate: Callable[[JobRow], None]) -> JobRow:

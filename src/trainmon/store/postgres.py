@@ -44,6 +44,7 @@ from ..clock import REAL_CLOCK, Clock
 from ..cloudwatch.retention import Retention
 from ..cloudwatch.retention import current as current_retention
 from ..errors import StoreError
+from . import search
 from .base import PackedChunk, SqlStore
 from .rows import Maintenance
 from .series.buffer import WriteBehind
@@ -238,6 +239,11 @@ _MIGRATIONS.append("""
 # ``metrics.dimensions`` can be longer than a btree entry may be (30 dimensions of 1 KiB values),
 # so its uniqueness is that of its SHA-256.
 
+# Search: each job's properties as rows (store/search.py), those of the jobs already stored too.
+_MIGRATIONS.append(search.TABLE.format(id="BIGINT", text='TEXT COLLATE "C"', real="DOUBLE PRECISION"))
+_MIGRATIONS.append(lambda db: db.cursor().executemany(search.INSERT.replace("?", "%s"), search.backfill(
+    db.execute(search.UNFILLED).fetchall())))
+
 _MIGRATION_LOCK = 0x7472_6169_6E6D  # "trainm": the advisory lock migrations run under
 _LOCK_TIMEOUT = "30s"
 
@@ -246,6 +252,7 @@ class PostgresStore(SqlStore):
     """The store in a PostgreSQL database; ``home`` is the local data directory (job files)."""
 
     _find = "strpos"
+    _search_dialect = search.Dialect("strpos")
     _lock_job = " FOR NO KEY UPDATE"  # does not wait for writers adding points and records to the job
     _skip_locked = " FOR NO KEY UPDATE SKIP LOCKED"
 

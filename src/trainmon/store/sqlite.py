@@ -36,6 +36,7 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.retention import current as current_retention
 from ..config import private_file
 from ..errors import StoreError
+from . import search
 from .base import PackedChunk, SqlStore
 from .rows import Maintenance
 from .series.buffer import WriteBehind
@@ -225,6 +226,10 @@ _MIGRATIONS.append("""
     CREATE INDEX IF NOT EXISTS log_streams_by_last_event ON log_streams ((coalesce(last_event_ms, 0)), name)
     """)
 
+# Search: each job's properties as rows (store/search.py), those of the jobs already stored too.
+_MIGRATIONS.append(search.TABLE.format(id="INTEGER", text="TEXT", real="REAL"))
+_MIGRATIONS.append(lambda db: _backfill_properties(db))
+
 OPEN_TIMEOUT_S = 30.0
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass
 RELEASE_SLICES = 256  # at most 2 GB a pass; the next pass goes on
@@ -321,6 +326,7 @@ class SqliteStore(SqlStore):
     """The store in one SQLite file; ``home`` is the data directory (by default the file's)."""
 
     _find = "instr"
+    _search_dialect = search.Dialect("instr", " INDEXED BY job_properties_of_job", " INDEXED BY series_by_job")
 
     def __init__(self, path: Path | str, home: Path | None = None, retention: Retention | None = None, *,
                  clock: Clock = REAL_CLOCK, write_behind: WriteBehind | None = None) -> None:
@@ -509,6 +515,10 @@ class _Sql:
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.db.executemany(sql, rows)
+
+
+def _backfill_properties(db: sqlite3.Connection) -> None:
+    db.executemany(search.INSERT, search.backfill(db.execute(search.UNFILLED)))
 
 
 def _move_points_to_series(db: sqlite3.Connection) -> None:
