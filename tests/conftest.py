@@ -257,10 +257,11 @@ def echo_watch(process: subprocess.Popen[str], line: str) -> tuple[threading.Eve
 
 
 def run_cli(*args: str, input: bytes | None = None, timeout: float = 120, check: bool = False,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m trainmon ARGS`` as a user would, in a real process."""
+            env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m trainmon ARGS`` as a user would, in a real process (in ``cwd``, when given)."""
     result = subprocess.run(
         [sys.executable, "-m", "trainmon", *args],
+        cwd=cwd,
         input=input.decode() if input is not None else None,
         capture_output=True,
         text=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -179,6 +180,9 @@ def test_the_demo_runs_a_real_job_with_live_metrics(home: Path) -> None:
     result = run_cli("demo", "--epochs", "2", "--name", "demo-test", timeout=180)
     assert result.returncode == 0, result.stderr
     assert "» train:error = " in result.stdout  # live metrics, while the job runs
+    progress = [line for line in result.stdout.splitlines() if "» epoch:progress" in line]
+    assert len(progress) == 2 and all("epoch:progress = 100 " in line for line in progress), progress
+    assert all("points, the last shown)" in line for line in progress)  # a progress bar's redraws shown once
     assert "Training job demo-test: Completed\n" in result.stdout  # the secondary status only when it says more
     doc = json.loads(run_cli("describe", "demo-test", "--json", check=True).stdout)
     assert {m["MetricName"] for m in doc["FinalMetricDataList"]} == {
@@ -279,3 +283,27 @@ def test_describe_reads_the_job_once(home: Path, monkeypatch) -> None:
         assert row[:2] == ["loss", "0.5"]  # the final value, from FinalMetricDataList
     finally:
         db.close()
+
+
+def test_a_busy_port_says_to_give_another_or_0(home: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        busy = run_cli("server", "--port", str(port), timeout=60)
+    assert busy.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in busy.stderr
+    assert "--port 0 for any free one" in busy.stderr
+
+
+def test_describe_says_where_a_command_ran(home: Path, tmp_path: Path) -> None:
+    workdir = tmp_path / "project dir"
+    workdir.mkdir()
+    (workdir / "train.py").write_text("import os; print('cwd=' + os.getcwd())\n", encoding="utf-8")
+    run_cli("run", "--name", "where", "--", PY, "train.py", "a b", check=True, cwd=workdir)
+    shown = run_cli("describe", "where", check=True).stdout
+    assert re.search(rf"\n  Directory +{re.escape(str(workdir))}\n", shown), shown
+    assert re.search(rf"\n  Command +{re.escape(PY)} train.py 'a b'\n", shown), shown
+    assert f"cwd={workdir}" in run_cli("logs", "where", check=True).stdout

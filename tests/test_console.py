@@ -144,8 +144,12 @@ def test_create_job_and_follow_its_chart(server: ServerProcess, page: Any, train
     line = r"""python3 'my dir/train.py' --note "a \"b\" c" plain\ space ''"""
     words = page.evaluate('async (line) => (await import("/static/create.js")).splitCommand(line)', line)
     assert words == shlex.split(line) == ["python3", "my dir/train.py", "--note", 'a "b" c', "plain space", ""]
+    # and a job's page shows a command with its quoting, as shlex.join writes it
+    joined = page.evaluate('async (words) => (await import("/static/dom.js")).shellJoin(words)', [*words, "it's"])
+    assert joined == shlex.join([*words, "it's"])
     page.fill("input[name=name]", "not a name!")
-    page.fill("input[name=command]", f"{shlex.quote(PY)} {shlex.quote(str(train))}")
+    page.fill("input[name=command]", f"{shlex.quote(PY)} {shlex.quote(train.name)}")  # run where it lives
+    page.fill("input[name=directory]", str(train.parent))
     page.click("button[name=add-hyperparameter]")
     page.fill("[data-row=hyperparameter] input[name=key]", "lr")
     page.fill("[data-row=hyperparameter] input[name=value]", "0.1")
@@ -181,7 +185,10 @@ def test_create_job_and_follow_its_chart(server: ServerProcess, page: Any, train
     page.wait_for_url("**/jobs/chart-job")
     job = call(server, "GET", "/api/jobs/chart-job")["Job"]
     assert job["AlgorithmSpecification"]["MetricDefinitions"] == DEFINITIONS
-    assert job["AlgorithmSpecification"]["ContainerEntrypoint"] == [PY, str(train)]
+    assert job["AlgorithmSpecification"]["ContainerEntrypoint"] == [PY, train.name]
+    facts = page.locator("dl.facts")
+    expect(facts).to_contain_text(f"Directory{train.parent}")
+    expect(facts).to_contain_text(f"Command{shlex.join([PY, train.name])}")
     assert job["HyperParameters"] == {"lr": "0.1"}
     assert job["StoppingCondition"]["MaxRuntimeInSeconds"] == 600
     assert [(c["ChannelName"], c["DataSource"]["S3DataSource"]["S3Uri"]) for c in job["InputDataConfig"]] == [

@@ -112,3 +112,26 @@ def test_a_regex_no_engine_bounds_on_long_records_is_warned_about_and_its_misses
     assert "no record contains" not in result.stderr
     quick = run_cli("parse", "--metric", r"loss=loss=(?=\d)(\S+)", "-", input=lines)  # linear: no warning
     assert "linear-time engine" not in quick.stderr and "no record matched" not in quick.stderr
+
+
+def test_strict_fails_when_a_definition_yields_no_point(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("epoch 1 loss=0.5\nepoch 2 loss=x\n", encoding="utf-8")
+    both = ("--metric", r"loss=loss=(\S+)", "--metric", r"acc=acc=(\S+)")
+    strict = run_cli("parse", "--strict", *both, str(log))
+    assert strict.returncode == 1
+    assert strict.stdout == "line 1\tloss\t0.5\n"  # every point is still printed
+    assert f"--strict: no point from acc in {log}" in strict.stderr
+    assert run_cli("parse", *both, str(log)).returncode == 0  # without --strict, a summary only
+    rejected = run_cli("parse", "--strict", "--metric", r"loss=loss=(x)", str(log))
+    assert rejected.returncode == 1 and "1 rejected" in rejected.stderr and "no record contains" not in rejected.stderr
+    assert run_cli("parse", "--strict", "--metric", r"loss=loss=(\S+)", str(log)).returncode == 0
+
+
+def test_a_mistyped_option_names_the_one_meant(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("loss=0.5\n", encoding="utf-8")
+    typo = run_cli("parse", "--metrics", r"loss=loss=(\S+)", str(log))
+    assert typo.returncode == 2 and "--metrics: did you mean --metric?" in typo.stderr
+    assert "--stats: did you mean --status?" in run_cli("list", "--stats", "Failed").stderr
+    assert "did you mean" not in run_cli("list", "--zzzzzz").stderr

@@ -47,7 +47,9 @@ def describe_job_metrics(store: Store, *, TrainingJobName: Any = None, **unsuppo
     when some output could not be stored, ``UnstoredOutput``; for a Ray job, ``HostPlacements`` (each
     host's node: Ray's node id, its address and host name); for a job run in containers, ``Image``
     (the hosts' image, ``Command`` then being its entry point and arguments); for one whose framework
-    image this machine did not have, ``AbsentImage`` (that image: its hosts ran as processes)."""
+    image this machine did not have, ``AbsentImage`` (that image: its hosts ran as processes); for a
+    command line, ``WorkingDirectory`` (where it runs: TrainmonConfig.WorkingDirectory, or the
+    directory of the process that created the job)."""
     refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
     finals = {name: (value, ts / 1000) for name, value, ts in store.final_metrics(row.id)}
@@ -82,6 +84,8 @@ def _job_metrics(store: Store, row: JobRow, finals: dict[str, tuple[float, float
         answer["Command"] = [*settings["Image"].get("Entrypoint", []), *settings["Command"]]
     if "AbsentImage" in settings:  # a framework image this machine did not have: its hosts ran as processes
         answer["AbsentImage"] = settings["AbsentImage"]
+    if "Image" not in settings and "Script" not in settings:  # a command line: where it ran
+        answer["WorkingDirectory"] = settings["WorkingDirectory"]
     if "UnstoredOutput" in row.doc:
         answer["UnstoredOutput"] = row.doc["UnstoredOutput"]
     if "HostPlacements" in row.doc:  # a Ray job: where each host runs

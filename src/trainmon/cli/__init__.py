@@ -13,6 +13,7 @@ invalid input, 1 for other failures (and for a job that Failed), 3 for a job tha
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import signal
@@ -20,14 +21,14 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .common import Commands, handled
 
 __all__ = ["GROUPS", "build_parser", "main"]
 
 GROUPS = {  # each module of commands, and the commands it adds, in the order `trainmon --help` lists them
-    "jobs": ("run", "describe", "rules", "list", "stop", "delete", "demo", "images"),
+    "jobs": ("run", "describe", "rules", "list", "search", "stop", "delete", "demo", "images"),
     "logs": ("logs",),
     "parse": ("parse",),
     "metrics": ("metrics", "export", "profile", "put-metric-data", "maintain"),
@@ -37,9 +38,37 @@ GROUPS = {  # each module of commands, and the commands it adds, in the order `t
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "unrecognized arguments" names the option meant (``--metrics``:
+    did you mean --metric?) among the command's own."""
+
+    words: Sequence[str] = ()  # the command line being parsed (main sets it)
+
+    def error(self, message: str) -> NoReturn:
+        unknown = message.removeprefix("unrecognized arguments: ")
+        if unknown != message:
+            hints = [f"{token}: did you mean {found[0]}?" for token in unknown.split()
+                     if token.startswith("--") and (found := difflib.get_close_matches(
+                         token.split("=")[0], self._options(), n=1, cutoff=0.7))]
+            if hints:
+                message += " (" + "; ".join(hints) + ")"
+        super().error(message)
+
+    def _options(self) -> list[str]:
+        """The long options of this parser and of the command given (the first of its words that
+        names one)."""
+        options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        commands = next((action.choices for action in self._actions
+                         if isinstance(action, argparse._SubParsersAction)), {})
+        given = next((commands[word] for word in _Parser.words if word in commands), None)
+        if isinstance(given, _Parser):
+            options += given._options()
+        return options
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser: every command, or (``command``) the group that holds that one."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="trainmon",
         description="Run training jobs, capture their logs, turn log lines into metrics with SageMaker metric "
         "definitions, and report final metrics.",
@@ -76,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         held = hold_stop_signals()  # a Ctrl-C while the command starts stops the job, however early it comes
     try:
         parser = build_parser(command)
+        _Parser.words = arguments
         args = parser.parse_args(arguments)
         if args.home is not None:
             args.home = args.home.expanduser().resolve()

@@ -29,6 +29,8 @@ def register(commands: Commands) -> None:
                          "before you run).")
     add_definition_options(parse)
     parse.add_argument("--json", action="store_true", help='one {"line", "offset", "name", "value"} object per line')
+    parse.add_argument("--strict", action="store_true",
+                       help="exit 1 when a definition yields no point in a log (for CI: a definition that broke)")
     parse.add_argument("logs", nargs="+", metavar="LOG", help="log files; - reads standard input")
 
 
@@ -63,6 +65,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
         warn(warning)
     out = sys.stdout
     several = len(args.logs) > 1
+    pointless: list[str] = []
     for path in args.logs:
         extractor = Extractor(definitions, mode)
         if several and not args.json:
@@ -81,4 +84,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
         print("\n".join(render.definition_report([s.to_json() for s in extractor.stats],
                                                  [d.to_api() for d in definitions], escapes=mode.escapes)),
               file=sys.stderr)
+        pointless += [f"{s.name} in {path}" for s in extractor.stats if not s.matches]
+    if args.strict and pointless:
+        print(f"trainmon: --strict: no point from {', '.join(pointless)}", file=sys.stderr)
+        return 1
     return 0

@@ -98,7 +98,8 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     lines = [f"Training job {doc['TrainingJobName']}: {status_text(doc)}"]
     image = metrics.get("Image") or (f"{metrics['AbsentImage']} (not on this machine: its hosts ran as processes)"
                                      if "AbsentImage" in metrics else None)
-    lines.extend(fields(_facts(doc, metrics["Command"], metrics.get("HostPlacements", []), image)))
+    lines.extend(fields(_facts(doc, metrics["Command"], metrics.get("HostPlacements", []), image,
+                               metrics.get("WorkingDirectory"))))
     if doc.get("FailureReason"):
         lines += ["", "Failure reason"]
         lines.extend("  " + terminal_safe(line) for line in doc["FailureReason"].splitlines())
@@ -136,9 +137,10 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
 
 
 def _facts(doc: Mapping[str, Any], command: Sequence[str], placements: Sequence[Mapping[str, str]] = (),
-           image: str | None = None) -> list[tuple[str, str]]:
+           image: str | None = None, directory: str | None = None) -> list[tuple[str, str]]:
     """The job's facts; ``command`` is what its hosts ran (DescribeJobMetrics' Command), ``placements``
-    the Ray nodes they ran on, ``image`` what they ran in (containers)."""
+    the Ray nodes they ran on, ``image`` what they ran in (containers), ``directory`` where (a command
+    line)."""
     facts = [("ARN", doc["TrainingJobArn"]), ("Created", clock(doc["CreationTime"], date=True))]
     if doc.get("TrainingTimeInSeconds"):
         facts.append(("Training time", f"{doc['TrainingTimeInSeconds']} s (billable {doc['BillableTimeInSeconds']} s)"))
@@ -146,6 +148,8 @@ def _facts(doc: Mapping[str, Any], command: Sequence[str], placements: Sequence[
         facts.append(("Image", terminal_safe(image)))
     if command:
         facts.append(("Command", terminal_safe(shlex.join(command))))
+    if directory:
+        facts.append(("Directory", terminal_safe(directory)))
     resources = doc["ResourceConfig"]
     facts.append(("Hosts", f"{resources['InstanceCount']} x {resources['InstanceType']}"))
     for placed in placements:

@@ -4,6 +4,7 @@ one process; ``trainmon credentials``: the access keys AWS clients sign with."""
 from __future__ import annotations
 
 import argparse
+import errno
 import getpass
 import logging
 import shlex
@@ -214,7 +215,10 @@ def _listen(host: str, port: int) -> socket.socket:
         listener.bind(address)
         listener.listen(128)
     except OSError as exc:
-        raise TrainmonError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", code="ServerError") from None
+        busy = exc.errno == errno.EADDRINUSE and port != 0
+        hint = (": another program (or another trainmon server) listens there; give another --port, or --port 0 "
+                "for any free one (the server prints its address)" if busy else "")
+        raise TrainmonError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}", code="ServerError") from None
     listener.set_inheritable(False)
     return listener
 

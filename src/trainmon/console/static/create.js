@@ -121,6 +121,19 @@ export function mount(root) {
     class: "wide",
   });
   const argumentsField = field("Container arguments", arguments_, "instead of train, as a shell splits them");
+  const directory = h("input", {
+    type: "text",
+    name: "directory",
+    placeholder: "/home/me/project",
+    spellcheck: "false",
+    class: "wide",
+  });
+  const directoryField = field(
+    "Directory",
+    directory,
+    "where the command runs, on the server's machine (relative paths such as train.py are read there); " +
+      "empty: the directory the server was started in",
+  );
   function showKind() {
     const image = kind.value === "image";
     command.placeholder = image ? "my-algo:latest, or 123456789012.dkr.ecr.us-west-2.amazonaws.com/my-algo:latest" :
@@ -132,6 +145,7 @@ export function mount(root) {
         "with an executable train); the images on this machine are offered as you type" :
       "a command line, split into words as a shell would (quotes respected)";
     argumentsField.hidden = !image;
+    directoryField.hidden = image;
   }
   kind.addEventListener("change", showKind);
   showKind();
@@ -291,9 +305,11 @@ export function mount(root) {
       if (given.length) algorithm.ContainerArguments = given;
     }
     if (kind.value === "command" && !algorithm.ContainerEntrypoint.length) throw new Error("Give the command to run.");
+    const where = directory.value.trim();
     const definitions = definitionsNow();
     if (definitions.length) algorithm.MetricDefinitions = definitions;
     const body = {TrainingJobName: name.value.trim(), AlgorithmSpecification: algorithm};
+    if (kind.value === "command" && where) body.TrainmonConfig = {WorkingDirectory: where};
     const hps = hyper.values().filter((r) => r.key);
     if (hps.length) body.HyperParameters = Object.fromEntries(hps.map((r) => [r.key, r.value]));
     body.ResourceConfig = {InstanceCount: Number(count.value) || 1};
@@ -354,6 +370,7 @@ export function mount(root) {
         runHelp,
       ),
       argumentsField,
+      directoryField,
       h("div", {class: "inline-fields"}, field("Instances", count), field("Max runtime (s)", runtime)),
     ),
     h("section", {class: "panel"}, h("h2", {}, "Hyperparameters"), hyper.el),

@@ -73,6 +73,11 @@ export function fmtDuration(seconds) {
 
 export const TERMINAL = new Set(["Completed", "Failed", "Stopped"]);
 
+// A command line as a shell would read it back: each word that needs it in single quotes.
+export function shellJoin(words) {
+  return words.map((w) => (w !== "" && /^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replaceAll("'", "'\"'\"'")}'`)).join(" ");
+}
+
 export function statusBadge(status) {
   return h("span", {class: "status", "data-status": status || "Unknown"}, status || "Unknown");
 }

@@ -14,6 +14,7 @@ import {
   section,
   throttle,
   warningList,
+  shellJoin,
   TERMINAL,
 } from "./dom.js";
 import {LogPane} from "./logs.js";
@@ -212,7 +213,8 @@ class JobPage {
         fact("Instances", job.ResourceConfig?.InstanceCount ?? 1),
         fact("Max runtime", fmtDuration(job.StoppingCondition?.MaxRuntimeInSeconds)),
         this.metrics.Image ? fact("Image", h("code", {}, this.metrics.Image)) : null,
-        fact("Command", h("code", {}, command.join(" "))),
+        fact("Command", h("code", {}, shellJoin(command))),
+        this.metrics.WorkingDirectory ? fact("Directory", h("code", {}, this.metrics.WorkingDirectory)) : null,
       ),
       job.FailureReason ? h("div", {class: "failure"}, h("strong", {}, "Failure: "), job.FailureReason) : null,
       this.timeline(job),

@@ -78,7 +78,8 @@ class RecordCutter:
 
 class Echo:
     """Shows the job's output on the terminal (host-prefixed when several) and, optionally, each
-    point right after the line it came from (never in the middle of a progress bar). A terminal
+    metric's point right after the line it came from (never in the middle of a progress bar, and
+    once for all of a progress bar's redraws: the last, counted). A terminal
     that went away (a closed ssh session) ends the echo, not the capture."""
 
     def __init__(self, *, prefix_hosts: bool, live_metrics: bool) -> None:
@@ -87,7 +88,7 @@ class Echo:
         self.color = sys.stdout.isatty()
         self.closed = False
         self._at_line_start = True
-        self._pending_points: list[str] = []
+        self._pending_points: dict[tuple[str, str], tuple[float, int, int]] = {}  # (name, host) -> value, seq, count
 
     def records(self, host: str, is_stderr: bool, records: list[str]) -> None:
         """Several hosts: whole records, each prefixed by its host, then the points."""
@@ -119,12 +120,19 @@ class Echo:
             self.closed = True  # a closed terminal must not stop the capture
 
     def point(self, name: str, value: float, host: str, seq: int) -> None:
+        """A point to show after the line it came from; a metric's later points before that line
+        ends (a progress bar's redraws) replace its earlier ones, counted."""
         if not self.live_metrics or self.closed:
             return
-        text = f"  » {name} = {value:g}   ({host}, record {seq + 1})"
-        self._pending_points.append(f"\x1b[2m{text}\x1b[0m" if self.color else text)
+        earlier = self._pending_points.pop((name, host), None)
+        self._pending_points[(name, host)] = (value, seq, 1 + (earlier[2] if earlier else 0))
 
     def flush_points(self) -> None:
         if self._pending_points and (self._at_line_start or self.prefix_hosts):
-            self._write(False, ("\n".join(self._pending_points) + "\n").encode())
+            lines = []
+            for (name, host), (value, seq, count) in self._pending_points.items():
+                more = f"; {count} points, the last shown" if count > 1 else ""
+                text = f"  » {name} = {value:g}   ({host}, record {seq + 1}{more})"
+                lines.append(f"\x1b[2m{text}\x1b[0m" if self.color else text)
+            self._write(False, ("\n".join(lines) + "\n").encode())
             self._pending_points.clear()
