@@ -576,3 +576,72 @@ def test_a_job_of_your_own_algorithm_container(server: ServerProcess, page: Any,
     expect(page.locator(".log-lines .line", has_text="epoch 1 Train_error=0.5000;").first).to_be_visible(
         timeout=60_000)
     expect(page.locator("dl.facts")).to_contain_text(image)  # what the job runs in
+
+
+def test_the_runs_table_searches_chooses_columns_and_keeps_the_search_in_its_address(
+        server: ServerProcess, page: Any, store: Any) -> None:
+    """200 jobs with hyperparameters, tags and final losses: the text form narrows them as Search
+    does, the address carries it (a page opened there shows the same), a clicked tag narrows
+    further, columns are chosen and remembered, a metric's header sorts every job by the server."""
+    from .test_search import add_jobs, holds, ordered
+
+    jobs = add_jobs(store, 200)
+    keep = [{"Name": "HyperParameters.optimizer", "Operator": "Equals", "Value": "adam"},
+            {"Name": "Metrics.loss", "Operator": "LessThan", "Value": "1"}]
+    wanted = ordered(jobs, [name for name, job in jobs.items() if all(holds(job, item) for item in keep)],
+                     "Metrics.loss", False)
+    assert 10 < len(wanted) < 100
+    page.goto(server.url + "/")
+    expect(page.locator("tr[data-job]")).to_have_count(100)  # a page of the newest
+    page.fill("input[name=where]", "HyperParameters.optimizer = adam and Metrics.loss < 1")
+    expect(page.locator(".toolbar .count")).to_have_text(f"{len(wanted)} of {len(wanted)} matching jobs")
+    page.locator('th[data-sort="metric:loss"]').click()  # a new column sorts ascending first
+    expect(page.locator('th[data-sort="metric:loss"]')).to_have_attribute("aria-sort", "ascending")
+    rows = page.locator("tr[data-job]")
+    expect(rows).to_have_count(len(wanted))
+    assert rows.evaluate_all("rows => rows.map(r => r.dataset.job)") == wanted
+    assert "where=HyperParameters.optimizer" in page.url and "sort=metric%3Aloss" in page.url, page.url
+    # the address opens the same view
+    page.goto(page.url)
+    expect(page.locator("input[name=where]")).to_have_value("HyperParameters.optimizer = adam and Metrics.loss < 1")
+    expect(rows).to_have_count(len(wanted))
+    assert rows.evaluate_all("rows => rows.map(r => r.dataset.job)") == wanted
+    # a tag's cell narrows the search to its value
+    team = page.locator('tr[data-job] td[data-property="Tags.team"] button').first
+    value = team.inner_text()
+    team.click()
+    expect(page.locator("input[name=where]")).to_have_value(
+        f"HyperParameters.optimizer = adam and Metrics.loss < 1 and Tags.team = {value}")
+    narrowed = [n for n in wanted if any(t["Value"] == value for t in jobs[n]["doc"]["Tags"])]
+    expect(rows).to_have_count(len(narrowed))
+    # columns: hyperparameters that differ are shown; one unchosen stays hidden after a reload
+    expect(page.locator('th[data-sort="hyper:lr"]')).to_be_visible()
+    page.locator("details.columns > summary").click()
+    page.locator('details.columns input[value="hyper:lr"]').uncheck()
+    expect(page.locator('th[data-sort="hyper:lr"]')).to_have_count(0)
+    page.reload()
+    expect(rows).to_have_count(len(narrowed))
+    expect(page.locator('th[data-sort="hyper:lr"]')).to_have_count(0)
+    expect(page.locator('th[data-sort="hyper:batch"]')).to_have_count(1)  # (it differs)
+    page.fill("input[name=where]", "Metrics.loss < 1")  # the tag differs again: its column comes back
+    expect(page.locator('th[data-sort="tag:team"]')).to_have_count(1)
+    expect(page.locator('th[data-sort="hyper:lr"]')).to_have_count(0)
+    page.locator("details.columns > summary").click()
+    page.locator("button[name=columns-default]").click()
+    expect(page.locator('th[data-sort="hyper:lr"]')).to_have_count(1)
+    # a search that cannot be read says where, and keeps the rows
+    page.fill("input[name=where]", "Metrics.loss <")
+    expect(page.locator("p.error")).to_contain_text("expected a value at the end")
+    expect(page.locator("input[name=where]")).to_have_class(re.compile("invalid"))
+    for width in (1400, 900):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.fill("input[name=where]", "HyperParameters.optimizer = adam and Metrics.loss < 1")
+        expect(rows).to_have_count(len(wanted))
+        page.screenshot(path=str(SCREENSHOT.with_name(f"console-runs-{width}.png")))
+        # no header breaks inside a word: each line of a header's text ends where its label allows
+        broken = page.locator("table.jobs th").evaluate_all("""ths => ths.filter(th => {
+            const range = document.createRange(); range.selectNodeContents(th);
+            const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+            return lines.size > 1 && !th.querySelector('wbr') && !/\\s/.test(th.textContent.trim());
+        }).map(th => th.textContent)""")
+        assert broken == []

@@ -1,21 +1,58 @@
-// The jobs page: every job with its status and final metrics, live, to filter, sort and compare.
+// The jobs page: every job with its status, final metrics, hyperparameters and tags, live, to
+// search (SageMaker's Search in its text form, kept in the URL), sort, choose columns and compare.
 
 import {get, liveStream} from "./api.js";
 import {h, clear, fmtNum, fmtTime, fmtDuration, statusBadge, debounce, TERMINAL} from "./dom.js";
 import {navigate} from "./router.js";
 
 const STATUSES = ["InProgress", "Completed", "Failed", "Stopping", "Stopped"];
+const CHOSEN = "trainmon.jobs.columns"; // the columns chosen, remembered by this browser
+const DEFAULT_METRICS = 6; // at most this many metrics shown until columns are chosen
+
+// A header's label, breakable after ":", "/", "." and "_" only, never inside a word.
+function label(text) {
+  return text.split(/(?<=[:/._])/).flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
+}
+
+// A property's name as Search reads it, for a column's key.
+const PROPERTY = {metric: "Metrics.", hyper: "HyperParameters.", tag: "Tags."};
+
+// the columns ticked and unticked in the chooser: shown are those that differ, with the ticked, without the unticked
+function chosenColumns() {
+  try {
+    const saved = JSON.parse(localStorage.getItem(CHOSEN) || "{}");
+    return {on: new Set(saved.on || []), off: new Set(saved.off || [])};
+  } catch {
+    return {on: new Set(), off: new Set()};
+  }
+}
 
 export function mount(root) {
   document.title = "Jobs · trainmon";
+  const query = new URLSearchParams(location.search);
   const state = {
     jobs: new Map(),
     token: null,
-    sort: {key: "start", descending: true},
+    total: null,
+    sort: {key: query.get("sort") || "start", descending: query.get("order") !== "ascending"},
     selected: new Set(),
-    filter: {name: "", status: ""},
+    filter: {name: "", status: "", where: query.get("where") || ""},
+    chosen: chosenColumns(),
   };
   const name = h("input", {type: "search", name: "filter-name", placeholder: "Filter by name"});
+  const where = h("input", {
+    type: "search",
+    name: "where",
+    class: "where",
+    value: state.filter.where,
+    placeholder: "Search: HyperParameters.lr < 0.01 and Metrics.validation:error < 0.2",
+    spellcheck: "false",
+    title:
+      "SageMaker's Search: = != < <= > >= contains in exists, and/or, parentheses; names such as " +
+      "HyperParameters.lr, Metrics.loss, Tags.team, TrainingJobStatus. Click a hyperparameter or tag to add it.",
+  });
+  const count = h("span", {class: "muted count"});
+  const chooser = h("details", {class: "columns"}, h("summary", {}, "Columns"));
   const status = h(
     "select",
     {name: "filter-status"},
@@ -43,7 +80,7 @@ export function mount(root) {
       h("h1", {}, "Training jobs"),
       h("div", {class: "actions"}, compare, h("a", {class: "button primary", href: "/new"}, "New job")),
     ),
-    h("div", {class: "toolbar"}, name, status),
+    h("div", {class: "toolbar"}, where, name, status, chooser, count),
     error,
     h("div", {class: "table-wrap"}, tableEl),
     more,
@@ -53,32 +90,68 @@ export function mount(root) {
     (!state.filter.name || job.TrainingJobName.includes(state.filter.name)) &&
     (!state.filter.status || job.TrainingJobStatus === state.filter.status);
 
+  // the server's order for the page's sort: a property's for a metric, hyperparameter or tag column
+  function serverSort() {
+    const [kind, ...rest] = state.sort.key.split(":");
+    if (PROPERTY[kind]) return PROPERTY[kind] + rest.join(":");
+    return {name: "Name", status: "Status"}[state.sort.key] || "CreationTime";
+  }
+
+  function remember() {
+    const params = new URLSearchParams();
+    if (state.filter.where) params.set("where", state.filter.where);
+    if (state.sort.key !== "start") params.set("sort", state.sort.key);
+    if (!state.sort.descending) params.set("order", "ascending");
+    const search = params.toString();
+    history.replaceState(history.state, "", location.pathname + (search ? `?${search}` : ""));
+  }
+
+  let asked = 0; // the latest load: an earlier answer that comes late is not shown
   async function load(next = false) {
+    const mine = ++asked;
     try {
       const answer = await get("/api/jobs", {
         name: state.filter.name,
         status: state.filter.status,
+        where: state.filter.where,
+        sort: serverSort(),
+        order: state.sort.descending ? "Descending" : "Ascending",
         limit: 100,
         token: next ? state.token : undefined,
       });
+      if (mine !== asked) return;
       if (!next) state.jobs.clear();
       for (const job of answer.TrainingJobSummaries) state.jobs.set(job.TrainingJobName, job);
       state.token = answer.NextToken || null;
+      state.total = answer.TotalHits || null;
       more.hidden = !state.token;
       error.hidden = true;
+      where.classList.remove("invalid");
       render();
     } catch (exc) {
+      if (mine !== asked) return;
       error.hidden = false;
       error.textContent = exc.message;
+      if (state.filter.where) where.classList.add("invalid");
     }
   }
 
   const refilter = debounce(() => {
-    state.filter = {name: name.value.trim(), status: status.value};
+    state.filter = {name: name.value.trim(), status: status.value, where: where.value.trim()};
+    remember();
     load();
   }, 250);
   name.addEventListener("input", refilter);
   status.addEventListener("change", refilter);
+  where.addEventListener("input", refilter);
+
+  // a clicked hyperparameter or tag narrows the search to its value
+  function narrow(property, value) {
+    const quoted = /^[^\s()"=!<>]+$/.test(value) ? value : `"${value.replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`;
+    const clause = `${property} = ${quoted}`;
+    where.value = where.value.trim() ? `${where.value.trim()} and ${clause}` : clause;
+    refilter();
+  }
 
   const duration = (job) => {
     const start = job.TrainingStartTime;
@@ -87,23 +160,123 @@ export function mount(root) {
     return end - start;
   };
 
+  // every column the loaded jobs could show: metrics, hyperparameters and tags, each with how
+  // many jobs have it and whether its values differ
+  function available() {
+    const found = new Map();
+    const see = (key, kind, name, value) => {
+      const seen = found.get(key) || {key, kind, name, jobs: 0, values: new Set()};
+      seen.jobs += 1;
+      seen.values.add(String(value));
+      found.set(key, seen);
+    };
+    for (const job of state.jobs.values()) {
+      for (const [m, v] of Object.entries(job.FinalMetrics || {})) see("metric:" + m, "metric", m, v);
+      for (const [k, v] of Object.entries(job.HyperParameters || {})) see("hyper:" + k, "hyper", k, v);
+      for (const [k, v] of Object.entries(job.Tags || {})) see("tag:" + k, "tag", k, v);
+    }
+    const differs = (c) => c.values.size > 1 || c.jobs < state.jobs.size;
+    const byUse = (a, b) => b.jobs - a.jobs || a.name.localeCompare(b.name);
+    const all = [...found.values()].sort(byUse);
+    const metrics = all.filter((c) => c.kind === "metric");
+    const shown = new Set([
+      ...metrics.slice(0, DEFAULT_METRICS).map((c) => c.key),
+      ...all.filter((c) => c.kind !== "metric" && differs(c)).map((c) => c.key),
+      ...state.chosen.on,
+    ]);
+    for (const key of state.chosen.off) shown.delete(key);
+    return {all, shown};
+  }
+
   const columns = () => {
-    const metrics = new Set();
-    for (const job of state.jobs.values()) for (const m of Object.keys(job.FinalMetrics || {})) metrics.add(m);
+    const {all, shown} = available();
+    const chosen = all.filter((c) => shown.has(c.key));
+    const order = {metric: 0, hyper: 1, tag: 2};
+    chosen.sort((a, b) => order[a.kind] - order[b.kind] || a.name.localeCompare(b.name));
     return [
       {key: "name", label: "Name", value: (j) => j.TrainingJobName},
       {key: "status", label: "Status", value: (j) => j.TrainingJobStatus},
       {key: "secondary", label: "Secondary status", value: (j) => j.SecondaryStatus},
       {key: "start", label: "Started", value: (j) => j.TrainingStartTime || j.CreationTime},
       {key: "duration", label: "Duration", value: duration},
-      ...[...metrics]
-        .sort()
-        .map((m) => ({key: "metric:" + m, label: m, metric: m, value: (j) => (j.FinalMetrics || {})[m]})),
+      ...chosen.map((c) => ({
+        key: c.key,
+        kind: c.kind,
+        name: c.name,
+        label: c.name,
+        value: (j) =>
+          c.kind === "metric"
+            ? (j.FinalMetrics || {})[c.name]
+            : (c.kind === "hyper" ? j.HyperParameters || {} : j.Tags || {})[c.name],
+      })),
     ];
   };
 
+  // the chooser: a checkbox per column the jobs have, grouped; what is chosen is remembered
+  function renderChooser() {
+    const {all, shown} = available();
+    const group = (kind, title) => {
+      const items = all.filter((c) => c.kind === kind);
+      if (!items.length) return null;
+      return h(
+        "fieldset",
+        {"data-kind": kind},
+        h("legend", {}, title),
+        items.map((c) =>
+          h(
+            "label",
+            {},
+            h("input", {
+              type: "checkbox",
+              name: "column",
+              value: c.key,
+              checked: shown.has(c.key),
+              onchange: (e) => {
+                const {on, off} = state.chosen;
+                (e.target.checked ? on : off).add(c.key);
+                (e.target.checked ? off : on).delete(c.key);
+                localStorage.setItem(CHOSEN, JSON.stringify({on: [...on], off: [...off]}));
+                render();
+              },
+            }),
+            ` ${c.name} `,
+            h("span", {class: "muted"}, `(${c.jobs})`),
+          ),
+        ),
+      );
+    };
+    const open = chooser.open;
+    clear(
+      chooser,
+      h("summary", {}, "Columns"),
+      h(
+        "div",
+        {class: "chooser"},
+        group("metric", "Final metrics"),
+        group("hyper", "Hyperparameters"),
+        group("tag", "Tags"),
+        h(
+          "button",
+          {
+            type: "button",
+            name: "columns-default",
+            onclick: () => {
+              state.chosen = {on: new Set(), off: new Set()};
+              localStorage.removeItem(CHOSEN);
+              render();
+            },
+          },
+          "The columns that differ",
+        ),
+      ),
+    );
+    chooser.open = open;
+  }
+
+  // a value as it sorts: numbers written as text (hyperparameters, tags) as numbers, as Search sorts them
   function sortValue(value) {
     if (typeof value === "string" && ["NaN", "Infinity", "-Infinity"].includes(value)) return Number(value);
+    if (typeof value === "string" && value.trim() !== "" && Number.isFinite(Number(value))) return Number(value);
     return value;
   }
 
@@ -132,7 +305,24 @@ export function mount(root) {
       h("td", {"data-col": "secondary"}, job.SecondaryStatus),
       h("td", {"data-col": "start"}, fmtTime(job.TrainingStartTime || job.CreationTime)),
       h("td", {"data-col": "duration"}, fmtDuration(duration(job))),
-      cols.filter((c) => c.metric).map((c) => h("td", {class: "num", "data-metric": c.metric}, fmtNum(c.value(job)))),
+      cols
+        .filter((c) => c.kind)
+        .map((c) => {
+          const value = c.value(job);
+          if (c.kind === "metric") return h("td", {class: "num", "data-metric": c.name}, fmtNum(value));
+          const property = PROPERTY[c.kind] + c.name;
+          return h(
+            "td",
+            {"data-property": property},
+            value === undefined
+              ? "–"
+              : h(
+                  "button",
+                  {type: "button", class: "link", title: `only ${property} = ${value}`, onclick: () => narrow(property, value)},
+                  value,
+                ),
+          );
+        }),
     ];
   }
 
@@ -142,6 +332,11 @@ export function mount(root) {
   }
 
   function render() {
+    renderChooser();
+    const loaded = state.jobs.size;
+    count.textContent = state.total
+      ? `${loaded} of ${state.total.Relation === "EqualTo" ? "" : "at least "}${state.total.Value} matching jobs`
+      : "";
     const cols = columns();
     const col = cols.find((c) => c.key === state.sort.key) || cols[3];
     const rows = [...state.jobs.values()].filter(matches).sort((a, b) => {
@@ -150,6 +345,7 @@ export function mount(root) {
       if (x === y) return 0;
       if (x === undefined || x === null || Number.isNaN(x)) return 1; // missing values last, either way
       if (y === undefined || y === null || Number.isNaN(y)) return -1;
+      if (typeof x !== typeof y) return typeof x === "number" ? -1 : 1; // numbers before text, either way
       const order = typeof x === "string" ? x.localeCompare(y) : x - y;
       return state.sort.descending ? -order : order;
     });
@@ -184,17 +380,19 @@ export function mount(root) {
               "th",
               {
                 "data-sort": c.key,
-                class: c.metric ? "num sortable" : "sortable",
+                class: c.kind === "metric" ? "num sortable" : "sortable",
                 "aria-sort": c.key === col.key ? (state.sort.descending ? "descending" : "ascending") : "none",
                 onclick: () => {
                   state.sort = {
                     key: c.key,
                     descending: c.key === state.sort.key ? !state.sort.descending : c.key === "start",
                   };
-                  render();
+                  remember();
+                  if (state.token || c.kind) load(); // the server's order over every job, not only those loaded
+                  else render();
                 },
               },
-              c.label,
+              label(c.label),
               c.key === col.key ? (state.sort.descending ? " ▾" : " ▴") : "",
             ),
           ),
@@ -228,7 +426,7 @@ export function mount(root) {
     {
       job: (summary) => {
         const known = state.jobs.get(summary.TrainingJobName);
-        if (!known && !matches(summary)) return;
+        if (!known && (state.filter.where || !matches(summary))) return; // (a search's new matches: on reload)
         const job = {...(known || {}), ...summary};
         state.jobs.set(job.TrainingJobName, job);
         if (!job.TrainingStartTime && job.SecondaryStatus !== "Starting" && !lookedUp.has(job.TrainingJobName)) {
