@@ -165,11 +165,14 @@ def test_create_job_and_follow_its_chart(server: ServerProcess, page: Any, train
     expect(loss_row).to_contain_text("0.5, 0.25")
     expect(loss_row).to_contain_text("not a number")  # the rejected "oops"
     expect(page.locator(".tester-def[data-name=step] [data-matches]")).to_have_attribute("data-matches", "3")
-    # an invalid regex shows the API's message, and a valid one brings the table back
+    # an invalid regex marks its own row with the API's message; the other keeps its results
     page.locator("[data-row=metric]").nth(1).locator("input[name=Regex]").fill("step=(")
-    expect(page.locator(".tester-error")).to_contain_text("does not compile")
+    expect(page.locator(".tester-problem[data-position='2']")).to_contain_text("does not compile")
+    expect(page.locator("[data-row=metric]").nth(1)).to_have_class(re.compile("invalid"))
+    expect(loss_row.locator("[data-matches]")).to_have_attribute("data-matches", "2")
     page.locator("[data-row=metric]").nth(1).locator("input[name=Regex]").fill(r"step=(\d+)")
-    expect(page.locator(".tester-def[data-name=step]")).to_be_visible()
+    expect(page.locator(".tester-def[data-name=step] [data-matches]")).to_have_attribute("data-matches", "3")
+    expect(page.locator("[data-row=metric]").nth(1)).not_to_have_class(re.compile("invalid"))
 
     (tmp_path / "data").mkdir()
     page.click("button[name=add-channel]")
@@ -645,3 +648,37 @@ def test_the_runs_table_searches_chooses_columns_and_keeps_the_search_in_its_add
             return lines.size > 1 && !th.querySelector('wbr') && !/\\s/.test(th.textContent.trim());
         }).map(th => th.textContent)""")
         assert broken == []
+
+
+def test_the_tester_numbers_rows_as_the_api_hints_near_misses_and_warns_of_a_definition_that_matched_nothing(
+        server: ServerProcess, page: Any, train: Path) -> None:
+    page.goto(server.url + "/new")
+    page.fill("input[name=name]", "tested-job")
+    page.fill("input[name=command]", f"{shlex.quote(PY)} {shlex.quote(str(train))}")
+    rows = page.locator("[data-row=metric]")
+    rows.nth(0).locator("input[name=Name]").fill("loss")
+    rows.nth(0).locator("input[name=Regex]").fill(r"loss=(\S+)")
+    for name, regex in (("", ""), ("bad", "x=("), ("acc", r"acc=(\S+)"), ("f1", r"f1=(\S+)")):
+        page.click("button[name=add-metric]")
+        rows.last.locator("input[name=Name]").fill(name)
+        rows.last.locator("input[name=Regex]").fill(regex)
+    page.fill("textarea[name=sample]", "loss=0.5 Acc=0.9\nloss=0.4 f1:0.7\n")
+    # the empty row is skipped, as the API numbers what it is given: loss 1, bad 2, acc 3, f1 4
+    bad = page.locator(".tester-problem[data-position='2']")
+    expect(bad).to_contain_text("MetricDefinitions[2] ('bad'): regex does not compile")
+    assert rows.evaluate_all("rows => rows.map(r => r.dataset.position)") == ["1", "", "2", "3", "4"]
+    expect(rows.nth(2)).to_have_class(re.compile("invalid"))
+    expect(page.locator(".tester-def[data-name=loss] [data-matches]")).to_have_attribute("data-matches", "2")
+    expect(page.locator(".tester-def[data-name=acc] .hint")).to_contain_text("'Acc=', 'acc=' in another case")
+    expect(page.locator(".tester-def[data-name=f1] .hint")).to_contain_text("'f1:' where the regex needs 'f1='")
+    page.screenshot(path=str(SCREENSHOT.with_name("console-tester.png")), full_page=True)
+    # the bad row removed: the others are numbered again, and none is marked
+    rows.nth(2).locator("button.remove").click()
+    expect(page.locator(".tester-def[data-name=acc]")).to_have_attribute("data-position", "2")
+    expect(page.locator("[data-row=metric].invalid")).to_have_count(0)
+    # acc and f1 matched nothing in the sample: said once, then a second click creates the job
+    page.click("button[name=create]")
+    expect(page.locator(".form-error")).to_contain_text("acc, f1 matched nothing in the sample")
+    page.click("button[name=create]")
+    page.wait_for_url("**/jobs/tested-job")
+    page.screenshot(path=str(SCREENSHOT.with_name("console-tested-job.png")))

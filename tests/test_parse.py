@@ -135,3 +135,13 @@ def test_a_mistyped_option_names_the_one_meant(tmp_path: Path) -> None:
     assert typo.returncode == 2 and "--metrics: did you mean --metric?" in typo.stderr
     assert "--stats: did you mean --status?" in run_cli("list", "--stats", "Failed").stderr
     assert "did you mean" not in run_cli("list", "--zzzzzz").stderr
+
+
+def test_a_definition_that_found_nothing_says_what_the_log_nearly_holds(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("epoch 1 Loss=0.5\nepoch 1 acc: 0.9\n", encoding="utf-8")
+    shown = run_cli("parse", "--metric", r"loss=loss=(\S+)", "--metric", r"acc=acc=(\S+)", "--metric",
+                    r"f1=f1=(\S+)", str(log)).stderr
+    assert "no record contains 'loss=', but the text holds 'Loss=', 'loss=' in another case" in shown
+    assert "no record contains 'acc=', but the text holds 'acc:' where the regex needs 'acc='" in shown
+    assert "no record contains 'f1=': check the spelling in regex 'f1=(\\S+)'" in shown

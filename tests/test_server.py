@@ -216,9 +216,19 @@ def test_the_definitions_dry_run(http: httpx.Client) -> None:
     assert [(p["Definition"], p["Value"]) for p in shared["Points"]] == [(1, 1.0), (2, 1.0)]
     assert [w.split(":")[0] for w in shared["Warnings"]] == [
         "MetricDefinitions[1] and MetricDefinitions[2] share the name 'loss'"]
-    bad = http.post("/api/definitions/test", json={"MetricDefinitions": [{"Name": "loss", "Regex": "loss=("}],
-                                                   "LogText": "x"})
-    assert bad.status_code == 400 and bad.json()["error"]["code"] == "ValidationException"
+    # an invalid definition is named in Problems, and the others are tested still
+    bad = http.post("/api/definitions/test", json={"MetricDefinitions": [
+        {"Name": "loss", "Regex": "loss=("}, {"Name": "acc", "Regex": r"acc=(\S+)"}], "LogText": "acc=0.5 Loss=1"})
+    assert bad.status_code == 200, bad.text
+    assert bad.json()["Problems"] == [{"Definition": 1, "Message": "MetricDefinitions[1] ('loss'): regex does not "
+                                       "compile: missing ), unterminated subpattern at position 5."}]
+    assert [(p["Definition"], p["MetricName"], p["Value"]) for p in bad.json()["Points"]] == [(2, "acc", 0.5)]
+    assert bad.json()["Definitions"][0] == {"Name": "loss", "Problems": [bad.json()["Problems"][0]["Message"]]}
+    near = http.post("/api/definitions/test", json={"MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"}],
+                                                    "LogText": "Loss=1"}).json()
+    assert near["Definitions"][0]["NearMiss"].startswith("the text holds 'Loss=', 'loss=' in another case")
+    unreadable = http.post("/api/definitions/test", json={"MetricDefinitions": "loss", "LogText": "x"})
+    assert unreadable.status_code == 400 and unreadable.json()["error"]["code"] == "ValidationException"
 
 
 # -- errors: one shape everywhere -----------------------------------------------------------------

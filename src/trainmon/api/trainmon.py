@@ -26,7 +26,12 @@ from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
 from ..errors import TrainmonError, ValidationException
 from ..jobs import rulestatus
 from ..jobs.status import TERMINAL, profiler_settings
-from ..parsing.definitions import MetricDefinition, definition_warnings, validate_definitions
+from ..parsing.definitions import (
+    MetricDefinition,
+    check_definitions,
+    definition_warnings,
+    near_miss,
+)
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
 from ..rules import catalog
@@ -219,26 +224,46 @@ def get_job_log_records(store: Store, *, TrainingJobName: Any = None, Host: Any 
 
 
 def dry_run_definitions(store: Store | None = None, *, MetricDefinitions: Any = None, LogText: Any = None,
-                            RecordMode: Any = Mode.TERMINAL.value, **unsupported: Any) -> dict[str, Any]:
+                        RecordMode: Any = Mode.TERMINAL.value, **unsupported: Any) -> dict[str, Any]:
     """Definitions applied to log text, as a job would apply them: every point (Line, MetricName,
     Value, and Definition: the position of the definition that gave it, from 1), what each definition
-    did (``Definitions``, in their order) and ``Warnings``, as ``trainmon run`` would give them.
-    Invalid definitions are a ValidationException."""
+    did (``Definitions``, in their order: a definition that matched nothing has ``NearMiss`` when the
+    text nearly holds what its regex needs, one that is invalid only ``Name`` and ``Problems``), the
+    ``Problems`` of the invalid ones (``Definition``: its position, ``Message``), so the others are
+    tested still, and ``Warnings``, as ``trainmon run`` would give them (when none is invalid)."""
     refuse_unknown(unsupported, where="input")
     if not isinstance(RecordMode, str) or RecordMode not in {m.value for m in Mode}:
         raise ValidationException(f"RecordMode must be one of {', '.join(m.value for m in Mode)}.")
-    definitions = validate_definitions(MetricDefinitions)
-    if not definitions:
+    found, problems = check_definitions(MetricDefinitions)
+    if not found:
         raise ValidationException("MetricDefinitions: give at least one definition to test.")
+    if any(position == 0 for position, _ in problems):
+        raise ValidationException("Invalid metric definitions:\n  " + "\n  ".join(m for p, m in problems if p == 0))
     if not isinstance(LogText, str) or len(LogText.encode()) > MAX_TEST_BYTES:
         raise ValidationException(f"LogText must be text of at most {MAX_TEST_BYTES} bytes.")
     mode = Mode(RecordMode)
-    extractor = Extractor(definitions, mode)
-    names = [d.name for d in definitions]
-    points = [{"Line": record + 1, "MetricName": names[definition], "Value": value, "Definition": definition + 1}
-              for record, _offset, definition, value in extractor.scan(LogText.encode())]
-    return {"Points": points, "Definitions": [s.to_json() for s in extractor.stats],
-            "Warnings": definition_warnings(definitions, escapes_control=mode.escapes)}
+    tested = [(position, definition) for position, definition in enumerate(found, 1) if definition is not None]
+    points: list[dict[str, Any]] = []
+    stats: dict[int, dict[str, Any]] = {}
+    if tested:
+        extractor = Extractor([definition for _, definition in tested], mode)
+        points = [{"Line": record + 1, "MetricName": tested[definition][1].name, "Value": value,
+                   "Definition": tested[definition][0]}
+                  for record, _offset, definition, value in extractor.scan(LogText.encode())]
+        for (position, _), stat in zip(tested, extractor.stats, strict=True):
+            stats[position] = stat.to_json()
+            hint = near_miss(stat.literal or "", LogText) if not stat.matches and not stat.rejected else None
+            if hint:
+                stats[position]["NearMiss"] = hint
+    definitions = [stats.get(position) or {"Name": _name_of(item), "Problems": [m for p, m in problems if p == position]}
+                   for position, item in enumerate(MetricDefinitions, 1)]
+    return {"Points": points, "Definitions": definitions,
+            "Problems": [{"Definition": position, "Message": message} for position, message in problems],
+            "Warnings": [] if problems else definition_warnings([d for _, d in tested], escapes_control=mode.escapes)}
+
+
+def _name_of(item: Any) -> str:
+    return item["Name"] if isinstance(item, dict) and isinstance(item.get("Name"), str) else ""
 
 
 def get_profile_summary(store: Store, *, TrainingJobName: Any = None, MetricNames: Any = None,

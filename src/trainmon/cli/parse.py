@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationException
-from ..parsing.definitions import definition_warnings, validate_definitions
+from ..parsing.definitions import definition_warnings, near_miss, validate_definitions
 from ..parsing.extract import Extractor, Points, scan_blocks, scan_file_blocks
 from ..parsing.framing import Mode
 from . import render
@@ -56,6 +56,27 @@ def _point_lines(template: str, points: Points, names: list[str], as_json: bool)
     return (template * len(values)) % tuple(chain.from_iterable(zip(*columns, strict=True)))
 
 
+NEAR_MISS_BYTES = 16 << 20  # how much of a log a definition that found nothing is looked for in, nearly
+
+
+def _with_near_misses(extractor: Extractor, path: str) -> list[dict[str, Any]]:
+    """The definitions' diagnostics; one whose literal no record held gets ``NearMiss`` when the
+    log's first 16 MB nearly hold it (another case, a character missing, added or different)."""
+    stats = [s.to_json() for s in extractor.stats]
+    wanting = [s for s in stats if not s["Matches"] and not s["Rejected"] and s.get("Prefilter")]
+    if wanting and path != "-":
+        try:
+            with open(path, "rb") as log:
+                text = log.read(NEAR_MISS_BYTES).decode("utf-8", "replace")
+        except OSError:
+            return stats
+        for s in wanting:
+            hint = near_miss(s["Prefilter"], text)
+            if hint:
+                s["NearMiss"] = hint
+    return stats
+
+
 def cmd_parse(args: argparse.Namespace) -> int:
     mode = Mode(args.mode)
     definitions = validate_definitions(definitions_given(args))
@@ -81,7 +102,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ValidationException(f"cannot read log {path!r}: {exc.strerror or exc}.") from None
         print(f"Summary for {path} ({mode.value} mode):", file=sys.stderr)
-        print("\n".join(render.definition_report([s.to_json() for s in extractor.stats],
+        print("\n".join(render.definition_report(_with_near_misses(extractor, path),
                                                  [d.to_api() for d in definitions], escapes=mode.escapes)),
               file=sys.stderr)
         pointless += [f"{s.name} in {path}" for s in extractor.stats if not s.matches]

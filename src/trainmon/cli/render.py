@@ -256,6 +256,8 @@ def definition_report(stats: list[dict[str, Any]], definitions: list[dict[str, s
                 lines.extend(f"        {quoted(e)}" for e in s["UnmatchedExamples"])
             elif rejected:
                 pass  # the records it found were rejected, and the line above says why
+            elif literal and s.get("NearMiss"):
+                lines.append(f"      no record contains {shown}, but {terminal_safe(s['NearMiss'])}")
             elif literal:
                 lines.append(f"      no record contains {shown}: check the spelling in regex {regex}")
             else:

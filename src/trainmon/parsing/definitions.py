@@ -73,53 +73,80 @@ def validate_definitions(raw: Any) -> list[MetricDefinition]:
 
     Every problem is reported at once, each naming the definition's position and name.
     """
+    found, problems = check_definitions(raw)
+    if problems:
+        raise ValidationException("Invalid metric definitions:\n  " + "\n  ".join(message for _, message in problems))
+    return [definition for definition in found if definition is not None]
+
+
+def check_definitions(raw: Any) -> tuple[list[MetricDefinition | None], list[tuple[int, str]]]:
+    """Each definition, None where it has a problem, and the problems: (its position from 1, or 0
+    for the list's own, the message naming the position and name). A value that is no list is a
+    ValidationException."""
     if raw is None:
-        return []
+        return [], []
     if not isinstance(raw, list):
         raise ValidationException("MetricDefinitions must be a list.")
-    problems: list[str] = []
+    problems: list[tuple[int, str]] = []
     if len(raw) > MAX_DEFINITIONS:
-        problems.append(f"{len(raw)} metric definitions given; at most {MAX_DEFINITIONS} are allowed.")
-    result: list[MetricDefinition] = []
+        problems.append((0, f"{len(raw)} metric definitions given; at most {MAX_DEFINITIONS} are allowed."))
+    result: list[MetricDefinition | None] = []
     for position, item in enumerate(raw, start=1):
-        where = f"MetricDefinitions[{position}]"
-        if not isinstance(item, dict):
-            problems.append(f'{where} must be an object with "Name" and "Regex".')
-            continue
-        unknown = sorted(set(item) - {"Name", "Regex"})
-        name, regex = item.get("Name"), item.get("Regex")
-        label = f"{where} ({name!r})" if isinstance(name, str) and name else where
-        if unknown:
-            problems.append(f"{label}: unknown field(s) {', '.join(map(repr, unknown))}; only \"Name\" and \"Regex\" exist.")
-        if not isinstance(name, str) or not name:
-            problems.append(f'{label}: "Name" must be a non-empty string.')
-        elif len(name) > MAX_NAME_CHARS:
-            problems.append(f'{label}: "Name" is {len(name)} characters; at most {MAX_NAME_CHARS} are allowed.')
-        if not isinstance(regex, str) or not regex:
-            problems.append(f'{label}: "Regex" must be a non-empty string.')
-            continue
-        if len(regex) > MAX_REGEX_CHARS:
-            problems.append(f'{label}: "Regex" is {len(regex)} characters; at most {MAX_REGEX_CHARS} are allowed.')
-            continue
-        try:
-            compiled = re.compile(regex)
-        except re.error as exc:
-            problems.append(f"{label}: regex does not compile: {exc.msg} at position {exc.pos}.")
-            continue
-        if compiled.groups < 1:
-            problems.append(
-                f"{label}: regex has no capture group; put the value in parentheses, e.g. 'loss=(\\S+)'."
-            )
-            continue
-        unsafe = unsafe_reason(regex)
-        if unsafe:
-            problems.append(f"{label}: {unsafe}.")
-            continue
-        if isinstance(name, str) and name:
-            result.append(MetricDefinition(name, regex))
-    if problems:
-        raise ValidationException("Invalid metric definitions:\n  " + "\n  ".join(problems))
-    return result
+        found = _problems(item, f"MetricDefinitions[{position}]")
+        problems += [(position, problem) for problem in found]
+        result.append(MetricDefinition(item["Name"], item["Regex"]) if not found else None)
+    return result, problems
+
+
+def _problems(item: Any, where: str) -> list[str]:
+    """What is wrong with one definition (nothing: it is good)."""
+    if not isinstance(item, dict):
+        return [f'{where} must be an object with "Name" and "Regex".']
+    problems = []
+    unknown = sorted(set(item) - {"Name", "Regex"})
+    name, regex = item.get("Name"), item.get("Regex")
+    label = f"{where} ({name!r})" if isinstance(name, str) and name else where
+    if unknown:
+        problems.append(f"{label}: unknown field(s) {', '.join(map(repr, unknown))}; only \"Name\" and \"Regex\" exist.")
+    if not isinstance(name, str) or not name:
+        problems.append(f'{label}: "Name" must be a non-empty string.')
+    elif len(name) > MAX_NAME_CHARS:
+        problems.append(f'{label}: "Name" is {len(name)} characters; at most {MAX_NAME_CHARS} are allowed.')
+    if not isinstance(regex, str) or not regex:
+        return [*problems, f'{label}: "Regex" must be a non-empty string.']
+    if len(regex) > MAX_REGEX_CHARS:
+        return [*problems, f'{label}: "Regex" is {len(regex)} characters; at most {MAX_REGEX_CHARS} are allowed.']
+    try:
+        compiled = re.compile(regex)
+    except re.error as exc:
+        return [*problems, f"{label}: regex does not compile: {exc.msg} at position {exc.pos}."]
+    if compiled.groups < 1:
+        return [*problems, f"{label}: regex has no capture group; put the value in parentheses, e.g. 'loss=(\\S+)'."]
+    unsafe = unsafe_reason(regex)
+    if unsafe:
+        problems.append(f"{label}: {unsafe}.")
+    return problems
+
+
+def near_miss(literal: str, text: str) -> str | None:
+    """Why a regex that needs ``literal`` found none in ``text`` when the text nearly holds it: the
+    literal in another case, or with one character missing, added or different. A hint, or None."""
+    if not literal or literal in text:
+        return None
+    folded = re.search(re.escape(literal), text, re.IGNORECASE)
+    if folded:
+        return (f"the text holds {folded.group()!r}, {literal!r} in another case: fix the case, or start the regex "
+                "with (?i)")
+    if len(literal) < 3 or len(literal) > 64:
+        return None
+    for at in range(len(literal)):
+        for pattern in (re.escape(literal[:at]) + "." + re.escape(literal[at + 1:]),  # one different
+                        re.escape(literal[:at]) + re.escape(literal[at + 1:]),  # one missing
+                        re.escape(literal[:at]) + "." + re.escape(literal[at:])):  # one added
+            close = re.search(pattern, text)
+            if close and close.group() != literal:
+                return f"the text holds {close.group()!r} where the regex needs {literal!r}: one character differs"
+    return None
 
 
 def definition_warnings(definitions: Sequence[MetricDefinition], *, escapes_control: bool) -> list[str]:

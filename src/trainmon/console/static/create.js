@@ -92,7 +92,7 @@ function rows(kind, fields, onChange) {
     body,
     h("button", {type: "button", class: "link add", name: `add-${kind}`, onclick: () => add()}, `+ Add`),
   );
-  return {el, add, values};
+  return {el, add, values, rows: () => [...body.querySelectorAll(".row")]};
 }
 
 export function mount(root) {
@@ -183,14 +183,31 @@ export function mount(root) {
   const submit = h("button", {type: "submit", class: "primary", name: "create"}, "Create job");
 
   let testToken = 0;
+  let lastTest = null; // the latest answer of the tester, and the definitions it was for
+  let warnedEmpty = ""; // the definitions a "matched nothing" warning was shown for
   const definitionsNow = () =>
     metrics
       .values()
       .filter((d) => d.Name || d.Regex)
       .map((d) => ({Name: d.Name, Regex: d.Regex}));
+  // the editor's rows that are definitions, numbered as the API numbers them (MetricDefinitions[n])
+  function numberRows() {
+    let n = 0;
+    const given = [];
+    for (const row of metrics.rows()) {
+      const filled = [...row.querySelectorAll("input")].some((i) => i.value);
+      row.dataset.position = filled ? String(++n) : "";
+      row.classList.remove("invalid");
+      row.removeAttribute("title");
+      if (filled) given.push(row);
+    }
+    return given;
+  }
   const test = debounce(async () => {
     const token = ++testToken;
+    numberRows();
     const definitions = definitionsNow();
+    lastTest = null;
     if (!definitions.length || !sample.value) {
       clear(
         tester,
@@ -205,7 +222,10 @@ export function mount(root) {
     tester.dataset.state = "testing";
     try {
       const answer = await post("/api/definitions/test", {MetricDefinitions: definitions, LogText: sample.value});
-      if (token === testToken) showTest(answer);
+      if (token === testToken) {
+        lastTest = {answer, definitions: JSON.stringify(definitions)};
+        showTest(answer);
+      }
     } catch (exc) {
       if (token !== testToken) return;
       tester.dataset.state = "error";
@@ -223,9 +243,17 @@ export function mount(root) {
   sample.addEventListener("input", test);
 
   function showTest(answer) {
-    tester.dataset.state = "ok";
+    tester.dataset.state = (answer.Problems || []).length ? "problems" : "ok";
     const points = answer.Points || [];
     const warnings = answer.Warnings || [];
+    const given = numberRows();
+    for (const problem of answer.Problems || []) {
+      const row = given[problem.Definition - 1];
+      if (row) {
+        row.classList.add("invalid");
+        row.title = problem.Message;
+      }
+    }
     clear(
       tester,
       warningList(warnings),
@@ -238,19 +266,28 @@ export function mount(root) {
           h(
             "tr",
             {},
-            ["Definition", "Matches", "Values", "Rejected", "Near misses"].map((x) => h("th", {}, x)),
+            ["#", "Definition", "Matches", "Values", "Rejected", "Near misses"].map((x) => h("th", {}, x)),
           ),
         ),
         h(
           "tbody",
           {},
           (answer.Definitions || []).map((d, i) => {
+            if (d.Problems)
+              return h(
+                "tr",
+                {class: "tester-def tester-problem", "data-name": d.Name, "data-position": i + 1},
+                h("td", {class: "num"}, i + 1),
+                h("td", {}, d.Name),
+                h("td", {colspan: 4, class: "error"}, d.Problems.map((m) => h("div", {}, m))),
+              );
             // by position, not name: definitions may share a name (each feeds the one metric)
             const values = points.filter((p) => p.Definition === i + 1).map((p) => fmtNum(p.Value));
             const rejected = Object.entries(d.Rejected || {});
             return h(
               "tr",
-              {class: "tester-def", "data-name": d.Name},
+              {class: "tester-def", "data-name": d.Name, "data-position": i + 1},
+              h("td", {class: "num"}, i + 1),
               h("td", {}, d.Name),
               h(
                 "td",
@@ -271,10 +308,13 @@ export function mount(root) {
               ),
               h(
                 "td",
-                {},
+                {class: "near-misses"},
+                d.NearMiss ? h("div", {class: "hint"}, d.NearMiss) : null,
                 (d.UnmatchedExamples || []).length
                   ? d.UnmatchedExamples.slice(0, 3).map((x) => h("div", {}, h("code", {class: "example"}, x)))
-                  : "–",
+                  : d.NearMiss
+                    ? null
+                    : "–",
               ),
             );
           }),
@@ -346,6 +386,21 @@ export function mount(root) {
           error.textContent = exc.message;
           return;
         }
+        const defined = JSON.stringify(body.AlgorithmSpecification.MetricDefinitions || []);
+        const empty =
+          lastTest && lastTest.definitions === defined
+            ? lastTest.answer.Definitions.filter((d) => !d.Problems && d.Matches === 0).map((d) => d.Name)
+            : [];
+        if (empty.length && warnedEmpty !== defined) {
+          warnedEmpty = defined; // said once: a second click creates the job
+          error.hidden = false;
+          error.classList.add("warning");
+          error.textContent =
+            `${empty.join(", ")} matched nothing in the sample: ` +
+            "check the regex, or click Create job again to create it as it is.";
+          return;
+        }
+        error.classList.remove("warning");
         submit.disabled = true;
         try {
           await post("/api/jobs", body);
