@@ -418,3 +418,51 @@ def server(home: Path) -> Iterator[ServerProcess]:
     started = start_server(home)
     yield started
     started.stop()
+
+
+# -- a job with artifacts (test_artifacts.py, test_console.py) ---------------------------------------
+
+
+ARTIFACTS_TRAIN = """
+import os
+from pathlib import Path
+(Path(os.environ["SM_MODEL_DIR"]) / "weights.bin").write_bytes(bytes(range(256)) * 40)
+(Path(os.environ["SM_MODEL_DIR"]) / "config.json").write_text('{"layers": 3}')
+(Path(os.environ["SM_MODEL_DIR"]) / "extra").mkdir()
+(Path(os.environ["SM_MODEL_DIR"]) / "extra" / "note.txt").write_text("n")
+(Path(os.environ["SM_OUTPUT_DATA_DIR"]) / "predictions.csv").write_text("id,p\\n1,0.5\\n")
+(Path(os.environ["CHECKPOINTS"]) / "epoch-1.ckpt").write_text("one")
+print("read", len(os.listdir(os.environ["SM_CHANNEL_TRAIN"])), "training files")
+"""
+
+
+@pytest.fixture
+def job_with_artifacts(home: Path, tmp_path: Path) -> tuple[str, Path, Path, Path]:
+    """A completed job with a model, output data, a checkpoint, and a channel of two files."""
+    data, kept, out = tmp_path / "data", tmp_path / "kept", tmp_path / "out"
+    for folder in (data / "sub", kept, out):
+        folder.mkdir(parents=True)
+    (data / "a.csv").write_text("x\n1\n")
+    (data / "sub" / "b.csv").write_text("x\n2\n")
+    (tmp_path / "secret").write_text("not the job's")
+    os.symlink(tmp_path / "secret", data / "link-out")  # a link out of the channel: never listed nor sent
+    script = tmp_path / "train.py"
+    script.write_text(ARTIFACTS_TRAIN)
+    work = tmp_path / "work"
+    import trainmon
+
+    sm = trainmon.client("sagemaker")
+    sm.create_training_job(
+        TrainingJobName="arts", RoleArn="arn:aws:iam::000000000000:role/any",
+        AlgorithmSpecification={"TrainingInputMode": "File", "ContainerEntrypoint": [sys.executable, str(script)]},
+        InputDataConfig=[{"ChannelName": "train", "DataSource": {"S3DataSource": {
+            "S3DataType": "S3Prefix", "S3Uri": str(data), "S3DataDistributionType": "FullyReplicated"}}}],
+        OutputDataConfig={"S3OutputPath": str(out)},
+        ResourceConfig={"InstanceType": "local", "InstanceCount": 1, "VolumeSizeInGB": 1},
+        StoppingCondition={"MaxRuntimeInSeconds": 600},
+        CheckpointConfig={"S3Uri": str(kept), "LocalPath": str(work)},
+        Environment={"CHECKPOINTS": str(work)},
+    )
+    sm.get_waiter("training_job_completed_or_stopped").wait(TrainingJobName="arts", WaiterConfig={"Delay": 0.2})
+    assert sm.describe_training_job(TrainingJobName="arts")["TrainingJobStatus"] == "Completed"
+    return "arts", data, kept, out

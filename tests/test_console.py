@@ -682,3 +682,32 @@ def test_the_tester_numbers_rows_as_the_api_hints_near_misses_and_warns_of_a_def
     page.click("button[name=create]")
     page.wait_for_url("**/jobs/tested-job")
     page.screenshot(path=str(SCREENSHOT.with_name("console-tested-job.png")))
+
+
+def test_a_jobs_artifacts_are_browsed_and_downloaded(server: ServerProcess, page: Any,
+                                                    job_with_artifacts: tuple[str, Path, Path, Path]) -> None:
+    name, _data, _kept, out = job_with_artifacts
+    page.goto(f"{server.url}/jobs/{name}")
+    page.locator("details.artifacts > summary").click()
+    model = page.locator('tr[data-artifact="model.tar.gz"]')
+    expect(model).to_contain_text("Model")
+    expect(page.locator('tr[data-artifact="channels/train/sub/b.csv"]')).to_contain_text("Channel train")
+    expect(page.locator('tr[data-artifact="checkpoints/epoch-1.ckpt"]')).to_contain_text("3 B")
+    with page.expect_download() as downloading:
+        model.locator("a[name=download]").click()
+    saved = downloading.value.path()
+    assert Path(saved).read_bytes() == next(out.rglob("model.tar.gz")).read_bytes()
+    assert downloading.value.suggested_filename == "model.tar.gz"
+    model.locator("button[name=browse]").click()
+    expect(model.locator("li[data-member]")).to_have_count(4)
+    with page.expect_download() as member:
+        model.locator('li[data-member="extra/note.txt"] a').click()
+    assert Path(member.value.path()).read_bytes() == b"n" and member.value.suggested_filename == "note.txt"
+    # the log: each record's time on demand, and the whole of it as a download
+    expect(page.locator(".log-box .line .ts").first).to_be_hidden()
+    page.check("input[name=log-times]")
+    expect(page.locator(".log-box .line .ts").first).to_have_text(re.compile(r"\d\d:\d\d:\d\d"))
+    with page.expect_download() as log:
+        page.click("a[name=log-download]")
+    assert Path(log.value.path()).read_text() == "read 3 training files\n"
+    page.screenshot(path=str(SCREENSHOT.with_name("console-artifacts.png")), full_page=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import alarms, cloudwatch, iam, logs, sagemaker, search, sts, trainmon
+from . import alarms, artifacts, cloudwatch, identity, logs, sagemaker, search, trainmon
 
 Operation = Callable[..., dict[str, Any]]
 
@@ -20,7 +20,7 @@ SERVICES: dict[str, dict[str, Operation]] = {
     "sagemaker": {**sagemaker.OPERATIONS, **search.OPERATIONS},
     "cloudwatch": {**cloudwatch.OPERATIONS, **alarms.OPERATIONS},
     "logs": logs.OPERATIONS,
-    "sts": sts.OPERATIONS,
-    "iam": iam.OPERATIONS,
-    "trainmon": trainmon.OPERATIONS,
+    "sts": identity.STS,
+    "iam": identity.IAM,
+    "trainmon": {**trainmon.OPERATIONS, **artifacts.OPERATIONS},
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 import re
@@ -17,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 import anyio
 from starlette.applications import Starlette
@@ -25,12 +26,12 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import api
-from ..api import sagemaker, search, trainmon
+from ..api import artifacts, sagemaker, search, trainmon
 from ..cloudwatch.model import job_metric_key
 from ..errors import MethodNotAllowed, NotFound, TrainmonError, ValidationException
 from ..jobs import searchtext
@@ -269,6 +270,66 @@ async def job_report(request: Request, store: Store) -> Any:
     return HTMLResponse(await _call(work), headers=_REPORT_HEADERS)
 
 
+# -- artifacts ------------------------------------------------------------------------------------
+
+_DOWNLOAD_HEADERS = {  # a job's file is data, never a page of this origin: no sniffing, no scripts
+    "X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox", "Cache-Control": "no-store"}
+
+
+async def job_artifacts(request: Request, store: Store) -> Any:
+    return await _call(lambda: artifacts.list_job_artifacts(store, TrainingJobName=request.path_params["name"]))
+
+
+async def archive_members(request: Request, store: Store) -> Any:
+    return await _call(lambda: artifacts.list_archive_members(
+        store, TrainingJobName=request.path_params["name"], Artifact=request.query_params.get("artifact")))
+
+
+async def artifact_file(request: Request, store: Store) -> Any:
+    """An artifact's bytes (or one member's, of an archive), as a download."""
+    name, q = request.path_params["name"], request.query_params
+    reader, size, filename = await _call(lambda: artifacts.open_artifact(store, name, q.get("artifact"),
+                                                                          q.get("member")))
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            while block := await anyio.to_thread.run_sync(reader.read, 1 << 20):
+                yield block
+        finally:
+            reader.close()
+
+    return StreamingResponse(chunks(), media_type="application/octet-stream", headers={
+        **_DOWNLOAD_HEADERS, "Content-Length": str(size), "Content-Disposition": _attachment(filename)})
+
+
+def _attachment(filename: str) -> str:
+    plain = "".join(c if c.isascii() and c.isprintable() and c not in '"\\;' else "_" for c in filename) or "file"
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename)}"
+
+
+async def log_download(request: Request, store: Store) -> Any:
+    """Every record of the job's log as text, stream by stream (a header line before each when the
+    job has several hosts), as a download."""
+    name = request.path_params["name"]
+    row = await _call(lambda: sagemaker.job(store, name))
+    streams = await _call(lambda: sorted(store.streams(row.id), key=lambda s: (s.host, s.id)))
+
+    async def text() -> AsyncIterator[bytes]:
+        for stream in streams:
+            if len(streams) > 1:
+                yield f"==> {stream.name} <==\n".encode()
+            after = -1
+            while True:
+                page, last = await _call(functools.partial(store.log_text, stream.id, after_seq=after, limit=20_000))
+                if not page:
+                    break
+                yield page.encode("utf-8", "surrogateescape")
+                after = last
+
+    return StreamingResponse(text(), media_type="text/plain; charset=utf-8", headers={
+        **_DOWNLOAD_HEADERS, "Content-Disposition": _attachment(f"{row.name}.log")})
+
+
 # -- logs -----------------------------------------------------------------------------------------
 
 
@@ -422,6 +483,15 @@ ROUTES: tuple[Endpoint, ...] = (
               Param("width", "integer"), Param("start", "integer"), Param("end", "integer"), _TIMES), tags=("metrics",)),
     Endpoint("GET", "/api/jobs/{name}/report", "The job's profiling report (an HTML page)", job_report,
              (Param("name", where="path"),), tags=("rules",)),
+    Endpoint("GET", "/api/jobs/{name}/artifacts", "The job's model.tar.gz, output.tar.gz, checkpoints and "
+             "channel inputs, with their sizes", job_artifacts, (Param("name", where="path"),)),
+    Endpoint("GET", "/api/jobs/{name}/artifacts/members", "The members of an archive among the job's artifacts",
+             archive_members, (Param("name", where="path"), Param("artifact", help="an artifact's Id"))),
+    Endpoint("GET", "/api/jobs/{name}/artifacts/file", "An artifact's bytes, or one member's of an archive, as a "
+             "download", artifact_file, (Param("name", where="path"), Param("artifact", help="an artifact's Id"),
+                                         Param("member", help="a member of the archive"))),
+    Endpoint("GET", "/api/jobs/{name}/log.txt", "The job's whole log as text, as a download", log_download,
+             (Param("name", where="path"),), tags=("logs",)),
     Endpoint("GET", "/api/jobs/{name}/logs", "A page of a job's log records, or those that hold a text or match a "
              "regex", job_logs, (
                  Param("name", where="path"), Param("host"), Param("limit", "integer", "1 to 10000 (500)"),

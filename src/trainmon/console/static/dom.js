@@ -73,6 +73,19 @@ export function fmtDuration(seconds) {
 
 export const TERMINAL = new Set(["Completed", "Failed", "Stopped"]);
 
+// A size as people read it: 512 B, 3.4 KiB, 12.0 MiB, 1.2 GiB.
+export function fmtBytes(bytes) {
+  if (bytes === undefined || bytes === null) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit ? `${value.toFixed(1)} ${units[unit]}` : `${value} B`;
+}
+
 // A command line as a shell would read it back: each word that needs it in single quotes.
 export function shellJoin(words) {
   return words.map((w) => (w !== "" && /^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replaceAll("'", "'\"'\"'")}'`)).join(" ");

@@ -15,6 +15,7 @@ import {
   throttle,
   warningList,
   shellJoin,
+  fmtBytes,
   TERMINAL,
 } from "./dom.js";
 import {LogPane} from "./logs.js";
@@ -150,15 +151,17 @@ class JobPage {
       onOpen: (record) => this.openRecord({host: record.Host, record: record.Record}),
     });
     this.dialog = this.stopDialog();
+    this.artifactsEl = this.artifactsPanel();
     clear(
       this.root,
       this.head,
       this.overview,
+      h("section", {class: "panel"}, h("h2", {}, "Metrics"), this.chartsEl),
       this.tables,
       this.rules.el,
-      h("section", {class: "panel"}, h("h2", {}, "Metrics"), this.chartsEl),
       this.systemEl,
       this.profileEl,
+      this.artifactsEl,
       this.logSection(),
       this.dialog,
     );
@@ -555,6 +558,101 @@ class JobPage {
 
   // -- the log --------------------------------------------------------------------------------
 
+  // -- artifacts: model.tar.gz, output.tar.gz, checkpoints and channel inputs, read when opened
+
+  artifactsPanel() {
+    const body = h("div", {class: "artifacts-body"}, h("p", {class: "muted"}, "Reading…"));
+    const panel = h(
+      "details",
+      {class: "panel artifacts", ontoggle: () => panel.open && this.showArtifacts(body)},
+      h("summary", {}, h("h2", {}, "Artifacts")),
+      body,
+    );
+    return panel;
+  }
+
+  async showArtifacts(body) {
+    const download = (params) => {
+      const url = new URL(jobPath(this.name, "artifacts", "file"), location.origin);
+      for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
+      return url.pathname + url.search;
+    };
+    let answer;
+    try {
+      answer = await get(jobPath(this.name, "artifacts"));
+    } catch (exc) {
+      clear(body, h("p", {class: "error"}, exc.message));
+      return;
+    }
+    const rows = answer.Artifacts.map((a) => {
+      const archive = a.Name.endsWith(".tar.gz") && a.Available !== false;
+      const members = h("div", {class: "members"});
+      return h(
+        "tr",
+        {"data-artifact": a.Id},
+        h("td", {}, a.Kind === "Channel" ? `Channel ${a.Channel}` : a.Kind),
+        h("td", {}, h("code", {}, a.Name), members),
+        h("td", {class: "num"}, a.Available === false ? "–" : fmtBytes(a.Size)),
+        h(
+          "td",
+          {class: "artifact-actions"},
+          a.Available === false
+            ? h("span", {class: "muted"}, "not written yet")
+            : h("a", {href: download({artifact: a.Id}), download: "", name: "download"}, "Download"),
+          archive
+            ? h(
+                "button",
+                {type: "button", class: "link", name: "browse", onclick: () => this.showMembers(a, members, download)},
+                "Browse",
+              )
+            : null,
+        ),
+        h("td", {class: "muted location"}, a.Location),
+      );
+    });
+    clear(
+      body,
+      rows.length
+        ? h(
+            "table",
+            {class: "artifacts"},
+            h("thead", {}, h("tr", {}, ["Kind", "Name", "Size", "", "Kept at"].map((x) => h("th", {}, x)))),
+            h("tbody", {}, rows),
+          )
+        : h("p", {class: "muted"}, "None yet."),
+      (answer.Truncated || []).length
+        ? h("p", {class: "muted"}, `Only the first 1,000 files of ${answer.Truncated.join(", ")} are listed.`)
+        : null,
+    );
+  }
+
+  async showMembers(artifact, into, download) {
+    if (into.childElementCount) return clear(into);
+    try {
+      const answer = await get(jobPath(this.name, "artifacts", "members"), {artifact: artifact.Id});
+      clear(
+        into,
+        h(
+          "ul",
+          {class: "archive-members"},
+          answer.Members.map((m) =>
+            h(
+              "li",
+              {"data-member": m.Name},
+              m.Type === "file"
+                ? h("a", {href: download({artifact: artifact.Id, member: m.Name}), download: ""}, m.Name)
+                : `${m.Name}${m.Type === "directory" ? "/" : ""}`,
+              m.Type === "file" ? h("span", {class: "muted"}, ` ${fmtBytes(m.Size)}`) : null,
+            ),
+          ),
+        ),
+        answer.Truncated ? h("p", {class: "muted"}, "Only the first 10,000 members are listed.") : null,
+      );
+    } catch (exc) {
+      clear(into, h("p", {class: "error"}, exc.message));
+    }
+  }
+
   logSection() {
     const input = h("input", {type: "search", name: "log-search", placeholder: "Search the log"});
     const regex = h("input", {type: "checkbox", name: "log-regex"});
@@ -589,6 +687,17 @@ class JobPage {
           input,
           h("label", {}, regex, " regex"),
           h("button", {type: "button", name: "search", onclick: search}, "Search"),
+          h(
+            "label",
+            {},
+            h("input", {
+              type: "checkbox",
+              name: "log-times",
+              onchange: (e) => this.logs.box.classList.toggle("times", e.target.checked),
+            }),
+            " times",
+          ),
+          h("a", {class: "button", name: "log-download", href: jobPath(this.name, "log.txt"), download: ""}, "Download"),
           h(
             "button",
             {

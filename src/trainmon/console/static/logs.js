@@ -49,6 +49,7 @@ export class LogPane {
       "div",
       props,
       h("span", number, (this.multiHost ? record.Host + " " : "") + record.Record),
+      h("span", {class: "ts"}, fmtClock(record.Timestamp)),
       h("span", {class: "msg"}, record.Message),
     );
   }

@@ -1,10 +1,11 @@
-"""IAM's GetRole and SimulatePrincipalPolicy, as the SageMaker Python SDK v3 asks them before a job:
-does the role exist, does it trust SageMaker, may it do what a training job does.
+"""Who is asking: STS's GetCallerIdentity, and IAM's GetRole and SimulatePrincipalPolicy, as the
+SageMaker Python SDK asks them before a job: the caller's account (the SDK names its default bucket
+after it), does the role exist, does it trust SageMaker, may it do what a training job does.
 
 trainmon keeps no IAM: a job's ``RoleArn`` is recorded, never assumed, and whoever holds an access
-key may call every operation. So every role name is a role of trainmon's one account that trusts
-SageMaker, and a simulation allows every action, which is what trainmon will do when the calls
-come. Nothing here is stored.
+key may call every operation. So the caller is trainmon's one local account, every role name is a
+role of it that trusts SageMaker, and a simulation allows every action, which is what trainmon will
+do when the calls come. Nothing here is stored.
 """
 
 from __future__ import annotations
@@ -78,7 +79,14 @@ def simulate_principal_policy(store: Store, PolicySourceArn: str = "", ActionNam
     return {"EvaluationResults": results, "IsTruncated": False}
 
 
-OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
+
+def get_caller_identity(store: Store, **unsupported: Any) -> dict[str, Any]:
+    refuse_unknown(unsupported, where="input")
+    return {"UserId": "trainmon", "Account": ACCOUNT, "Arn": f"arn:aws:iam::{ACCOUNT}:user/trainmon"}
+
+
+IAM: dict[str, Callable[..., dict[str, Any]]] = {
     "GetRole": get_role,
     "SimulatePrincipalPolicy": simulate_principal_policy,
 }
+STS: dict[str, Callable[..., dict[str, Any]]] = {"GetCallerIdentity": get_caller_identity}
