@@ -711,3 +711,34 @@ def test_a_jobs_artifacts_are_browsed_and_downloaded(server: ServerProcess, page
         page.click("a[name=log-download]")
     assert Path(log.value.path()).read_text() == "read 3 training files\n"
     page.screenshot(path=str(SCREENSHOT.with_name("console-artifacts.png")), full_page=True)
+
+
+def test_train_and_validation_metrics_share_a_chart(server: ServerProcess, page: Any,
+                                                    script: Callable[[str], Path]) -> None:
+    train = script("""
+        for epoch in range(1, 13):
+            print(f"epoch {epoch} train_loss={1 / epoch:.4f} val_loss={1.2 / epoch:.4f} acc={epoch / 12:.3f}")
+            if epoch % 3 == 0:
+                print(f"validation:error={0.5 / epoch:.4f} train:error={0.4 / epoch:.4f}")
+        """)
+    definitions = [{"Name": "train_loss", "Regex": r"train_loss=(\S+)"}, {"Name": "val_loss", "Regex": r"val_loss=(\S+)"},
+                   {"Name": "acc", "Regex": r"acc=(\S+)"}, {"Name": "train:error", "Regex": r"train:error=(\S+)"},
+                   {"Name": "validation:error", "Regex": r"validation:error=(\S+)"}]
+    create_job(server, "paired", train, definitions=definitions)
+    wait_status(server, "paired", {"Completed"}, page)
+    page.goto(server.url + "/jobs/paired")
+    page.wait_for_function("() => ['overlay:loss', 'overlay:error'].every(k => { const c = window.trainmonCharts[k];"
+                           " return c && c.series.length === 2 && c.series.every(s => s.points > 0); })")
+    counts = {s["label"]: s["points"] for s in page.evaluate("() => window.trainmonCharts['overlay:loss'].series")}
+    assert counts == {"train_loss": 12, "val_loss": 12}
+    counts = {s["label"]: s["points"] for s in page.evaluate("() => window.trainmonCharts['overlay:error'].series")}
+    assert counts == {"train:error": 4, "validation:error": 4}
+    # the pairs come first, then a chart per metric (acc pairs with nothing)
+    order = page.locator(".charts > section.chart").evaluate_all(
+        "els => els.map(e => e.dataset.overlay ? 'overlay:' + e.dataset.overlay : e.dataset.metric)")
+    assert order[:2] == ["overlay:loss", "overlay:error"] and "acc" in order and "overlay:acc" not in order
+    base = page.evaluate('async (names) => { const m = await import("/static/job.js");'
+                         ' return names.map(n => m.metricBase(n)); }',
+                         ["train:loss", "validation:loss", "val_loss", "loss/valid", "epoch:progress", "trainer:x"])
+    assert base == ["loss", "loss", "loss", "loss", "epoch:progress", "trainer:x"]
+    page.locator('section.chart[data-overlay="loss"]').screenshot(path=str(SCREENSHOT.with_name("console-pair.png")))

@@ -2,7 +2,7 @@
 // they matched, final metrics, a live chart per metric, system metrics, the profile and the log.
 
 import {get, post, jobPath, liveStream, series, statisticSeries, ApiError} from "./api.js";
-import {Chart} from "./chart.js";
+import {Chart, COLORS} from "./chart.js";
 import {
   h,
   clear,
@@ -24,6 +24,27 @@ import {RulesPanel} from "./rules.js";
 const LOG_TAIL = 500;
 
 /** A chart source over one metric (or system metric) of job ``name``. */
+// Train, validation and test variants of one metric: "train:loss", "validation:loss", "val_loss",
+// "loss/valid", "loss" and "val_loss" share the base "loss".
+const SPLIT = "(?:train(?:ing)?|val(?:id(?:ation)?)?|test|eval(?:uation)?)";
+const SPLIT_BEFORE = new RegExp(`^${SPLIT}[:_./-]`, "i");
+const SPLIT_AFTER = new RegExp(`[:_./-]${SPLIT}$`, "i");
+
+export function metricBase(name) {
+  return name.replace(SPLIT_BEFORE, "").replace(SPLIT_AFTER, "");
+}
+
+/** The metrics that pair, as groups of at least two names, by their base, in the names' order. */
+export function metricPairs(names) {
+  const groups = new Map();
+  for (const name of names) {
+    const base = metricBase(name);
+    if (!groups.has(base)) groups.set(base, []);
+    groups.get(base).push(name);
+  }
+  return [...groups.entries()].filter(([, members]) => members.length > 1).map(([base, members]) => ({base, members}));
+}
+
 export function metricSource(name, metric, {origin, label, color, others, overlaid} = {}) {
   // Overlaid on other jobs' series (compare), a series gets a bucket per three pixels and no log
   // records: each spike still shows (a bucket keeps its lowest and highest), in a third of the bytes.
@@ -86,6 +107,7 @@ class JobPage {
     this.root = root;
     this.name = name;
     this.charts = new Map(); // metric -> Chart
+    this.overlays = new Map(); // base -> {chart, members}: the metrics that pair, on one chart
     this.systemCharts = [];
     this.disposed = false;
     this.after = null; // log positions
@@ -127,6 +149,7 @@ class JobPage {
     this.refreshSoon.cancel();
     this.showTablesSoon.cancel();
     for (const chart of [...this.charts.values(), ...this.systemCharts]) chart.destroy();
+    for (const {chart} of this.overlays.values()) chart.destroy();
   }
 
   origin() {
@@ -414,7 +437,33 @@ class JobPage {
     else this.chartsEl.append(chart.el);
     for (const c of this.charts.values()) c.setXMetrics(names);
     this.chartsEl.querySelector(".empty")?.remove();
+    this.pairCharts(names);
     return chart;
+  }
+
+  // the metrics whose names pair (train and validation loss) on one chart too, before the others
+  pairCharts(names) {
+    for (const {base, members} of metricPairs(names)) {
+      const known = this.overlays.get(base);
+      if (known && known.members.join("\n") === members.join("\n")) continue;
+      if (known) {
+        known.chart.el.remove();
+        known.chart.destroy();
+      }
+      const chart = new Chart({
+        key: `overlay:${base}`,
+        title: members.join(" · "),
+        attrs: {"data-overlay": base},
+        sources: members.map((m, i) =>
+          metricSource(this.name, m, {origin: this.origin(), label: m, color: COLORS[i % COLORS.length]}),
+        ),
+        onPoint: (point) => this.openRecord(point),
+      });
+      this.overlays.set(base, {chart, members});
+      const before = [...this.overlays.values()].filter((o) => o.chart !== chart && o.chart.el.isConnected).at(-1);
+      this.chartsEl.insertBefore(chart.el, before ? before.chart.el.nextSibling : this.chartsEl.firstChild);
+      chart.fetch();
+    }
   }
 
   async loadCharts({Metrics: metrics}) {
@@ -432,6 +481,10 @@ class JobPage {
       const chart = known || this.chart(metric);
       const added = chart.append(0, points);
       if (!known) chart.fetch();
+      for (const {chart: overlay, members} of this.overlays.values()) {
+        const at = members.indexOf(metric);
+        if (at >= 0) overlay.append(at, points);
+      }
       this.updateFinal(metric, points, added);
     }
     for (const chart of this.charts.values()) for (const metric of Object.keys(news)) chart.dependencyChanged(metric);
