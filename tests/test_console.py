@@ -527,6 +527,10 @@ def test_rules_and_alarms(server: ServerProcess, page: Any, script: Callable[[st
     form = page.locator("form.alarm-form")
     form.locator("input[name=alarm-name]").fill("loss-high")
     form.locator("input[name=job]").fill("ruled")
+    # the form offers what exists: the jobs, then the chosen job's metrics and hosts
+    expect(page.locator("datalist#alarm-jobs option[value=ruled]")).to_have_count(1)
+    expect(page.locator("datalist#alarm-metrics option[value=loss]")).to_have_count(1)
+    expect(page.locator("datalist#alarm-hosts option[value=algo-1]")).to_have_count(1)
     form.locator("input[name=metric]").fill("loss")
     form.locator("input[name=threshold]").fill("not a number")
     form.locator("button[name=create-alarm]").click()
@@ -546,6 +550,12 @@ def test_rules_and_alarms(server: ServerProcess, page: Any, script: Callable[[st
     expect(history).to_contain_text("Alarm updated from INSUFFICIENT_DATA to ALARM")
     expect(history).to_contain_text("Successfully executed action exec:")
     assert json.loads(raised.read_text())["NewStateValue"] == "ALARM"
+    # the metric over the alarm's recent windows, the threshold, and the change to ALARM marked
+    graph = page.locator(".alarm-graph")
+    expect(graph).to_have_attribute("data-threshold", "0.5")
+    expect(graph).to_have_attribute("data-changes", "1")
+    expect(graph.locator("canvas")).to_be_visible()
+    assert int(graph.get_attribute("data-points") or 0) >= 1  # the job's loss, a Maximum per minute
     page.screenshot(path=str(SCREENSHOT.with_name("console-alarm.png")), full_page=True)
     page.click("button[name=toggle-actions]")
     expect(page.locator("button[name=toggle-actions]")).to_have_text("Enable actions")

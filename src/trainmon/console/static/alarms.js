@@ -1,8 +1,8 @@
 // The alarms pages: every CloudWatch alarm with its state, a form for a new one on a job's metric,
 // and one alarm's configuration and history, with its actions turned on or off.
 
-import {post} from "./api.js";
-import {h, clear, field, fmtNum, fmtTime, section, table} from "./dom.js";
+import {get, post} from "./api.js";
+import {h, clear, debounce, field, fmtNum, fmtTime, section, table} from "./dom.js";
 import {navigate} from "./router.js";
 
 const JOB_NAMESPACE = "/aws/sagemaker/TrainingJobs";
@@ -161,10 +161,42 @@ function alarmForm(onCreated) {
     ),
     action: input("alarm-action", {placeholder: "exec:notify-send loss, or https://…"}),
   };
+  // what exists to pick from: the jobs, then the chosen job's metrics (its own and its hosts' system
+  // metrics) and hosts
+  const lists = {job: h("datalist", {id: "alarm-jobs"}), metric: h("datalist", {id: "alarm-metrics"}),
+    host: h("datalist", {id: "alarm-hosts"})};
+  for (const [key, list] of Object.entries(lists)) els[key].setAttribute("list", list.id);
+  const options = (list, values) => list.replaceChildren(...[...new Set(values)].map((v) => h("option", {value: v})));
+  get("/api/jobs", {limit: 100}).then(
+    (answer) => options(lists.job, answer.TrainingJobSummaries.map((j) => j.TrainingJobName)),
+    () => {},
+  );
+  let picked = "";
+  const pickJob = async () => {
+    const job = els.job.value.trim();
+    if (!job || job === picked) return;
+    picked = job;
+    try {
+      const [described, system] = await Promise.all([
+        get(`/api/jobs/${encodeURIComponent(job)}`),
+        get(`/api/jobs/${encodeURIComponent(job)}/system`).catch(() => ({Metrics: []})),
+      ]);
+      if (picked !== job) return;
+      const own = (described.Metrics.Metrics || []).map((m) => m.MetricName);
+      options(lists.metric, [...own, ...(system.Metrics || []).map((m) => m.MetricName)]);
+      const count = described.Job.ResourceConfig?.InstanceCount || 1;
+      options(lists.host, Array.from({length: count}, (_, i) => `algo-${i + 1}`));
+    } catch {
+      options(lists.metric, []);
+    }
+  };
+  els.job.addEventListener("change", pickJob);
+  els.job.addEventListener("input", debounce(pickJob, 300));
   const message = h("p", {class: "form-error", hidden: true});
   const form = h(
     "form",
     {class: "create alarm-form", novalidate: true},
+    ...Object.values(lists),
     h(
       "div",
       {class: "fields"},
@@ -227,8 +259,9 @@ function mountAlarm(root, name) {
   const head = h("div", {class: "page-head"});
   const facts = h("div");
   const history = h("div");
+  const graph = h("div");
   const error = h("p", {class: "error", hidden: true});
-  clear(root, h("a", {href: "/alarms", class: "muted back"}, "← Alarms"), head, error, facts, history);
+  clear(root, h("a", {href: "/alarms", class: "muted back"}, "← Alarms"), head, error, facts, graph, history);
   let shown = "";
 
   async function act(operation, request) {
@@ -327,6 +360,10 @@ function mountAlarm(root, name) {
           : h("p", {class: "muted"}, "No actions."),
       ),
     );
+    alarmGraph(alarm, items).then(
+      (drawn) => clear(graph, section("Metric and threshold", drawn)),
+      (exc) => clear(graph, section("Metric and threshold", h("p", {class: "error"}, exc.message))),
+    );
     clear(
       history,
       section(
@@ -345,6 +382,114 @@ function mountAlarm(root, name) {
   load();
   const timer = setInterval(load, REFRESH_MS);
   return () => clearInterval(timer);
+}
+
+// -- the alarm's metric over its recent windows, its threshold, and its state changes
+
+const STATE_COLORS = {ALARM: "#dc2626", OK: "#059669", INSUFFICIENT_DATA: "#6b7280"};
+
+/** The metric the alarm watches (its statistic per period, or its metric math), over ten of its
+ * evaluation windows and at least the last hour, with the threshold as a line and each state
+ * change as a mark; for tests, the counts are on the section (data-points, data-changes). */
+async function alarmGraph(alarm, items) {
+  const period = alarm.Period || 60;
+  const end = Date.now() / 1000;
+  const changes = items
+    .filter((i) => i.HistoryItemType === "StateUpdate")
+    .map((i) => {
+      try {
+        return {t: i.Timestamp, state: JSON.parse(i.HistoryData).newState.stateValue};
+      } catch {
+        return null;
+      }
+    })
+    .filter(Boolean);
+  const earliest = Math.min(end - Math.max(period * (alarm.EvaluationPeriods || 1) * 10, 3600),
+    ...changes.map((c) => c.t - period));
+  const start = Math.floor(earliest / period) * period;
+  const queries = alarm.Metrics || [
+    {
+      Id: "m",
+      MetricStat: {
+        Metric: {Namespace: alarm.Namespace, MetricName: alarm.MetricName, Dimensions: alarm.Dimensions || []},
+        Period: period,
+        Stat: alarm.ExtendedStatistic || alarm.Statistic,
+      },
+      ReturnData: true,
+    },
+  ];
+  const answer = await cloudwatch("GetMetricData", {
+    MetricDataQueries: queries,
+    StartTime: start,
+    EndTime: end + period,
+    ScanBy: "TimestampAscending",
+  });
+  const result = answer.MetricDataResults.find((r) => r.Values.length) || answer.MetricDataResults[0] || {};
+  const times = result.Timestamps || [];
+  const values = result.Values || [];
+  const xs = [start, ...times.filter((t) => t > start && t < end), end];
+  const at = new Map(times.map((t, i) => [t, values[i]]));
+  const ys = xs.map((t) => (at.has(t) ? at.get(t) : null));
+  const threshold = typeof alarm.Threshold === "number" ? xs.map(() => alarm.Threshold) : xs.map(() => null);
+  const el = h("div", {
+    class: "alarm-graph",
+    "data-points": values.length,
+    "data-changes": changes.filter((c) => c.t >= start).length,
+    "data-threshold": alarm.Threshold ?? "",
+  });
+  const marks = {
+    hooks: {
+      draw: [
+        (u) => {
+          const {ctx} = u;
+          ctx.save();
+          for (const change of changes) {
+            const x = u.valToPos(change.t, "x", true);
+            if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+            ctx.strokeStyle = STATE_COLORS[change.state] || "#6b7280";
+            ctx.lineWidth = 2 * devicePixelRatio;
+            ctx.setLineDash([4 * devicePixelRatio, 3 * devicePixelRatio]);
+            ctx.beginPath();
+            ctx.moveTo(x, u.bbox.top);
+            ctx.lineTo(x, u.bbox.top + u.bbox.height);
+            ctx.stroke();
+            ctx.fillStyle = ctx.strokeStyle;
+            ctx.font = `${11 * devicePixelRatio}px sans-serif`;
+            const text = ctx.measureText(change.state).width;
+            const right = x + 4 * devicePixelRatio + text > u.bbox.left + u.bbox.width; // near the edge: to its left
+            ctx.fillText(change.state, right ? x - 4 * devicePixelRatio - text : x + 4 * devicePixelRatio,
+              u.bbox.top + 12 * devicePixelRatio);
+          }
+          ctx.restore();
+        },
+      ],
+    },
+  };
+  const width = Math.max(320, (document.getElementById("app")?.clientWidth || 960) - 60);
+  new window.uPlot(
+    {
+      width,
+      height: 240,
+      plugins: [marks],
+      scales: {x: {time: true}},
+      series: [
+        {label: "time", value: (u, v) => (v == null ? "–" : fmtTime(v))},
+        {
+          label: alarm.Metrics ? "metric math" : `${alarm.ExtendedStatistic || alarm.Statistic} of ${alarm.MetricName}`,
+          stroke: "#2563eb",
+          width: 1.5,
+          spanGaps: false,
+          points: {size: 6, fill: "#2563eb"},
+          value: (u, v) => (v == null ? "–" : fmtNum(v)),
+        },
+        {label: "threshold", stroke: "#dc2626", width: 1, dash: [6, 4], points: {show: false}},
+      ],
+      axes: [{}, {size: 60}],
+    },
+    [xs, ys, threshold],
+    el,
+  );
+  return el;
 }
 
 function fact(label, value) {
