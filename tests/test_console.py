@@ -483,6 +483,20 @@ def test_system_metrics_and_the_profile_are_charted(server: Any, page: Any) -> N
     samples = call(server, "GET", "/api/jobs/profiled/profile/algo-1/job_cpu_pct/points")["Count"]
     assert samples > 5 and int(cpu.get_attribute("data-points")) == samples
     assert page.locator("section.chart[data-system]").count() > 0
+    # units as the CLI writes them: in each chart's title, its y ticks, and the profile's table
+    expect(cpu.locator("h3 .unit")).to_have_text(" (%)")
+    resident = page.locator('section.chart[data-system="ResidentMemory"]')
+    expect(resident.locator("h3 .unit")).to_have_text(" (bytes)")
+    row = page.locator("table.profile-table tr", has_text="job_cpu_pct").first
+    expect(row).to_contain_text("%")
+    memory = page.locator("table.profile-table tr", has_text="job_resident_bytes").first
+    expect(memory).to_contain_text("MiB")
+    assert page.evaluate('async () => { const d = await import("/static/dom.js"); return [d.fmtUnit(1.5 * 2 ** 30, '
+                         '"Bytes"), d.fmtUnit(3.25 * 2 ** 20, "Bytes/Second"), d.fmtUnit(42.5, "Percent"), '
+                         'd.fmtUnit(12, "Milliseconds"), d.fmtUnit(7, "Count")]; }') == [
+        "1.5 GiB", "3.25 MiB/s", "42.5 %", "12 ms", "7"]
+    page.locator("details.panel.profile").evaluate("d => d.open = true")
+    page.screenshot(path=str(SCREENSHOT.with_name("console-system.png")), full_page=True)
 
 
 NAN_LOSS = """

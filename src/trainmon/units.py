@@ -4,6 +4,13 @@ from __future__ import annotations
 
 _BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
+SYSTEM_UNITS = {  # the system metrics a job's hosts are sampled for, and their CloudWatch units
+    "CPUUtilization": "Percent", "MemoryUtilization": "Percent", "HostCPUUtilization": "Percent",
+    "HostMemoryUtilization": "Percent", "ProcessCount": "Count", "ThreadCount": "Count", "ResidentMemory": "Bytes",
+    "ProcessReadThroughput": "Bytes/Second", "ProcessWriteThroughput": "Bytes/Second", "DiskUtilization": "Percent",
+    "GPUUtilization": "Percent", "GPUMemoryUtilization": "Percent",
+}
+
 
 def byte_text(value: float, unit: str) -> str:
     """A finite value of ``Bytes`` or ``Bytes/Second`` in binary multiples: ``1.5 GiB``, ``3.2 MiB/s``."""

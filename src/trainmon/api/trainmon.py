@@ -37,6 +37,7 @@ from ..parsing.framing import Mode
 from ..rules import catalog
 from ..shapes import refuse_unknown
 from ..store import JobRow, Store, profiles
+from ..units import SYSTEM_UNITS, profile_unit
 from .sagemaker import describe, job
 from .times import as_datetime, as_datetimes
 
@@ -124,11 +125,11 @@ def get_job_metric_points(store: Store, *, TrainingJobName: Any = None, MetricNa
 
 def list_job_system_metrics(store: Store, *, TrainingJobName: Any = None, Host: Any = None,
                             MetricNames: Any = None, **unsupported: Any) -> dict[str, Any]:
-    """``Metrics``: each system metric of the job's hosts (CloudWatch's form, plus its Host), by
-    name and host."""
+    """``Metrics``: each system metric of the job's hosts (CloudWatch's form, plus its Host and
+    its Unit), by name and host."""
     refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
-    return {"Metrics": [{**key.to_api(), "Host": metric_host(key)}
+    return {"Metrics": [{**key.to_api(), "Host": metric_host(key), "Unit": SYSTEM_UNITS.get(key.name, "None")}
                         for key in system_metric_keys(store, row.name, Host, _names(MetricNames))]}
 
 
@@ -268,7 +269,7 @@ def _name_of(item: Any) -> str:
 
 def get_profile_summary(store: Store, *, TrainingJobName: Any = None, MetricNames: Any = None,
                         **unsupported: Any) -> dict[str, Any]:
-    """Per host and profiler metric: Samples, Minimum, p50, p95, p99, Maximum."""
+    """Per host and profiler metric: Samples, Minimum, p50, p95, p99, Maximum, and its unit."""
     refuse_unknown(unsupported, where="input")
     row = job(store, TrainingJobName)
     settings = profiler_settings(row.doc)
@@ -281,7 +282,8 @@ def get_profile_summary(store: Store, *, TrainingJobName: Any = None, MetricName
         raise ValidationException("reading profiles needs pyarrow and pandas: pip install 'trainmon[profiler]'") from None
     names = _names(MetricNames)
     return {"IntervalMilliseconds": settings.get("ProfilingIntervalInMilliseconds"),
-            "Metrics": [r for r in rows if not names or r["metric"] in names]}
+            "Metrics": [{**r, "unit": profile_unit(r["metric"]) or "None"} for r in rows
+                        if not names or r["metric"] in names]}
 
 
 def list_rule_findings(store: Store, *, TrainingJobName: Any = None, RuleConfigurationName: Any = None,

@@ -8,7 +8,22 @@
 // promise of columns (see api.series). For tests, each chart's state is on its <section>
 // (data-points, data-x-min, data-x-max, data-zoomed, data-loading) and in window.trainmonCharts[key].
 
-import {h, fmtNum, fmtDuration, fmtTime, debounce, throttle} from "./dom.js";
+import {h, fmtNum, fmtUnit, fmtDuration, fmtTime, debounce, throttle} from "./dom.js";
+
+// A y axis as wide as its longest tick label (never clipped), whatever the unit.
+function fitTicks(u, values) {
+  if (!values || !values.length) return 50;
+  u.ctx.save();
+  u.ctx.font = u.axes[1].font?.[0] || "12px sans-serif";
+  const widest = Math.max(...values.map((v) => u.ctx.measureText(String(v)).width));
+  u.ctx.restore();
+  return Math.ceil(widest / devicePixelRatio) + 22;
+}
+
+// How a unit is named in a chart's title.
+function unitLabel(unit) {
+  return {Percent: "%", "Bytes/Second": "bytes/s", Bytes: "bytes", Milliseconds: "ms", Seconds: "s"}[unit] || unit;
+}
 
 // Ticks of a time-since-start axis fall on whole durations (10 s, 5 min, 2 h...), never 5000 s.
 const DURATIONS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
@@ -74,9 +89,12 @@ function ema(values, weight) {
 }
 
 export class Chart {
-  constructor({key, title, sources, xMetrics = [], x = "wall", compact = false, onPoint = null, attrs = {}}) {
+  constructor({key, title, sources, xMetrics = [], x = "wall", compact = false, onPoint = null, attrs = {}, unit = null,
+    sync = null}) {
     this.key = key;
     this.title = title;
+    this.unit = unit && unit !== "None" && unit !== "Count" ? unit : null; // CloudWatch's: values and ticks in it
+    this.sync = sync; // charts of one sync key share the cursor's x
     this.compact = compact;
     this.onPoint = onPoint;
     this.settings = {x, log: false, smooth: 0, stat: "raw", period: "auto"};
@@ -196,7 +214,13 @@ export class Chart {
         "data-zoomed": "0",
         "data-loading": "1",
       },
-      h("header", {class: "chart-head"}, h("h3", {}, this.title), this.note, controls),
+      h(
+        "header",
+        {class: "chart-head"},
+        h("h3", {}, this.title, this.unit ? h("span", {class: "unit"}, ` (${unitLabel(this.unit)})`) : null),
+        this.note,
+        controls,
+      ),
       this.plotEl,
       this.error,
       this.compact
@@ -544,7 +568,7 @@ export class Chart {
       const valueOf = (u, v, sidx, idx) => {
         if (idx === null || idx === undefined) return "–";
         const kind = this.kindAt(s, idx);
-        return kind || (v === null || v === undefined ? "–" : fmtNum(v));
+        return kind || (v === null || v === undefined ? "–" : fmtUnit(v, this.unit));
       };
       series.push({
         label: smooth ? label + " (raw)" : label,
@@ -585,10 +609,11 @@ export class Chart {
       },
       axes: [
         {...axis, ...(mode === "start" ? {values: (u, splits) => splits.map(fmtDuration), incrs: DURATIONS, space: 70} : {})},
-        {...axis, size: 64, values: (u, splits) => splits.map(fmtNum)},
+        {...axis, size: fitTicks, values: (u, splits) => splits.map((v) => fmtUnit(v, this.unit))},
       ],
       legend: {show: !this.compact || this.sources.length > 1, live: true},
       cursor: {
+        ...(this.sync ? {sync: {key: this.sync, setSeries: false}} : {}),
         drag: {x: true, y: false, setScale: true},
         bind: {
           dblclick: () => (e) => {

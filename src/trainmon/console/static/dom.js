@@ -86,6 +86,20 @@ export function fmtBytes(bytes) {
   return unit ? `${value.toFixed(1)} ${units[unit]}` : `${value} B`;
 }
 
+// A value in its CloudWatch unit, as the CLI writes it: 42.5 %, 1.5 GiB, 3.2 MiB/s, 12 ms.
+export function fmtUnit(value, unit) {
+  if (value === null || value === undefined || typeof value !== "number" || !Number.isFinite(value))
+    return fmtNum(value);
+  if (unit === "Bytes" || unit === "Bytes/Second") {
+    const suffix = unit === "Bytes/Second" ? "/s" : "";
+    for (const [name, size] of [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]])
+      if (Math.abs(value) >= size) return `${+(value / size).toPrecision(3)} ${name}${suffix}`;
+    return `${+value.toPrecision(4)} B${suffix}`;
+  }
+  const short = {Percent: "%", Milliseconds: "ms", Seconds: "s", Microseconds: "µs"}[unit];
+  return short ? `${fmtNum(value)} ${short}` : fmtNum(value);
+}
+
 // A command line as a shell would read it back: each word that needs it in single quotes.
 export function shellJoin(words) {
   return words.map((w) => (w !== "" && /^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replaceAll("'", "'\"'\"'")}'`)).join(" ");

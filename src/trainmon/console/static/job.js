@@ -16,6 +16,7 @@ import {
   warningList,
   shellJoin,
   fmtBytes,
+  fmtUnit,
   TERMINAL,
 } from "./dom.js";
 import {LogPane} from "./logs.js";
@@ -422,6 +423,7 @@ class JobPage {
     chart = new Chart({
       key: metric,
       title: metric,
+      sync: `job:${this.name}`,
       attrs: {"data-metric": metric},
       xMetrics: [],
       sources: [
@@ -453,6 +455,7 @@ class JobPage {
       const chart = new Chart({
         key: `overlay:${base}`,
         title: members.join(" · "),
+        sync: `job:${this.name}`,
         attrs: {"data-overlay": base},
         sources: members.map((m, i) =>
           metricSource(this.name, m, {origin: this.origin(), label: m, color: COLORS[i % COLORS.length]}),
@@ -522,9 +525,11 @@ class JobPage {
     }
     // one chart per metric, a series per host
     const byMetric = new Map();
+    const units = new Map();
     for (const m of answer.Metrics) {
       if (!byMetric.has(m.MetricName)) byMetric.set(m.MetricName, []);
       byMetric.get(m.MetricName).push(m.Host);
+      units.set(m.MetricName, m.Unit);
     }
     const grid = h("div", {class: "system-grid"});
     const hosts = new Set(answer.Metrics.map((m) => m.Host));
@@ -541,6 +546,8 @@ class JobPage {
       const chart = new Chart({
         key: `system:${metric}`,
         title: metric,
+        unit: units.get(metric),
+        sync: `job:${this.name}`,
         compact: true,
         attrs: {"data-system": metric},
         sources: names.sort().map((host) => systemSource(this.name, host, metric, this.origin())),
@@ -586,7 +593,7 @@ class JobPage {
         ),
         table(
           ["Host", "Metric", "Samples", "Min", "p50", "p95", "p99", "Max"],
-          rows.map((r) => [r.host, r.metric, r.samples, r.min, r.p50, r.p95, r.p99, r.max]),
+          rows.map((r) => [r.host, r.metric, r.samples, ...[r.min, r.p50, r.p95, r.p99, r.max].map((v) => fmtUnit(v, r.unit))]),
           {class: "profile-table"},
         ),
         grid,
@@ -594,11 +601,14 @@ class JobPage {
     );
     // every sample, at the profiler's own resolution: a chart per metric, a series per host
     const byMetric = new Map();
+    const units = new Map(rows.map((r) => [r.metric, r.unit]));
     for (const r of rows) byMetric.set(r.metric, [...(byMetric.get(r.metric) || []), r.host]);
     for (const [metric, hosts] of [...byMetric].sort(([a], [b]) => a.localeCompare(b))) {
       const chart = new Chart({
         key: `profile:${metric}`,
         title: metric,
+        unit: units.get(metric),
+        sync: `job:${this.name}`,
         compact: true,
         attrs: {"data-profile": metric},
         sources: hosts.sort().map((host) => profileSource(this.name, host, metric, this.origin())),

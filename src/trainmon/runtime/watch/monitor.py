@@ -50,6 +50,7 @@ from ...cloudwatch.statistics import single
 from ...errors import StoreError
 from ...store import Store
 from ...store.profiles import ProfileWriter
+from ...units import SYSTEM_UNITS
 from .gpu import GpuReading, GpuSource
 from .sampler import (
     RELIST_S,
@@ -257,27 +258,27 @@ class SystemMonitor(threading.Thread):
             disk = None
         items = []
         for name, tree in self._last_readings.items():
-            values: dict[str, tuple[float, str]] = {
-                "CPUUtilization": (100.0 * window.cpu_seconds.get(name, 0.0) / seconds, "Percent"),
+            values: dict[str, float] = {
+                "CPUUtilization": 100.0 * window.cpu_seconds.get(name, 0.0) / seconds,
                 "MemoryUtilization": (100.0 * tree.resident_bytes / host.memory_total_bytes
-                                      if host.memory_total_bytes else 0.0, "Percent"),
-                "HostCPUUtilization": (host_cpu, "Percent"),
-                "HostMemoryUtilization": (_memory_pct(host), "Percent"),
-                "ProcessCount": (float(tree.processes), "Count"),
-                "ThreadCount": (float(tree.threads), "Count"),
-                "ResidentMemory": (float(tree.resident_bytes), "Bytes"),
-                "ProcessReadThroughput": (window.read_bytes.get(name, 0) / seconds, "Bytes/Second"),
-                "ProcessWriteThroughput": (window.write_bytes.get(name, 0) / seconds, "Bytes/Second"),
+                                      if host.memory_total_bytes else 0.0),
+                "HostCPUUtilization": host_cpu,
+                "HostMemoryUtilization": _memory_pct(host),
+                "ProcessCount": float(tree.processes),
+                "ThreadCount": float(tree.threads),
+                "ResidentMemory": float(tree.resident_bytes),
+                "ProcessReadThroughput": window.read_bytes.get(name, 0) / seconds,
+                "ProcessWriteThroughput": window.write_bytes.get(name, 0) / seconds,
             }
             if disk is not None:
-                values["DiskUtilization"] = (disk, "Percent")
+                values["DiskUtilization"] = disk
             if window.gpu_ticks:  # no GPU: no GPU metrics, never zeros
-                values["GPUUtilization"] = (window.gpu_utilization / window.gpu_ticks, "Percent")
-                values["GPUMemoryUtilization"] = (window.gpu_memory / window.gpu_ticks, "Percent")
+                values["GPUUtilization"] = window.gpu_utilization / window.gpu_ticks
+                values["GPUMemoryUtilization"] = window.gpu_memory / window.gpu_ticks
             dimensions = (("Host", f"{self.job}/{name}"),)
-            for metric, (value, unit) in values.items():
+            for metric, value in values.items():
                 items.append((MetricKey(JOB_NAMESPACE, metric, dimensions), resolution,
-                              [single(stamp_ms, value, unit)]))
+                              [single(stamp_ms, value, SYSTEM_UNITS[metric])]))
         try:
             self.store.put_samples(items)
         except StoreError as exc:
