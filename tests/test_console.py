@@ -337,6 +337,20 @@ def test_compare_two_jobs(server: ServerProcess, page: Any, script: Callable[[st
     assert counts == {"compare-a": 30, "compare-b": 20}
     # x is the time since each job's start: both series start near 0
     assert page.evaluate("() => window.trainmonCharts.compare.xMin") < 5
+    # every metric as a small chart, a line per job in the chips' colours
+    page.wait_for_function("() => ['loss', 'step'].every(m => { const c = window.trainmonCharts['compare:' + m];"
+                           " return c && c.series.length === 2 && c.series.every(s => s.points > 0); })")
+    small = {s["label"]: s["points"] for s in page.evaluate("() => window.trainmonCharts['compare:loss'].series")}
+    assert small == {"compare-a": 30, "compare-b": 20}
+    # the hyperparameters that differ (lr) against a metric's final value: a line and a point per job
+    parallel = page.locator(".parallel svg")
+    expect(parallel).to_have_attribute("data-lines", "2")
+    expect(parallel).to_have_attribute("data-axes", "2")  # lr, and the metric
+    expect(parallel.locator("polyline[data-job]")).to_have_count(2)
+    expect(page.locator(".scatter svg circle[data-job]")).to_have_count(2)
+    page.select_option("select[name=relation-metric]", "step")
+    expect(page.locator(".parallel svg text.metric")).to_have_text("step")
+    page.screenshot(path=str(SCREENSHOT.with_name("console-compare.png")), full_page=True)
     expect(page.locator('tr[data-hyperparameter="lr"]')).to_contain_text("0.3")
     assert page.locator('tr[data-hyperparameter="seed"]').count() == 0  # the same in both
     finals = call(server, "GET", "/api/jobs/compare-a")["Job"]["FinalMetricDataList"]
