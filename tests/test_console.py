@@ -648,7 +648,7 @@ def test_the_runs_table_searches_chooses_columns_and_keeps_the_search_in_its_add
     expect(rows).to_have_count(len(wanted))
     assert rows.evaluate_all("rows => rows.map(r => r.dataset.job)") == wanted
     # a tag's cell narrows the search to its value
-    team = page.locator('tr[data-job] td[data-property="Tags.team"] button').first
+    team = page.locator('tr[data-job] td[data-property="Tags.team"] button[name=narrow]').first
     value = team.inner_text()
     team.click()
     expect(page.locator("input[name=where]")).to_have_value(
@@ -670,6 +670,33 @@ def test_the_runs_table_searches_chooses_columns_and_keeps_the_search_in_its_add
     page.locator("details.columns > summary").click()
     page.locator("button[name=columns-default]").click()
     expect(page.locator('th[data-sort="hyper:lr"]')).to_have_count(1)
+    # grouped by team: a header per team, in the order of each group's best, the best first in each
+    page.fill("input[name=where]", "HyperParameters.optimizer = adam and Metrics.loss < 1")
+    expect(rows).to_have_count(len(wanted))
+    page.select_option("select[name=group-by]", "tag:team")
+    teams = list(dict.fromkeys(next((t["Value"] for t in jobs[n]["doc"]["Tags"]), "(none)") for n in wanted))
+    headers = page.locator("tr.group")
+    expect(headers).to_have_count(len(teams))
+    assert headers.evaluate_all("trs => trs.map(t => t.dataset.group)") == teams
+    first = [n for n in wanted if next((t["Value"] for t in jobs[n]["doc"]["Tags"]), "(none)") == teams[0]][0]
+    expect(headers.first).to_contain_text(f"best loss {jobs[first]['loss']:g} ({first})")
+    page.screenshot(path=str(SCREENSHOT.with_name("console-runs-grouped.png")))
+    page.select_option("select[name=group-by]", "")
+    expect(headers).to_have_count(0)
+    # a tag edited in its cell is the job's (AddTags), and emptied is gone (DeleteTags)
+    cell = page.locator(f'tr[data-job="{wanted[0]}"] td[data-property="Tags.team"]')
+    cell.locator("button[name=edit-tag]").click()
+    cell.locator("input[name=tag-value]").fill("platform")
+    cell.locator("input[name=tag-value]").press("Enter")
+    expect(cell).to_contain_text("platform")
+    arn = f"arn:aws:sagemaker:local:000000000000:training-job/{wanted[0]}"
+    assert call(server, "POST", "/api/sagemaker/ListTags", {"ResourceArn": arn})["Tags"] == [
+        {"Key": "team", "Value": "platform"}]
+    cell.locator("button[name=edit-tag]").click()
+    cell.locator("input[name=tag-value]").fill("")
+    cell.locator("input[name=tag-value]").press("Enter")
+    expect(cell).to_contain_text("–")
+    assert call(server, "POST", "/api/sagemaker/ListTags", {"ResourceArn": arn})["Tags"] == []
     # a search that cannot be read says where, and keeps the rows
     page.fill("input[name=where]", "Metrics.loss <")
     expect(page.locator("p.error")).to_contain_text("expected a value at the end")

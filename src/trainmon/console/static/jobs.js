@@ -1,7 +1,7 @@
 // The jobs page: every job with its status, final metrics, hyperparameters and tags, live, to
 // search (SageMaker's Search in its text form, kept in the URL), sort, choose columns and compare.
 
-import {get, liveStream} from "./api.js";
+import {get, post, liveStream} from "./api.js";
 import {h, clear, fmtNum, fmtTime, fmtDuration, statusBadge, debounce, TERMINAL} from "./dom.js";
 import {navigate} from "./router.js";
 
@@ -37,6 +37,7 @@ export function mount(root) {
     sort: {key: query.get("sort") || "start", descending: query.get("order") !== "ascending"},
     selected: new Set(),
     filter: {name: "", status: "", where: query.get("where") || ""},
+    group: "",
     chosen: chosenColumns(),
   };
   const name = h("input", {type: "search", name: "filter-name", placeholder: "Filter by name"});
@@ -52,7 +53,18 @@ export function mount(root) {
       "HyperParameters.lr, Metrics.loss, Tags.team, TrainingJobStatus. Click a hyperparameter or tag to add it.",
   });
   const count = h("span", {class: "muted count"});
+  const group = h("select", {name: "group-by", title: "Group the jobs by a hyperparameter or tag, each group's best first"},
+    h("option", {value: ""}, "No grouping"));
+  group.addEventListener("change", () => {
+    state.group = group.value;
+    shown = {columns: "", rows: ""};
+    render();
+  });
   const chooser = h("details", {class: "columns"}, h("summary", {}, "Columns"));
+  const closeChooser = (e) => {
+    if (chooser.open && !chooser.contains(e.target)) chooser.open = false; // a click elsewhere closes it
+  };
+  document.addEventListener("click", closeChooser);
   const status = h(
     "select",
     {name: "filter-status"},
@@ -80,7 +92,7 @@ export function mount(root) {
       h("h1", {}, "Training jobs"),
       h("div", {class: "actions"}, compare, h("a", {class: "button primary", href: "/new"}, "New job")),
     ),
-    h("div", {class: "toolbar"}, where, name, status, chooser, count),
+    h("div", {class: "toolbar"}, where, name, status, chooser, group, count),
     error,
     h("div", {class: "table-wrap"}, tableEl),
     more,
@@ -144,6 +156,39 @@ export function mount(root) {
   name.addEventListener("input", refilter);
   status.addEventListener("change", refilter);
   where.addEventListener("input", refilter);
+
+  // a tag edited in its cell: AddTags with the new value, DeleteTags when emptied
+  function editTag(td, job, key) {
+    const before = (job.Tags || {})[key] ?? "";
+    const input = h("input", {type: "text", name: "tag-value", value: before, class: "tag-input", spellcheck: "false"});
+    const done = async (save) => {
+      const value = input.value.trim();
+      if (save && value !== before) {
+        try {
+          if (value) await post("/api/sagemaker/AddTags", {ResourceArn: job.TrainingJobArn, Tags: [{Key: key, Value: value}]});
+          else await post("/api/sagemaker/DeleteTags", {ResourceArn: job.TrainingJobArn, TagKeys: [key]});
+          const tags = {...(job.Tags || {})};
+          if (value) tags[key] = value;
+          else delete tags[key];
+          job.Tags = tags;
+          error.hidden = true;
+        } catch (exc) {
+          error.hidden = false;
+          error.textContent = exc.message;
+        }
+      }
+      shown = {columns: "", rows: ""};
+      render();
+    };
+    input.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") done(true);
+      if (e.key === "Escape") done(false);
+    });
+    input.addEventListener("blur", () => done(true), {once: true});
+    td.replaceChildren(input);
+    input.focus();
+    input.select();
+  }
 
   // a clicked hyperparameter or tag narrows the search to its value
   function narrow(property, value) {
@@ -311,14 +356,21 @@ export function mount(root) {
           const value = c.value(job);
           if (c.kind === "metric") return h("td", {class: "num", "data-metric": c.name}, fmtNum(value));
           const property = PROPERTY[c.kind] + c.name;
+          const edit =
+            c.kind === "tag"
+              ? h("button", {type: "button", class: "link edit-tag", title: `edit the tag ${c.name}`, name: "edit-tag",
+                  onclick: (e) => editTag(e.target.closest("td"), job, c.name)}, "✎")
+              : null;
           return h(
             "td",
             {"data-property": property},
+            edit,
             value === undefined
               ? "–"
               : h(
                   "button",
-                  {type: "button", class: "link", title: `only ${property} = ${value}`, onclick: () => narrow(property, value)},
+                  {type: "button", class: "link", name: "narrow", title: `only ${property} = ${value}`,
+                    onclick: () => narrow(property, value)},
                   value,
                 ),
           );
@@ -331,8 +383,45 @@ export function mount(root) {
     compare.textContent = state.selected.size ? `Compare (${state.selected.size})` : "Compare";
   }
 
+  // rows in groups of one hyperparameter's or tag's value, each group's best (first in the sort) first,
+  // the groups in the order of their best; a header row before each
+  function grouped(rows, cols, col) {
+    if (!state.group) return rows;
+    const [kind, ...rest] = state.group.split(":");
+    const key = rest.join(":");
+    const valueOf = (j) => ((kind === "hyper" ? j.HyperParameters : j.Tags) || {})[key] ?? "(none)";
+    const groups = new Map();
+    for (const job of rows) {
+      const value = valueOf(job);
+      if (!groups.has(value)) groups.set(value, []);
+      groups.get(value).push(job);
+    }
+    const out = [];
+    for (const [value, members] of groups) {
+      const best = members[0];
+      const shownBest = col.kind ? ` · best ${col.label} ${fmtNum(col.value(best))} (${best.TrainingJobName})` : "";
+      out.push({group: value, text: `${PROPERTY[kind]}${key} = ${value} · ${members.length} job${members.length === 1 ? "" : "s"}${shownBest}`});
+      out.push(...members);
+    }
+    return out;
+  }
+
+  function renderGroups() {
+    const {all} = available();
+    const keys = all.filter((c) => c.kind !== "metric").map((c) => c.key);
+    const now = [...group.options].slice(1).map((o) => o.value);
+    if (JSON.stringify(now) === JSON.stringify(keys)) return;
+    const label = (k) => `Group by ${PROPERTY[k.split(":")[0]]}${k.split(":").slice(1).join(":")}`;
+    clear(
+      group,
+      h("option", {value: ""}, "No grouping"),
+      keys.map((k) => h("option", {value: k, selected: k === state.group}, label(k))),
+    );
+  }
+
   function render() {
     renderChooser();
+    renderGroups();
     const loaded = state.jobs.size;
     count.textContent = state.total
       ? `${loaded} of ${state.total.Relation === "EqualTo" ? "" : "at least "}${state.total.Value} matching jobs`
@@ -351,7 +440,7 @@ export function mount(root) {
     });
     for (const selected of state.selected) if (!state.jobs.has(selected)) state.selected.delete(selected);
     updateCompare();
-    const columnsKey = JSON.stringify([cols.map((c) => c.key), state.sort]);
+    const columnsKey = JSON.stringify([cols.map((c) => c.key), state.sort, state.group]);
     const rowsKey = JSON.stringify(rows.map((j) => j.TrainingJobName));
     if (rows.length && columnsKey === shown.columns && rowsKey === shown.rows) {
       // the same rows in the same order: new values in place (a checkbox being clicked stays put)
@@ -402,7 +491,11 @@ export function mount(root) {
         "tbody",
         {},
         rows.length
-          ? rows.map((job) => h("tr", {"data-job": job.TrainingJobName}, cells(job, cols).flat()))
+          ? grouped(rows, cols, col).map((item) =>
+              item.group
+                ? h("tr", {class: "group", "data-group": item.group}, h("td", {colspan: cols.length + 1}, item.text))
+                : h("tr", {"data-job": item.TrainingJobName}, cells(item, cols).flat()),
+            )
           : h(
               "tr",
               {},
@@ -466,6 +559,7 @@ export function mount(root) {
   return () => {
     stream.close();
     clearInterval(tick);
+    document.removeEventListener("click", closeChooser);
     refilter.cancel();
   };
 }
