@@ -634,6 +634,10 @@ def test_the_runs_table_searches_chooses_columns_and_keeps_the_search_in_its_add
     assert 10 < len(wanted) < 100
     page.goto(server.url + "/")
     expect(page.locator("tr[data-job]")).to_have_count(100)  # a page of the newest
+    page.evaluate("() => window.scrollTo(0, document.body.scrollHeight)")  # the next page comes near the end
+    expect(page.locator("tr[data-job]")).to_have_count(200)
+    assert len(set(page.locator("tr[data-job]").evaluate_all("rows => rows.map(r => r.dataset.job)"))) == 200
+    page.evaluate("() => window.scrollTo(0, 0)")
     page.fill("input[name=where]", "HyperParameters.optimizer = adam and Metrics.loss < 1")
     expect(page.locator(".toolbar .count")).to_have_text(f"{len(wanted)} of {len(wanted)} matching jobs")
     page.locator('th[data-sort="metric:loss"]').click()  # a new column sorts ascending first

@@ -119,8 +119,10 @@ export function mount(root) {
   }
 
   let asked = 0; // the latest load: an earlier answer that comes late is not shown
+  let loading = false;
   async function load(next = false) {
     const mine = ++asked;
+    loading = true;
     try {
       const answer = await get("/api/jobs", {
         name: state.filter.name,
@@ -145,6 +147,8 @@ export function mount(root) {
       error.hidden = false;
       error.textContent = exc.message;
       if (state.filter.where) where.classList.add("invalid");
+    } finally {
+      if (mine === asked) loading = false;
     }
   }
 
@@ -441,11 +445,14 @@ export function mount(root) {
     for (const selected of state.selected) if (!state.jobs.has(selected)) state.selected.delete(selected);
     updateCompare();
     const columnsKey = JSON.stringify([cols.map((c) => c.key), state.sort, state.group]);
-    const rowsKey = JSON.stringify(rows.map((j) => j.TrainingJobName));
-    if (rows.length && columnsKey === shown.columns && rowsKey === shown.rows) {
+    const names = rows.map((j) => j.TrainingJobName);
+    const rowsKey = JSON.stringify(names);
+    const same = columnsKey === shown.columns;
+    if (rows.length && same && rowsKey === shown.rows) {
       // the same rows in the same order: new values in place (a checkbox being clicked stays put)
+      const trs = new Map([...tableEl.querySelectorAll("tr[data-job]")].map((tr) => [tr.dataset.job, tr]));
       for (const job of rows) {
-        const tr = tableEl.querySelector(`tr[data-job="${CSS.escape(job.TrainingJobName)}"]`);
+        const tr = trs.get(job.TrainingJobName);
         const fresh = cells(job, cols).flat();
         [...tr.children].slice(2).forEach((td, i) => {
           const now = fresh[i + 2];
@@ -454,7 +461,17 @@ export function mount(root) {
       }
       return;
     }
-    shown = {columns: columnsKey, rows: rowsKey};
+    const before = shown.names || [];
+    if (same && !state.group && before.length && names.length > before.length &&
+        before.every((name, i) => names[i] === name)) {
+      // the next page came: its rows after the others, nothing drawn again
+      tableEl.querySelector("tbody").append(
+        ...rows.slice(before.length).map((job) => h("tr", {"data-job": job.TrainingJobName}, cells(job, cols).flat())),
+      );
+      shown = {columns: columnsKey, rows: rowsKey, names};
+      return;
+    }
+    shown = {columns: columnsKey, rows: rowsKey, names};
     clear(
       tableEl,
       h(
@@ -548,6 +565,11 @@ export function mount(root) {
     },
     {closeOn: []},
   );
+  // the next page comes when the end of the table is near: thousands of jobs scroll as one list
+  const nearEnd = new IntersectionObserver((entries) => {
+    if (entries.some((e) => e.isIntersecting) && state.token && !loading) load(true);
+  }, {rootMargin: "600px"});
+  nearEnd.observe(more);
   const tick = setInterval(() => {
     for (const row of tableEl.querySelectorAll("tr[data-job]")) {
       const job = state.jobs.get(row.dataset.job);
@@ -560,6 +582,7 @@ export function mount(root) {
     stream.close();
     clearInterval(tick);
     document.removeEventListener("click", closeChooser);
+    nearEnd.disconnect();
     refilter.cancel();
   };
 }
