@@ -1,4 +1,4 @@
-"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [aws] [rules] [alarms] [report] [debug_hook] [cluster] [listing] [containers] [search] [--scale S] [--flood-mb N] [--strict]``"""
+"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [aws] [rules] [alarms] [report] [debug_hook] [cluster] [listing] [containers] [search] [workbench] [--scale S] [--flood-mb N] [--strict]``"""
 
 from __future__ import annotations
 
@@ -26,13 +26,14 @@ from . import (
     series,
     server,
     store,
+    workbench,
 )
 from . import report as profiling_report  # not `report`: main() names each Report so
 from .common import ROOT, Report
 
 BENCHMARKS = ("extraction", "capture", "latency", "monitor", "store", "series", "readback", "server", "aws", "rules",
               "alarms", "report", "debug_hook", "cluster", "listing", "containers",
-              "search")
+              "search", "workbench")
 
 
 def _revision() -> str:
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     modules = {"extraction": extraction, "capture": capture, "latency": latency, "monitor": monitor,
                "store": store, "series": series, "readback": readback, "server": server, "aws": aws,
                "rules": rules, "alarms": alarms, "report": profiling_report, "debug_hook": debug_hook,
-               "cluster": cluster, "listing": listing, "containers": containers, "search": search}
+               "cluster": cluster, "listing": listing, "containers": containers, "search": search,
+               "workbench": workbench}
     for name in names:
         if name == "capture":
             reports.append(capture.run(args.scale, args.flood_mb))
