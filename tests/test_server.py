@@ -478,3 +478,23 @@ def test_a_live_event_never_cuts_between_the_points_of_one_record(store: Store,
                 sent.append(data["latency"]["Record"])
     assert [len(event) for event in sent] == [4, 4]  # 3 asked for, 4 so as not to split record 2
     assert sorted(record for event in sent for record in event) == [1, 1, 2, 2, 3, 3, 4, 4]
+
+
+def test_one_request_gives_several_jobs_points_of_a_metric(http: httpx.Client, store: Any) -> None:
+    from .test_search import add_jobs
+
+    jobs = add_jobs(store, 6)
+    names = list(jobs)
+    answer = http.get("/api/metrics/loss/points", params={"jobs": ",".join([*names, "no-such-job"]), "width": 50,
+                                                          "times": "delta", "records": "0"})
+    assert answer.status_code == 200, answer.text
+    series = {s["TrainingJobName"]: s for s in answer.json()["Series"]}
+    assert list(series) == [*names, "no-such-job"]
+    for name in names:
+        one = http.get(f"/api/jobs/{name}/metrics/loss/points", params={"width": 50, "times": "delta",
+                                                                         "records": "0"}).json()
+        assert {k: v for k, v in series[name].items() if k != "TrainingJobName"} == {
+            k: v for k, v in one.items() if k != "MetricName"}
+    assert series["no-such-job"]["Error"]["code"] == "ValidationException"
+    too_many = http.get("/api/metrics/loss/points", params={"jobs": ",".join(["a"] * 51)})
+    assert too_many.status_code == 400 and "1 to 50 jobs" in too_many.json()["error"]["message"]

@@ -186,6 +186,35 @@ async def metric_points(request: Request, store: Store) -> Any:
     return await _call(work)
 
 
+MANY_JOBS = 50  # jobs one request of several jobs' points may name
+
+
+async def jobs_metric_points(request: Request, store: Store) -> Any:
+    """One metric's points for a chart, of each of several jobs (``jobs``: names, comma-separated):
+    what Compare draws, in one request rather than one a job. A job that is not there, or has not
+    that metric, answers its error in its place."""
+    metric = request.path_params["metric"]
+    names = [n for n in (request.query_params.get("jobs") or "").split(",") if n]
+    if not 1 <= len(names) <= MANY_JOBS:
+        raise ValidationException(f"jobs must name 1 to {MANY_JOBS} jobs, comma-separated.")
+    width, deltas = _width(request), _deltas(request)
+    start, end = _range(request)
+    records = request.query_params.get("records") != "0"
+
+    def work() -> dict[str, Any]:
+        found: list[dict[str, Any]] = []
+        for name in names:
+            try:
+                row = sagemaker.job(store, name)
+                found.append({"TrainingJobName": name, **charts.metric_chart(
+                    store, row.id, metric, width, start_ms=start, end_ms=end, deltas=deltas, records=records)})
+            except TrainmonError as exc:
+                found.append({"TrainingJobName": name, "Error": {"code": exc.code, "message": exc.message}})
+        return {"MetricName": metric, "Series": found}
+
+    return await _call(work)
+
+
 async def metric_statistics(request: Request, store: Store) -> Any:
     name, metric = request.path_params["name"], request.path_params["metric"]
     period = _int(request, "period", 60, 1, 86_400 * 30)
@@ -462,6 +491,12 @@ ROUTES: tuple[Endpoint, ...] = (
                  Param("width", "integer", "buckets (pixels), 1 to 10000 (1000)"),
                  Param("start", "integer", "epoch ms"), Param("end", "integer", "epoch ms (excluded)"),
                  Param("host", help="one host's points (algo-N)"),
+                 Param("records", help="0: without each point's log record"), _TIMES), tags=("metrics",)),
+    Endpoint("GET", "/api/metrics/{metric:path}/points", "One metric's points for a chart, of each of several jobs "
+             "(Compare's, in one request)", jobs_metric_points, (
+                 Param("metric", where="path"), Param("jobs", help="job names, comma-separated (1 to 50)"),
+                 Param("width", "integer", "buckets (pixels), 1 to 10000 (1000)"),
+                 Param("start", "integer", "epoch ms"), Param("end", "integer", "epoch ms (excluded)"),
                  Param("records", help="0: without each point's log record"), _TIMES), tags=("metrics",)),
     Endpoint("GET", "/api/jobs/{name}/metrics/{metric:path}/statistics", "A statistic of a metric per period",
              metric_statistics, (

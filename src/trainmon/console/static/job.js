@@ -46,9 +46,39 @@ export function metricPairs(names) {
   return [...groups.entries()].filter(([, members]) => members.length > 1).map(([base, members]) => ({base, members}));
 }
 
+// Several jobs' points of one metric asked in one request (Compare's charts): the asks of one turn
+// of the event loop for the same metric, range and width go together.
+const batches = new Map();
+
+function batchedPoints(name, metric, params) {
+  const key = JSON.stringify([metric, params]);
+  let batch = batches.get(key);
+  if (!batch) {
+    batch = new Map(); // job -> the asks waiting for its points
+    batches.set(key, batch);
+    setTimeout(async () => {
+      batches.delete(key);
+      try {
+        const jobs = [...batch.keys()].join(",");
+        const answer = await get(`/api/metrics/${encodeURIComponent(metric)}/points`, {...params, jobs});
+        for (const found of answer.Series) {
+          for (const ask of batch.get(found.TrainingJobName) || []) {
+            if (found.Error) ask.reject(new ApiError(400, found.Error.code, found.Error.message));
+            else ask.resolve(series(found));
+          }
+        }
+      } catch (exc) {
+        for (const asks of batch.values()) for (const ask of asks) ask.reject(exc);
+      }
+    }, 0);
+  }
+  return new Promise((resolve, reject) => batch.set(name, [...(batch.get(name) || []), {resolve, reject}]));
+}
+
 export function metricSource(name, metric, {origin, label, color, others, overlaid} = {}) {
   // Overlaid on other jobs' series (compare), a series gets a bucket per three pixels and no log
-  // records: each spike still shows (a bucket keeps its lowest and highest), in a third of the bytes.
+  // records: each spike still shows (a bucket keeps its lowest and highest), in a third of the bytes;
+  // and it is asked with the other jobs' in one request.
   const detail = overlaid
     ? (width) => ({width: Math.max(1, Math.ceil(width / 3)), records: 0, times: "delta"})
     : (width) => ({width, times: "delta"});
@@ -57,7 +87,9 @@ export function metricSource(name, metric, {origin, label, color, others, overla
     color,
     origin,
     points: async (start, end, width) =>
-      series(await get(jobPath(name, "metrics", metric, "points"), {...detail(width), start, end})),
+      overlaid
+        ? batchedPoints(name, metric, {...detail(width), start, end})
+        : series(await get(jobPath(name, "metrics", metric, "points"), {...detail(width), start, end})),
     statistics: async (stat, period, start, end) =>
       statisticSeries(await get(jobPath(name, "metrics", metric, "statistics"), {stat, period, start, end}), stat),
     xSeries: async (other, start, end, width) => {
