@@ -543,6 +543,9 @@ def test_rules_and_alarms(server: ServerProcess, page: Any, script: Callable[[st
     expect(finding).to_contain_text("nan-watch")
     expect(finding).to_contain_text("algo-1")
     expect(finding).to_contain_text("NaN")
+    # a finding wraps between its words, never inside one
+    assert finding.evaluate("tr => getComputedStyle(tr.querySelector('td:last-child')).overflowWrap") in (
+        "break-word", "normal")
     rules.screenshot(path=str(SCREENSHOT.with_name("console-rules.png")))
 
     # an alarm on the job's loss, made with the form; missing data breaches, so the server's first
