@@ -198,6 +198,8 @@ def test_create_job_and_follow_its_chart(server: ServerProcess, page: Any, train
         ("train", str(tmp_path / "data"))]
     expect(page.locator(".hyperparameters")).to_contain_text("lr")
     expect(page.locator("tr[data-definition=loss]")).to_contain_text(r"loss=(\S+)")
+    # below the charts, folded: every definition matched, nothing to see until it is opened
+    expect(page.locator("details.definitions-panel")).not_to_have_attribute("open", "")
 
     # the chart grows while the job runs
     chart = page.locator('section.chart[data-metric="loss"]')
@@ -536,6 +538,8 @@ def test_rules_and_alarms(server: ServerProcess, page: Any, script: Callable[[st
     page.goto(server.url + "/jobs/ruled")
     rules = page.locator(".rules")
     expect(rules.locator('tr[data-rule="nan-watch"] .rule-status')).to_have_text("IssuesFound")
+    expect(rules.locator("details.rules-panel")).to_have_attribute("open", "")  # a rule found something: open
+    expect(rules.locator("details.rules-panel summary")).to_contain_text("2 rules, 1 found issues")
     expect(rules.locator('tr[data-rule="nan-watch"]')).to_contain_text("ExplodingTensor")
     expect(rules.locator('tr[data-rule="LossNotDecreasing"] .rule-status')).to_have_text("NoIssuesFound")
     finding = rules.locator("table.rule-findings tbody tr")

@@ -352,8 +352,11 @@ class JobPage {
             )
           : h("p", {class: "muted"}, "No points yet."),
       ),
-      section(
+      this.foldedSection(
+        "definitions",
         "Metric definitions",
+        // open when something is to be seen: a warning, or a definition that matched nothing
+        warnings.length > 0 || diagnostics.some((d) => d && !d.Matches),
         warningList(warnings),
         definitions.length
           ? h(
@@ -377,6 +380,18 @@ class JobPage {
           : h("p", {class: "muted"}, "None: this job's log is not searched for metrics."),
       ),
     );
+  }
+
+  /** A panel folded below the charts: open as ``open`` says until the user opens or closes it. */
+  foldedSection(key, title, open, ...children) {
+    this.folded = this.folded || {};
+    const panel = h(
+      "details",
+      {class: `panel ${key}-panel`, open: this.folded[key] ?? open, ontoggle: () => (this.folded[key] = panel.open)},
+      h("summary", {}, h("h2", {}, title)),
+      ...children,
+    );
+    return panel;
   }
 
   stopDialog() {

@@ -43,10 +43,25 @@ export class RulesPanel {
 
   show({Rules: rules, RuleFindings: findings}) {
     this.el.hidden = false;
+    // folded below the charts, open when a rule found something (or as the user left it)
+    const found = rules.filter((rule) => rule.RuleEvaluationStatus === "IssuesFound").length;
+    const panel = h(
+      "details",
+      {class: "panel rules-panel", open: this.userOpen ?? found > 0, ontoggle: () => (this.userOpen = panel.open)},
+      h(
+        "summary",
+        {},
+        h("h2", {}, "Rules"),
+        h("span", {class: "muted"}, ` · ${rules.length} rule${rules.length === 1 ? "" : "s"}` +
+          (found ? `, ${found} found issues` : ", no issues found")),
+      ),
+    );
     clear(
       this.el,
-      section(
-        "Rules",
+      panel,
+    );
+    panel.append(
+      h("div", {},
         h(
           "table",
           {class: "rule-statuses"},
