@@ -112,11 +112,14 @@ async def list_jobs(request: Request, store: Store) -> Any:
             extra["TotalHits"] = search.total_hits(total)
         else:
             rows, token = sagemaker.list_training_job_rows(store, **request_)
-        finals = store.final_metrics_of([row.id for row in rows])  # one read for the page, not one per job
+        ids = [row.id for row in rows]
+        finals, ranges = store.final_metrics_of(ids), store.metric_ranges_of(ids)  # a read each for the page
         summaries = [{**sagemaker.summary(row), "TrainingStartTime": row.doc.get("TrainingStartTime"),
                       "HyperParameters": row.doc.get("HyperParameters", {}),
                       "Tags": {tag["Key"]: tag["Value"] for tag in row.doc.get("Tags", [])},
-                      "FinalMetrics": {name: value for name, value, _ in finals.get(row.id, [])}} for row in rows]
+                      "FinalMetrics": {name: value for name, value, _ in finals.get(row.id, [])},
+                      "MetricRanges": {name: list(pair) for name, pair in ranges.get(row.id, {}).items()}}
+                     for row in rows]
         return {"TrainingJobSummaries": summaries, **extra, **({"NextToken": token} if token is not None else {})}
 
     return await _call(work)

@@ -473,6 +473,17 @@ class SqlStore:
                 found.setdefault(job_id, []).append((name, value, ts))
         return found
 
+    def metric_ranges_of(self, job_ids: Sequence[int]) -> dict[int, dict[str, tuple[float | None, float | None]]]:
+        found: dict[int, dict[str, tuple[float | None, float | None]]] = {}
+        ids = list(dict.fromkeys(job_ids))
+        for start in range(0, len(ids), 500):  # within any engine's limit on parameters
+            chunk = ids[start:start + 500]
+            for job_id, name, low, high in self._read(
+                    f"SELECT job_id, name, minimum, maximum FROM series WHERE job_id IN ({', '.join('?' * len(chunk))}) "
+                    "AND points > 0", chunk):
+                found.setdefault(job_id, {})[name] = (low, high)
+        return found
+
     def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
         """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
         rows = self._read("SELECT name, points, minimum, maximum FROM series WHERE job_id = ? AND points > 0",

@@ -197,6 +197,10 @@ class Store(Protocol):
         """:meth:`final_metrics` of several jobs in one read (a page of a job list)."""
         ...
 
+    def metric_ranges_of(self, job_ids: Sequence[int]) -> dict[int, dict[str, tuple[float | None, float | None]]]:
+        """Per job and metric, the least and greatest finite value (a page of a job list, in one read)."""
+        ...
+
     def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
         """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""
         ...

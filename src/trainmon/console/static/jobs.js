@@ -221,6 +221,10 @@ export function mount(root) {
     };
     for (const job of state.jobs.values()) {
       for (const [m, v] of Object.entries(job.FinalMetrics || {})) see("metric:" + m, "metric", m, v);
+      for (const [m, [low, high]] of Object.entries(job.MetricRanges || {})) {
+        see("min:" + m, "min", m, low);
+        see("max:" + m, "max", m, high);
+      }
       for (const [k, v] of Object.entries(job.HyperParameters || {})) see("hyper:" + k, "hyper", k, v);
       for (const [k, v] of Object.entries(job.Tags || {})) see("tag:" + k, "tag", k, v);
     }
@@ -230,7 +234,7 @@ export function mount(root) {
     const metrics = all.filter((c) => c.kind === "metric");
     const shown = new Set([
       ...metrics.slice(0, DEFAULT_METRICS).map((c) => c.key),
-      ...all.filter((c) => c.kind !== "metric" && differs(c)).map((c) => c.key),
+      ...all.filter((c) => (c.kind === "hyper" || c.kind === "tag") && differs(c)).map((c) => c.key),
       ...state.chosen.on,
     ]);
     for (const key of state.chosen.off) shown.delete(key);
@@ -240,8 +244,10 @@ export function mount(root) {
   const columns = () => {
     const {all, shown} = available();
     const chosen = all.filter((c) => shown.has(c.key));
-    const order = {metric: 0, hyper: 1, tag: 2};
-    chosen.sort((a, b) => order[a.kind] - order[b.kind] || a.name.localeCompare(b.name));
+    const order = {metric: 0, min: 0, max: 0, hyper: 1, tag: 2};
+    const within = {metric: 0, min: 1, max: 2};
+    chosen.sort((a, b) => order[a.kind] - order[b.kind] || a.name.localeCompare(b.name) ||
+      (within[a.kind] ?? 0) - (within[b.kind] ?? 0));
     return [
       {key: "name", label: "Name", value: (j) => j.TrainingJobName},
       {key: "status", label: "Status", value: (j) => j.TrainingJobStatus},
@@ -252,11 +258,13 @@ export function mount(root) {
         key: c.key,
         kind: c.kind,
         name: c.name,
-        label: c.name,
+        label: c.kind === "min" || c.kind === "max" ? `${c.name} (${c.kind})` : c.name,
         value: (j) =>
           c.kind === "metric"
             ? (j.FinalMetrics || {})[c.name]
-            : (c.kind === "hyper" ? j.HyperParameters || {} : j.Tags || {})[c.name],
+            : c.kind === "min" || c.kind === "max"
+              ? (j.MetricRanges || {})[c.name]?.[c.kind === "min" ? 0 : 1]
+              : (c.kind === "hyper" ? j.HyperParameters || {} : j.Tags || {})[c.name],
       })),
     ];
   };
@@ -265,7 +273,8 @@ export function mount(root) {
   function renderChooser() {
     const {all, shown} = available();
     const group = (kind, title) => {
-      const items = all.filter((c) => c.kind === kind);
+      const kinds = kind === "metric" ? ["metric", "min", "max"] : [kind];
+      const items = all.filter((c) => kinds.includes(c.kind));
       if (!items.length) return null;
       return h(
         "fieldset",
@@ -288,7 +297,7 @@ export function mount(root) {
                 render();
               },
             }),
-            ` ${c.name} `,
+            ` ${c.name}${c.kind === "min" || c.kind === "max" ? ` (${c.kind})` : c.kind === "metric" ? " (final)" : ""} `,
             h("span", {class: "muted"}, `(${c.jobs})`),
           ),
         ),
@@ -301,7 +310,7 @@ export function mount(root) {
       h(
         "div",
         {class: "chooser"},
-        group("metric", "Final metrics"),
+        group("metric", "Metrics: final, least, greatest"),
         group("hyper", "Hyperparameters"),
         group("tag", "Tags"),
         h(
@@ -359,6 +368,8 @@ export function mount(root) {
         .map((c) => {
           const value = c.value(job);
           if (c.kind === "metric") return h("td", {class: "num", "data-metric": c.name}, fmtNum(value));
+          if (c.kind === "min" || c.kind === "max")
+            return h("td", {class: "num", [`data-${c.kind}`]: c.name}, fmtNum(value));
           const property = PROPERTY[c.kind] + c.name;
           const edit =
             c.kind === "tag"
@@ -412,7 +423,7 @@ export function mount(root) {
 
   function renderGroups() {
     const {all} = available();
-    const keys = all.filter((c) => c.kind !== "metric").map((c) => c.key);
+    const keys = all.filter((c) => c.kind === "hyper" || c.kind === "tag").map((c) => c.key);
     const now = [...group.options].slice(1).map((o) => o.value);
     if (JSON.stringify(now) === JSON.stringify(keys)) return;
     const label = (k) => `Group by ${PROPERTY[k.split(":")[0]]}${k.split(":").slice(1).join(":")}`;
@@ -486,7 +497,7 @@ export function mount(root) {
               "th",
               {
                 "data-sort": c.key,
-                class: c.kind === "metric" ? "num sortable" : "sortable",
+                class: ["metric", "min", "max"].includes(c.kind) ? "num sortable" : "sortable",
                 "aria-sort": c.key === col.key ? (state.sort.descending ? "descending" : "ascending") : "none",
                 onclick: () => {
                   state.sort = {
