@@ -827,3 +827,12 @@ def test_train_and_validation_metrics_share_a_chart(server: ServerProcess, page:
                          ["train:loss", "validation:loss", "val_loss", "loss/valid", "epoch:progress", "trainer:x"])
     assert base == ["loss", "loss", "loss", "loss", "epoch:progress", "trainer:x"]
     page.locator('section.chart[data-overlay="loss"]').screenshot(path=str(SCREENSHOT.with_name("console-pair.png")))
+    # any metrics chosen freely go on one chart too, which can be closed
+    page.select_option("select[name=overlay-metrics]", ["acc", "train_loss"])
+    page.click("button[name=overlay]")
+    page.wait_for_function("() => { const c = window.trainmonCharts['overlay:train_loss+acc'];"
+                           " return c && c.series.length === 2 && c.series.every(s => s.points === 12); }")
+    chosen = page.locator('section.chart[data-overlay="train_loss+acc"]')
+    page.screenshot(path=str(SCREENSHOT.with_name("console-overlays.png")))
+    chosen.locator("button[name=close-overlay]").click()
+    expect(chosen).to_have_count(0)

@@ -212,7 +212,7 @@ class JobPage {
       this.root,
       this.head,
       this.overview,
-      h("section", {class: "panel"}, h("h2", {}, "Metrics"), this.chartsEl),
+      h("section", {class: "panel"}, h("h2", {}, "Metrics"), this.overlayControl(), this.chartsEl),
       this.tables,
       this.rules.el,
       this.systemEl,
@@ -492,28 +492,64 @@ class JobPage {
 
   // the metrics whose names pair (train and validation loss) on one chart too, before the others
   pairCharts(names) {
-    for (const {base, members} of metricPairs(names)) {
-      const known = this.overlays.get(base);
-      if (known && known.members.join("\n") === members.join("\n")) continue;
-      if (known) {
-        known.chart.el.remove();
-        known.chart.destroy();
-      }
-      const chart = new Chart({
-        key: `overlay:${base}`,
-        title: members.join(" · "),
-        sync: `job:${this.name}`,
-        attrs: {"data-overlay": base},
-        sources: members.map((m, i) =>
-          metricSource(this.name, m, {origin: this.origin(), label: m, color: COLORS[i % COLORS.length]}),
-        ),
-        onPoint: (point) => this.openRecord(point),
-      });
-      this.overlays.set(base, {chart, members});
-      const before = [...this.overlays.values()].filter((o) => o.chart !== chart && o.chart.el.isConnected).at(-1);
-      this.chartsEl.insertBefore(chart.el, before ? before.chart.el.nextSibling : this.chartsEl.firstChild);
-      chart.fetch();
+    for (const {base, members} of metricPairs(names)) this.overlay(base, members);
+    this.offerOverlays(names);
+  }
+
+  /** One chart of several metrics (a series each), before the charts of one metric; ``chosen``
+   * ones (from the Overlay control) can be closed. */
+  overlay(base, members, chosen = false) {
+    const known = this.overlays.get(base);
+    if (known && known.members.join("\n") === members.join("\n")) return;
+    if (known) {
+      known.chart.el.remove();
+      known.chart.destroy();
     }
+    const chart = new Chart({
+      key: `overlay:${base}`,
+      title: members.join(" · "),
+      sync: `job:${this.name}`,
+      attrs: {"data-overlay": base},
+      sources: members.map((m, i) =>
+        metricSource(this.name, m, {origin: this.origin(), label: m, color: COLORS[i % COLORS.length]}),
+      ),
+      onPoint: (point) => this.openRecord(point),
+    });
+    this.overlays.set(base, {chart, members});
+    if (chosen) {
+      const close = h("button", {type: "button", class: "link", name: "close-overlay", title: "close this chart"}, "×");
+      close.addEventListener("click", () => {
+        chart.el.remove();
+        chart.destroy();
+        this.overlays.delete(base);
+      });
+      chart.el.querySelector(".chart-head")?.append(close);
+    }
+    const before = [...this.overlays.values()].filter((o) => o.chart !== chart && o.chart.el.isConnected).at(-1);
+    this.chartsEl.insertBefore(chart.el, before ? before.chart.el.nextSibling : this.chartsEl.firstChild);
+    chart.fetch();
+  }
+
+  // the Overlay control: any two (or more) metrics on one chart
+  overlayControl() {
+    this.overlayPick = h("select", {name: "overlay-metrics", multiple: true, size: 3, title: "metrics to draw together"});
+    const draw = h("button", {type: "button", name: "overlay"}, "Overlay");
+    draw.addEventListener("click", () => {
+      const members = [...this.overlayPick.selectedOptions].map((o) => o.value);
+      if (members.length < 2) return;
+      this.overlay(members.join("+"), members, true);
+    });
+    this.overlayTools = h("div", {class: "toolbar overlay-tools", hidden: true},
+      h("label", {}, "Overlay ", this.overlayPick), draw, h("span", {class: "muted"}, "(choose two or more)"));
+    return this.overlayTools;
+  }
+
+  offerOverlays(names) {
+    if (!this.overlayPick) return;
+    const now = [...this.overlayPick.options].map((o) => o.value);
+    if (JSON.stringify(now) !== JSON.stringify(names))
+      this.overlayPick.replaceChildren(...names.map((n) => h("option", {value: n}, n)));
+    this.overlayTools.hidden = names.length < 2;
   }
 
   async loadCharts({Metrics: metrics}) {
