@@ -658,12 +658,11 @@ class JobPage {
     const rows = answer.Metrics || [];
     if (this.disposed || !rows.length) return;
     const grid = h("div", {class: "system-grid"});
-    // many rows (a metric per CPU, per host) start folded
     clear(
       this.profileEl,
       h(
         "details",
-        {class: "panel profile", open: rows.length <= 16},
+        {class: "panel profile"}, // folded below the charts: open it to see every metric
         h(
           "summary",
           {},
