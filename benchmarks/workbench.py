@@ -103,15 +103,15 @@ def _context(browser: Any, served: Any) -> Any:
     return context
 
 
-def _first_paint(browser: Any, served: Any, rows: int) -> float:
-    url = served.url + "/"
+def _opened(browser: Any, served: Any, path: str, ready: str, argument: Any) -> tuple[float, int]:
+    """Seconds from navigating to ``path`` until ``ready`` holds, and the bytes the page fetched."""
     context = _context(browser, served)
     try:
         page = context.new_page()
         started = time.perf_counter()
-        page.goto(url, wait_until="commit")
-        page.wait_for_function(ROWS_PAINTED, arg=rows, polling="raf", timeout=120_000)
-        return time.perf_counter() - started
+        page.goto(served.url + path, wait_until="commit")
+        page.wait_for_function(ready, arg=argument, polling="raf", timeout=120_000)
+        return time.perf_counter() - started, page.evaluate(FETCHED)
     finally:
         context.close()
 
@@ -140,19 +140,6 @@ def _scroll_fps(browser: Any, served: Any, rows: int) -> tuple[float, float, int
         context.close()
 
 
-def _compare(browser: Any, served: Any, names: list[str], charts: int) -> tuple[float, int]:
-    url = f"{served.url}/compare?jobs={','.join(names)}"
-    context = _context(browser, served)
-    try:
-        page = context.new_page()
-        started = time.perf_counter()
-        page.goto(url, wait_until="commit")
-        page.wait_for_function(CHARTS_READY, arg=charts, polling="raf", timeout=120_000)
-        return time.perf_counter() - started, page.evaluate(FETCHED)
-    finally:
-        context.close()
-
-
 def run(scale: float) -> Report:
     report = Report("workbench")
     if shutil.which("chromium") is None:
@@ -170,16 +157,19 @@ def run(scale: float) -> Report:
             _filled(work / "many", total).close()
             _filled(work / "few", BASELINE_JOBS).close()
             with running_server(work / "many") as many, running_server(work / "few") as few:
-                paint_many = median(_first_paint(browser, many, 100) for _ in range(5))
-                paint_few = median(_first_paint(browser, few, 100) for _ in range(5))
+                paint_many = median(_opened(browser, many, "/", ROWS_PAINTED, 100)[0] for _ in range(5))
+                paint_few = median(_opened(browser, few, "/", ROWS_PAINTED, 100)[0] for _ in range(5))
                 fps, p95, loaded = _scroll_fps(browser, many, SCROLLED_ROWS)
                 fps_few, p95_few, _ = _scroll_fps(browser, few, BASELINE_JOBS)
             report.check(loaded >= SCROLLED_ROWS, f"{SCROLLED_ROWS:,} rows loaded by scrolling ({loaded:,})")
             names = _compared(work / "compared", COMPARED, METRICS, POINTS)
             with running_server(work / "compared") as served:
-                _compare(browser, served, names[:2], 1 + METRICS)  # (a first read of the store)
-                compare_s, compare_bytes = _compare(browser, served, names, 1 + METRICS)
-                base_s, base_bytes = _compare(browser, served, names[2:4], 1 + METRICS)
+                def compare(jobs: list[str]) -> tuple[float, int]:
+                    return _opened(browser, served, f"/compare?jobs={','.join(jobs)}", CHARTS_READY, 1 + METRICS)
+
+                compare(names[:2])  # (a first read of the store)
+                compare_s, compare_bytes = compare(names)
+                base_s, base_bytes = compare(names[2:4])
         finally:
             browser.close()
     table(["figure", "measured", "baseline"], [

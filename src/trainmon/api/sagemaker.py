@@ -72,11 +72,12 @@ def describe_training_job(store: Store, *, TrainingJobName: Any = None, **unsupp
     return as_datetimes(describe(store, job(store, TrainingJobName)))
 
 
-def describe(store: Store, row: JobRow) -> Description:
-    """DescribeTrainingJob's answer for a job (times as epoch seconds)."""
-    finals = [{"MetricName": name, "Value": value, "Timestamp": ts / 1000.0}
-              for name, value, ts in store.final_metrics(row.id)]
-    return description(row.doc, finals)  # type: ignore[arg-type]
+def describe(store: Store, row: JobRow, finals: list[tuple[str, float, int]] | None = None) -> Description:
+    """DescribeTrainingJob's answer for a job (times as epoch seconds); ``finals``: its final
+    metrics as the store's ``final_metrics`` gives them, when they were read already (a page of jobs)."""
+    found = store.final_metrics(row.id) if finals is None else finals
+    return description(row.doc, [{"MetricName": name, "Value": value, "Timestamp": ts / 1000.0}
+                                 for name, value, ts in found])
 
 
 def list_training_jobs(

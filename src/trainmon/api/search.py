@@ -13,11 +13,11 @@ from typing import Any
 
 from ..errors import ValidationException
 from ..jobs.search import read_request
-from ..jobs.status import description
 from ..runtime.job import orphans
 from ..shapes import keyset_place, keyset_token, refuse_unknown, request_fingerprint
 from ..store import JobRow, Store
 from ..store import search as store_search
+from .sagemaker import describe
 from .times import as_datetimes
 
 
@@ -28,7 +28,8 @@ def search(store: Store, *, Resource: Any = None, SearchExpression: Any = None, 
     page, total, token = search_rows(store, Resource=Resource, SearchExpression=SearchExpression, SortBy=SortBy,
                                      SortOrder=SortOrder, NextToken=NextToken, MaxResults=MaxResults)
     finals = store.final_metrics_of([row.id for row in page])  # one read for the page
-    result: dict[str, Any] = {"Results": [{"TrainingJob": training_job(row, finals.get(row.id, []))} for row in page],
+    result: dict[str, Any] = {"Results": [{"TrainingJob": training_job(store, row, finals.get(row.id, []))}
+                                          for row in page],
                               "TotalHits": total_hits(total)}
     if token is not None:
         result["NextToken"] = token
@@ -62,11 +63,10 @@ def total_hits(total: int) -> dict[str, Any]:
     return {"Value": total, "Relation": "EqualTo"}
 
 
-def training_job(row: JobRow, finals: list[tuple[str, float, int]]) -> dict[str, Any]:
-    """A job as Search's TrainingJob: its description, its final metrics (as the store's
-    ``final_metrics`` gives them) and its tags."""
-    answer = as_datetimes(description(row.doc, [{"MetricName": name, "Value": value, "Timestamp": ms / 1000.0}
-                                                for name, value, ms in finals]))
+def training_job(store: Store, row: JobRow, finals: list[tuple[str, float, int]]) -> dict[str, Any]:
+    """A job as Search's TrainingJob: its description with its final metrics (read for the page)
+    and its tags."""
+    answer = as_datetimes(describe(store, row, finals))
     answer.pop("ProfilingStatus", None)  # (not a member of Search's TrainingJob)
     answer.setdefault("Tags", [])
     return answer

@@ -42,7 +42,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose "unrecognized arguments" names the option meant (``--metrics``:
     did you mean --metric?) among the command's own."""
 
-    words: Sequence[str] = ()  # the command line being parsed (main sets it)
+    words: Sequence[str] = ()  # the command line being parsed (main sets it on the parser it parses with)
 
     def error(self, message: str) -> NoReturn:
         unknown = message.removeprefix("unrecognized arguments: ")
@@ -60,13 +60,13 @@ class _Parser(argparse.ArgumentParser):
         options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
         commands = next((action.choices for action in self._actions
                          if isinstance(action, argparse._SubParsersAction)), {})
-        given = next((commands[word] for word in _Parser.words if word in commands), None)
+        given = next((commands[word] for word in self.words if word in commands), None)
         if isinstance(given, _Parser):
             options += given._options()
         return options
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> _Parser:
     """The command line's parser: every command, or (``command``) the group that holds that one."""
     parser = _Parser(
         prog="trainmon",
@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         held = hold_stop_signals()  # a Ctrl-C while the command starts stops the job, however early it comes
     try:
         parser = build_parser(command)
-        _Parser.words = arguments
+        parser.words = arguments
         args = parser.parse_args(arguments)
         if args.home is not None:
             args.home = args.home.expanduser().resolve()

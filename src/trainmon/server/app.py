@@ -33,9 +33,10 @@ from starlette.staticfiles import StaticFiles
 from .. import api
 from ..api import artifacts, sagemaker, search, trainmon
 from ..cloudwatch.model import job_metric_key
-from ..errors import MethodNotAllowed, NotFound, TrainmonError, ValidationException
+from ..errors import MethodNotAllowed, NotFound, ResourceNotFound, TrainmonError, ValidationException
 from ..jobs import searchtext
 from ..read import charts, downsample
+from ..runtime.job import orphans
 from ..shapes import snake_case
 from ..store import Store
 from . import auth, live, prometheus, typecheck
@@ -206,13 +207,15 @@ async def jobs_metric_points(request: Request, store: Store) -> Any:
 
     def work() -> dict[str, Any]:
         found: list[dict[str, Any]] = []
+        orphans.reap_orphans(store)  # once for the request, not once a job
         for name in names:
-            try:
-                row = sagemaker.job(store, name)
-                found.append({"TrainingJobName": name, **charts.metric_chart(
-                    store, row.id, metric, width, start_ms=start, end_ms=end, deltas=deltas, records=records)})
-            except TrainmonError as exc:
-                found.append({"TrainingJobName": name, "Error": {"code": exc.code, "message": exc.message}})
+            row = store.get_job(name)
+            if row is None:
+                missing = ResourceNotFound.for_job(name)
+                found.append({"TrainingJobName": name, "Error": {"code": missing.code, "message": missing.message}})
+                continue
+            found.append({"TrainingJobName": name, **charts.metric_chart(
+                store, row.id, metric, width, start_ms=start, end_ms=end, deltas=deltas, records=records)})
         return {"MetricName": metric, "Series": found}
 
     return await _call(work)

@@ -464,25 +464,24 @@ class SqlStore:
     def final_metrics_of(self, job_ids: Sequence[int]) -> dict[int, list[tuple[str, float, int]]]:
         """:meth:`final_metrics` of several jobs in one read (a page of a job list)."""
         found: dict[int, list[tuple[str, float, int]]] = {}
-        ids = list(dict.fromkeys(job_ids))
-        for start in range(0, len(ids), 500):  # within any engine's limit on parameters
-            chunk = ids[start:start + 500]
-            rows = self._read(f"SELECT job_id, name, final_value, final_ms FROM series WHERE job_id IN "
-                              f"({', '.join('?' * len(chunk))}) AND final_ms IS NOT NULL ORDER BY job_id, name", chunk)
-            for job_id, name, value, ts in rows:
-                found.setdefault(job_id, []).append((name, value, ts))
+        for job_id, name, value, ts in self._series_of(job_ids, "final_value, final_ms", "final_ms IS NOT NULL"):
+            found.setdefault(job_id, []).append((name, value, ts))
         return found
 
     def metric_ranges_of(self, job_ids: Sequence[int]) -> dict[int, dict[str, tuple[float | None, float | None]]]:
         found: dict[int, dict[str, tuple[float | None, float | None]]] = {}
-        ids = list(dict.fromkeys(job_ids))
-        for start in range(0, len(ids), 500):  # within any engine's limit on parameters
-            chunk = ids[start:start + 500]
-            for job_id, name, low, high in self._read(
-                    f"SELECT job_id, name, minimum, maximum FROM series WHERE job_id IN ({', '.join('?' * len(chunk))}) "
-                    "AND points > 0", chunk):
-                found.setdefault(job_id, {})[name] = (low, high)
+        for job_id, name, low, high in self._series_of(job_ids, "minimum, maximum", "points > 0"):
+            found.setdefault(job_id, {})[name] = (low, high)
         return found
+
+    def _series_of(self, job_ids: Sequence[int], columns: str, condition: str) -> Iterator[tuple[Any, ...]]:
+        """(job_id, name, *columns) of the metric series of several jobs that meet ``condition``, by
+        job and name, a read per 500 jobs (within any engine's limit on parameters)."""
+        ids = list(dict.fromkeys(job_ids))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            yield from self._read(f"SELECT job_id, name, {columns} FROM series WHERE job_id IN "
+                                  f"({', '.join('?' * len(chunk))}) AND {condition} ORDER BY job_id, name", chunk)
 
     def metric_summaries(self, job_id: int) -> dict[str, tuple[int, float | None, float | None]]:
         """Per metric: (points, minimum, maximum) with minimum and maximum over finite values."""

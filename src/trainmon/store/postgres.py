@@ -252,7 +252,7 @@ class PostgresStore(SqlStore):
     """The store in a PostgreSQL database; ``home`` is the local data directory (job files)."""
 
     _find = "strpos"
-    _search_dialect = search.Dialect("strpos")
+    _search_dialect = search.Dialect(_find)
     _lock_job = " FOR NO KEY UPDATE"  # does not wait for writers adding points and records to the job
     _skip_locked = " FOR NO KEY UPDATE SKIP LOCKED"
 

@@ -326,7 +326,7 @@ class SqliteStore(SqlStore):
     """The store in one SQLite file; ``home`` is the data directory (by default the file's)."""
 
     _find = "instr"
-    _search_dialect = search.Dialect("instr", " INDEXED BY job_properties_of_job", " INDEXED BY series_by_job")
+    _search_dialect = search.Dialect(_find, " INDEXED BY job_properties_of_job", " INDEXED BY series_by_job")
 
     def __init__(self, path: Path | str, home: Path | None = None, retention: Retention | None = None, *,
                  clock: Clock = REAL_CLOCK, write_behind: WriteBehind | None = None) -> None:
