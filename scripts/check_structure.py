@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("read",),
     ("runtime",),
     ("api", "report"),
-    ("sdk", "server", "demo"),
+    ("sdk", "server", "demo", "tuning"),
     ("cli", "__main__"),
 )
 

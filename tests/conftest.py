@@ -43,8 +43,8 @@ TEST_MARK = "TRAINMON_TEST_MARK"
 @pytest.fixture(autouse=True)
 def _jobs_end_with_their_test(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every process a test's jobs started ends with the test, whether it passed, failed or timed
-    out: each inherits the test's mark, and those that are a job's processes or its spooler (they
-    carry the job's tag) are killed once the test's own fixtures are done."""
+    out: each inherits the test's mark, and those that are a job's processes, its spooler or a
+    tuning job's tuner (each carries a tag of its own) are killed once the test's own fixtures are done."""
     mark = uuid.uuid4().hex
     monkeypatch.setenv(TEST_MARK, mark)
     yield
@@ -56,7 +56,8 @@ def _jobs_end_with_their_test(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:  # gone, or not ours
             continue
-        if marked in environ and any(v.startswith((b"TRAINMON_PROCESS_TAG=", b"TRAINMON_SPOOLER_OF=")) for v in environ):
+        if marked in environ and any(v.startswith((b"TRAINMON_PROCESS_TAG=", b"TRAINMON_SPOOLER_OF=",
+                                                   b"TRAINMON_TUNER_OF=")) for v in environ):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry.name), signal.SIGKILL)
 

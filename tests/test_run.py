@@ -654,12 +654,12 @@ def small_disk(tmp_path: Path):
 
 
 def fill(disk: Path) -> None:
-    """Take every byte left on ``disk``."""
-    with open(disk / "filler", "wb") as filler:
+    """Take every byte left on ``disk`` (unbuffered: what a refused write left unwritten is not
+    written again when the file is truncated or closed)."""
+    with open(disk / "filler", "wb", buffering=0) as filler:
         with pytest.raises(OSError):
             while True:
                 filler.write(b"x" * 65536)
-                filler.flush()
         filler.truncate(filler.tell())
 
 

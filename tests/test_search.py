@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from trainmon.api.search import search
+from trainmon.api.sagemaker import search
 from trainmon.errors import ValidationException
 from trainmon.jobs.searchtext import parse
-from trainmon.store import Batch, Store, sqlite
+from trainmon.store import Batch, Store, postgres, sqlite
 from trainmon.store import search as store_search
 
 from .conftest import StoreTarget
@@ -281,10 +281,13 @@ def test_jobs_stored_before_search_existed_are_found(store_target: StoreTarget) 
         sql.rows("DROP TABLE job_properties")
         for index in ("series_by_final_value", "jobs_by_change_in_order"):
             sql.rows(f"DROP INDEX {index}")
+        migrations = sqlite._MIGRATIONS if store_target.backend == "sqlite" else postgres._MIGRATIONS
+        before = next(number for number, step in enumerate(migrations)  # those applied before search's
+                      if isinstance(step, str) and "CREATE TABLE IF NOT EXISTS job_properties" in step)
         if store_target.backend == "sqlite":
-            sql.rows(f"PRAGMA user_version = {len(sqlite._MIGRATIONS) - 2}")
+            sql.rows(f"PRAGMA user_version = {before}")
         else:
-            sql.rows("UPDATE schema_version SET version = version - 2")
+            sql.rows(f"UPDATE schema_version SET version = {before}")
     store.close()
     store = store_target.open()
     try:

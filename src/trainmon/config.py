@@ -32,6 +32,11 @@ def job_dir(root: Path | None, name: str) -> Path:
     return jobs_dir(root) / name
 
 
+def tuning_dir(root: Path | None, name: str) -> Path:
+    """Where a hyperparameter tuning job's tuner writes its log."""
+    return (root or home()) / "tuning" / name
+
+
 def output_dir(root: Path | None = None) -> Path:
     return (root or home()) / "output"
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import alarms, artifacts, cloudwatch, identity, logs, sagemaker, search, trainmon
+from . import alarms, artifacts, cloudwatch, identity, logs, sagemaker, trainmon, tuning
 
 Operation = Callable[..., dict[str, Any]]
 
 SERVICES: dict[str, dict[str, Operation]] = {
-    "sagemaker": {**sagemaker.OPERATIONS, **search.OPERATIONS},
+    "sagemaker": {**sagemaker.OPERATIONS, **tuning.OPERATIONS},
     "cloudwatch": {**cloudwatch.OPERATIONS, **alarms.OPERATIONS},
     "logs": logs.OPERATIONS,
     "sts": identity.STS,

@@ -1,5 +1,10 @@
 """SageMaker's training-job operations: CreateTrainingJob, DescribeTrainingJob, ListTrainingJobs,
-StopTrainingJob, DeleteTrainingJob, and a job's tags (AddTags, ListTags, DeleteTags, by its ARN).
+StopTrainingJob, DeleteTrainingJob, a job's tags (AddTags, ListTags, DeleteTags, by its ARN), and
+Search over training jobs: which runs match a SearchExpression (hyperparameters, final metrics,
+tags, any field of the job), in any property's order, a page at a time. The expression is checked
+and read by :mod:`trainmon.jobs.search` and run by the store as one query
+(:mod:`trainmon.store.search`); each result is the job's DescribeTrainingJob fields, its final
+metrics and its tags.
 
 Each takes the store and the request's members as keyword arguments, named and shaped as in
 boto3, and returns the response as boto3 would (times as timezone-aware datetimes). Errors carry
@@ -17,6 +22,7 @@ from typing import Any
 from .. import config
 from ..errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
 from ..jobs.document import Description, SupervisorIdentity
+from ..jobs.search import read_request
 from ..jobs.status import TERMINAL, description, transition
 from ..runtime.job import orphans
 from ..runtime.job.jobstate import set_status
@@ -33,6 +39,7 @@ from ..shapes import (
     validate_members,
 )
 from ..store import JobRow, Store
+from ..store import search as store_search
 from ..store.base import job_place
 from .times import as_datetimes, epoch_s
 from .training_request import JOB_NAME_PATTERN, job_document
@@ -47,9 +54,13 @@ _SORT_KINDS = {"Name": str, "CreationTime": float, "Status": str}  # each SortBy
 def create_training_job(store: Store, **request: Any) -> dict[str, Any]:
     """Validate and record the job, and start its supervisor as a process of its own (it runs the
     hosts); returns at once, as SageMaker does."""
+    return start_job(store, register_job(store, request))
+
+
+def start_job(store: Store, job: JobRow) -> dict[str, Any]:
+    """Start a stored job's supervisor as a process of its own; CreateTrainingJob's answer."""
     from ..runtime.job import detached
 
-    job = register_job(store, request)
     try:
         detached.start(store, job.name)
     except OSError as exc:  # no process could be started: the job must not wait for one forever
@@ -59,11 +70,15 @@ def create_training_job(store: Store, **request: Any) -> dict[str, Any]:
     return {"TrainingJobArn": job.doc["TrainingJobArn"]}
 
 
-def register_job(store: Store, request: Mapping[str, Any], supervisor: SupervisorIdentity | None = None) -> JobRow:
+def register_job(store: Store, request: Mapping[str, Any], supervisor: SupervisorIdentity | None = None, *,
+                 tuning_job_arn: str | None = None) -> JobRow:
     """Validate a CreateTrainingJob request and store the job (Starting), starting nothing: the
-    caller runs its supervisor (``supervisor`` is that process, when it is the caller itself)."""
+    caller runs its supervisor (``supervisor`` is that process, when it is the caller itself).
+    ``tuning_job_arn``: the hyperparameter tuning job the job is a trial of."""
     now = time.time()
     doc = job_document(request, now, home=store.home, database_url=store.database_url)
+    if tuning_job_arn is not None:
+        doc["TuningJobArn"] = tuning_job_arn  # type: ignore[typeddict-unknown-key]  # (a describe field as is)
     return store.create_job(doc["TrainingJobName"], doc, now, supervisor=supervisor)
 
 
@@ -242,6 +257,60 @@ def job(store: Store, name: Any) -> JobRow:
     return row
 
 
+# -- Search
+
+
+def search(store: Store, *, Resource: Any = None, SearchExpression: Any = None, SortBy: Any = None,
+           SortOrder: Any = None, NextToken: Any = None, MaxResults: Any = None, CrossAccountFilterOption: Any = None,
+           VisibilityConditions: Any = None, **unsupported: Any) -> dict[str, Any]:
+    refuse_unknown(unsupported, where="input")
+    page, total, token = search_rows(store, Resource=Resource, SearchExpression=SearchExpression, SortBy=SortBy,
+                                     SortOrder=SortOrder, NextToken=NextToken, MaxResults=MaxResults)
+    finals = store.final_metrics_of([row.id for row in page])  # one read for the page
+    result: dict[str, Any] = {"Results": [{"TrainingJob": training_job(store, row, finals.get(row.id, []))}
+                                          for row in page],
+                              "TotalHits": total_hits(total)}
+    if token is not None:
+        result["NextToken"] = token
+    del CrossAccountFilterOption, VisibilityConditions  # (one account: nothing is shared from another)
+    return result
+
+
+def search_rows(store: Store, *, Resource: Any = "TrainingJob", SearchExpression: Any = None, SortBy: Any = None,
+                SortOrder: Any = None, NextToken: Any = None,
+                MaxResults: Any = None) -> tuple[list[JobRow], int, str | None]:
+    """A Search's page as the jobs' rows, how many match (the store's count: beyond COUNTED, more
+    than COUNTED), and the NextToken (None: the last page)."""
+    request = read_request(Resource, SearchExpression, SortBy, SortOrder)
+    size = 10 if MaxResults is None else MaxResults
+    if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 100:
+        raise ValidationException(f"1 validation error detected: Value '{MaxResults}' at 'maxResults' failed to "
+                                  "satisfy constraint: Member must have value between 1 and 100")
+    fingerprint = request_fingerprint([Resource, SearchExpression, request.sort_by, request.descending])
+    place = keyset_place(NextToken, fingerprint, (int,))
+    offset = place[0] if place else 0
+    orphans.reap_orphans(store)
+    rows, total = store.search_jobs(request, offset, size + 1)  # (and one more: whether any remain)
+    page = rows[:size]
+    return page, total, keyset_token([offset + size], fingerprint) if len(rows) > size else None
+
+
+def total_hits(total: int) -> dict[str, Any]:
+    """TotalHits of a count the store made: exact up to COUNTED, a lower bound beyond."""
+    if total > store_search.COUNTED:
+        return {"Value": store_search.COUNTED, "Relation": "GreaterThanOrEqualTo"}
+    return {"Value": total, "Relation": "EqualTo"}
+
+
+def training_job(store: Store, row: JobRow, finals: list[tuple[str, float, int]]) -> dict[str, Any]:
+    """A job as Search's TrainingJob: its description with its final metrics (read for the page)
+    and its tags."""
+    answer = as_datetimes(describe(store, row, finals))
+    answer.pop("ProfilingStatus", None)  # (not a member of Search's TrainingJob)
+    answer.setdefault("Tags", [])
+    return answer
+
+
 OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "CreateTrainingJob": create_training_job,
     "DescribeTrainingJob": describe_training_job,
@@ -251,4 +320,5 @@ OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "AddTags": add_tags,
     "ListTags": list_tags,
     "DeleteTags": delete_tags,
+    "Search": search,
 }

@@ -11,7 +11,8 @@ from typing import Any
 from ..cloudwatch.model import epoch_seconds
 from ..errors import InvalidParameterValue, ValidationException
 
-_DOC_TIMES = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
+_DOC_TIMES = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime", "HyperParameterTuningEndTime",
+              "ConvergenceDetectedTime")
 
 
 def as_datetime(epoch_s: float) -> datetime:

@@ -28,7 +28,7 @@ from .common import Commands, handled
 __all__ = ["GROUPS", "build_parser", "main"]
 
 GROUPS = {  # each module of commands, and the commands it adds, in the order `trainmon --help` lists them
-    "jobs": ("run", "describe", "rules", "list", "search", "stop", "delete", "demo", "images"),
+    "jobs": ("run", "describe", "rules", "list", "search", "stop", "delete", "demo", "tune", "tuning", "images"),
     "logs": ("logs",),
     "parse": ("parse",),
     "metrics": ("metrics", "export", "profile", "put-metric-data", "maintain"),

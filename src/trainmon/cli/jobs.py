@@ -1,9 +1,10 @@
 """``trainmon run``, ``describe``, ``rules``, ``list``, ``stop``, ``delete``, ``demo`` and ``images``:
-training jobs, and the images they can run in."""
+training jobs, and the images they can run in; ``tune`` and ``tuning``: hyperparameter tuning jobs."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from ..api import sagemaker, search, trainmon
+from ..api import sagemaker, trainmon, tuning
 from ..api.training_request import DEFAULT_MAX_RUNTIME_S, DEFAULT_STOP_GRACE_S, with_profiler_report
 from ..errors import ValidationException
 from ..jobs import searchtext
@@ -24,7 +25,18 @@ from ..runtime.job import orphans
 from ..runtime.launchers import registry
 from ..store import Store
 from . import render
-from .common import EXIT_FAILED, Commands, exit_status, handled, pairs, print_json, read_text, store, warn
+from .common import (
+    EXIT_FAILED,
+    Commands,
+    every_page,
+    exit_status,
+    handled,
+    pairs,
+    print_json,
+    read_text,
+    store,
+    warn,
+)
 from .definitions import add_definition_options, definitions_given
 
 
@@ -70,6 +82,19 @@ def register(commands: Commands) -> None:
     demo = commands.add("demo", cmd_demo, "Run the bundled demo training job with live metrics, then describe it.")
     demo.add_argument("--name", help="job name (default: demo-<time>)")
     demo.add_argument("--epochs", type=int, default=12)
+
+    tune = commands.add("tune", cmd_tune, "Start a hyperparameter tuning job from a CreateHyperParameterTuningJob "
+                        "request (JSON) and follow its trials to the best one.")
+    tune.add_argument("request", help="the request as a JSON file, or - for standard input")
+    tune.add_argument("--name", help="the tuning job's name, instead of the request's HyperParameterTuningJobName")
+    tune.add_argument("--detach", action="store_true", help="return once it has started")
+
+    tunings = commands.add("tuning", cmd_tuning, "List hyperparameter tuning jobs, or show one with its trials.")
+    tunings.add_argument("name", nargs="?")
+    action = tunings.add_mutually_exclusive_group()
+    action.add_argument("--stop", action="store_true", help="stop it: its running trials are stopped")
+    action.add_argument("--delete", action="store_true", help="forget it (its trials stay, as training jobs)")
+    tunings.add_argument("--json", action="store_true", help="the operation's answer")
 
     images = commands.add("images", cmd_images, "List the container images on this machine that a job can run in "
                           "(--image, TrainingImage).")
@@ -356,7 +381,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         request["SearchExpression"] = expression
     results: list[dict[str, Any]] = []
     while True:
-        page = search.search(db, **request, MaxResults=min(100, args.limit - len(results)))
+        page = sagemaker.search(db, **request, MaxResults=min(100, args.limit - len(results)))
         results += [result["TrainingJob"] for result in page["Results"]]
         if "NextToken" not in page or len(results) >= args.limit:
             break
@@ -411,4 +436,69 @@ def cmd_images(args: argparse.Namespace) -> int:
         return 0
     print(render.table(["IMAGE", "ID", "SIZE", "CREATED"],
                        [[i["Name"], i["Id"][:12], i["Size"], i["Created"]] for i in found["Images"]]))
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    try:
+        request = json.loads(read_text(args.request, "request"))
+    except json.JSONDecodeError as exc:
+        raise ValidationException(f"{args.request} is not JSON: {exc}") from None
+    if not isinstance(request, dict):
+        raise ValidationException(f"{args.request} must hold a JSON object: a CreateHyperParameterTuningJob request.")
+    if args.name:
+        request["HyperParameterTuningJobName"] = args.name
+    db = store(args)
+    answer = tuning.create_hyper_parameter_tuning_job(db, **request)
+    name = request["HyperParameterTuningJobName"]
+    print(f"tuning job {name} started ({answer['HyperParameterTuningJobArn']})")
+    if args.detach:
+        return 0
+    shown: set[str] = set()
+    try:
+        while True:
+            described = tuning.describe_hyper_parameter_tuning_job(db, HyperParameterTuningJobName=name)
+            row = tuning.tuning_job(db, name)
+            for trial in tuning.trial_summaries(db, row):
+                if trial["TrainingJobStatus"] in TERMINAL and trial["TrainingJobName"] not in shown:
+                    shown.add(trial["TrainingJobName"])
+                    print(render.trial_line(trial))
+            if described["HyperParameterTuningJobStatus"] not in ("InProgress", "Stopping"):
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print(f"\ntuning job {name} goes on; `trainmon tuning {name}` shows it, `--stop` stops it", file=sys.stderr)
+        return 130
+    print(render.tuning(described, tuning.trial_summaries(db, tuning.tuning_job(db, name))))
+    return exit_status(described["HyperParameterTuningJobStatus"])
+
+
+def cmd_tuning(args: argparse.Namespace) -> int:
+    db = store(args)
+    if args.name is None:
+        if args.stop or args.delete:
+            raise ValidationException("--stop and --delete need the tuning job's name.")
+        found = every_page(functools.partial(tuning.list_hyper_parameter_tuning_jobs, db, SortBy="CreationTime",
+                                             SortOrder="Descending"), "HyperParameterTuningJobSummaries")
+        if args.json:
+            print_json(found)
+        elif found:
+            print(render.tuning_list(found))
+        else:
+            print("no hyperparameter tuning jobs yet: `trainmon tune REQUEST.json` starts one (see docs/tuning.md)")
+        return 0
+    if args.stop:
+        tuning.stop_hyper_parameter_tuning_job(db, HyperParameterTuningJobName=args.name)
+        print(f"tuning job {args.name}: Stopping (its running trials are stopped)")
+        return 0
+    if args.delete:
+        tuning.delete_hyper_parameter_tuning_job(db, HyperParameterTuningJobName=args.name)
+        print(f"tuning job {args.name} deleted (its trials stay, as training jobs)")
+        return 0
+    described = tuning.describe_hyper_parameter_tuning_job(db, HyperParameterTuningJobName=args.name)
+    trials = tuning.trial_summaries(db, tuning.tuning_job(db, args.name))
+    if args.json:
+        print_json({**described, "TrainingJobSummaries": trials})
+    else:
+        print(render.tuning(described, trials))
     return 0

@@ -316,3 +316,70 @@ def job_list(summaries: list[dict[str, Any]], now_s: float) -> str:
         [[s["TrainingJobName"], s["TrainingJobStatus"], s.get("SecondaryStatus", ""),
           clock(s["CreationTime"], date=True), duration(s)] for s in summaries],
     )
+
+
+def _objective(trial: Mapping[str, Any]) -> str:
+    metric = trial.get("FinalHyperParameterTuningJobObjectiveMetric")
+    return number(metric["Value"]) if metric else "-"
+
+
+def _tuned(value: str) -> str:
+    """A tuned value as a person reads it: a long fraction to 4 significant digits."""
+    try:
+        return f"{float(value):.4g}" if "." in value else value
+    except ValueError:
+        return value
+
+
+def trial_line(trial: Mapping[str, Any]) -> str:
+    """One trial as it ends: its name, status, objective and tuned hyperparameters."""
+    tuned = " ".join(f"{key}={_tuned(value)}" for key, value in sorted(trial["TunedHyperParameters"].items()))
+    return terminal_safe(f"  {trial['TrainingJobName']}  {trial['TrainingJobStatus']:<9}  {_objective(trial):>12}  "
+                         f"{tuned}")
+
+
+_COUNTED = {"InProgress": "running", "RetryableError": "failed (retryable)", "NonRetryableError": "failed"}
+
+
+def tuning(described: Mapping[str, Any], trials: Sequence[Mapping[str, Any]]) -> str:
+    """A tuning job: its status, objective and counters, the best trial, and every trial, best first."""
+    config = described["HyperParameterTuningJobConfig"]
+    goal = config.get("HyperParameterTuningJobObjective") or {}
+    jobs, goals = described["TrainingJobStatusCounters"], described["ObjectiveStatusCounters"]
+    lines = [f"tuning job {described['HyperParameterTuningJobName']}: {described['HyperParameterTuningJobStatus']}"]
+    facts = [("strategy", config["Strategy"]),
+             ("objective", f"{goal.get('Type', '').lower()} {goal.get('MetricName', '')}".strip()),
+             ("trials", ", ".join(f"{count} {_COUNTED.get(name, name.lower())}" for name, count in jobs.items()
+                                  if count) or "none yet"),
+             ("objectives", ", ".join(f"{count} {name.lower()}" for name, count in goals.items() if count) or "-")]
+    best = described.get("BestTrainingJob")
+    if best:
+        facts.append(("best", f"{best['TrainingJobName']}  {_objective(best)}"))
+    if "FailureReason" in described:
+        facts.append(("failure", described["FailureReason"]))
+    lines += fields(facts)
+    if trials:
+        names = sorted({key for trial in trials for key in trial["TunedHyperParameters"]})
+        minimize = goal.get("Type") != "Maximize"
+
+        def order(trial: Mapping[str, Any]) -> tuple[int, float]:
+            metric = trial.get("FinalHyperParameterTuningJobObjectiveMetric")
+            if metric is None:
+                return 1, 0.0
+            return 0, float(metric["Value"]) if minimize else -float(metric["Value"])
+
+        lines += ["", table(["TRIAL", "STATUS", "OBJECTIVE", *names],
+                            [[t["TrainingJobName"], t["TrainingJobStatus"], _objective(t),
+                              *(_tuned(t["TunedHyperParameters"].get(n, "")) for n in names)]
+                             for t in sorted(trials, key=order)])]
+    return terminal_safe("\n".join(lines), keep_newlines=True)
+
+
+def tuning_list(summaries: Sequence[Mapping[str, Any]]) -> str:
+    def trials(summary: Mapping[str, Any]) -> str:
+        counts = summary["TrainingJobStatusCounters"]
+        return f"{sum(counts.values())} ({counts['Completed']} completed)"
+
+    return table(["NAME", "STATUS", "STRATEGY", "TRIALS", "CREATED"],
+                 [[s["HyperParameterTuningJobName"], s["HyperParameterTuningJobStatus"], s["Strategy"], trials(s),
+                   clock(s["CreationTime"], date=True)] for s in summaries])

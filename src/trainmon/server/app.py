@@ -31,7 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import api
-from ..api import artifacts, sagemaker, search, trainmon
+from ..api import artifacts, sagemaker, trainmon
 from ..cloudwatch.model import job_metric_key
 from ..errors import MethodNotAllowed, NotFound, ResourceNotFound, TrainmonError, ValidationException
 from ..jobs import searchtext
@@ -107,10 +107,10 @@ async def list_jobs(request: Request, store: Store) -> Any:
                 if value:
                     expression = {"Filters": [{"Name": name, "Operator": operator, "Value": value}],
                                   **({"SubExpressions": [expression]} if expression else {})}
-            rows, total, token = search.search_rows(
+            rows, total, token = sagemaker.search_rows(
                 store, SearchExpression=expression, SortBy={"Name": "TrainingJobName"}.get(sort, sort),
                 SortOrder=request_["SortOrder"], NextToken=request_.get("NextToken"), MaxResults=request_["MaxResults"])
-            extra["TotalHits"] = search.total_hits(total)
+            extra["TotalHits"] = sagemaker.total_hits(total)
         else:
             rows, token = sagemaker.list_training_job_rows(store, **request_)
         ids = [row.id for row in rows]

@@ -32,8 +32,9 @@ from .rows import (
 )
 from .series.buffer import WriteBehind
 from .sqlite import SqliteStore
+from .tuning import TuningRow
 
-__all__ = ["AlarmHistoryRow", "AlarmRow", "Batch", "EventRow", "JobPoints", "JobRow", "Maintenance", "PointBlock", "PointColumns", "PointRow", "StreamRow", "SqliteStore", "Store", "WriteBehind", "open_store"]
+__all__ = ["AlarmHistoryRow", "AlarmRow", "Batch", "EventRow", "JobPoints", "JobRow", "Maintenance", "PointBlock", "PointColumns", "PointRow", "StreamRow", "SqliteStore", "Store", "TuningRow", "WriteBehind", "open_store"]
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 

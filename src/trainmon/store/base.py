@@ -29,7 +29,7 @@ from ..cloudwatch.statistics import Columns, Sample
 from ..errors import ResourceInUse, ResourceNotFound
 from ..jobs.document import JobDocument, SupervisorIdentity
 from ..jobs.search import Search, properties
-from . import search
+from . import search, tuning
 from .codec import pack_text, unpack_text
 from .rows import (
     AlarmHistoryRow,
@@ -64,7 +64,7 @@ JOB_ORDERS = {"Name": "name", "CreationTime": "creation_time", "Status": "status
 STREAM_ORDERS = {False: ("name",), True: ("coalesce(last_event_ms, 0)", "name")}  # by name; by last event
 
 
-class SqlStore:
+class SqlStore(tuning.TuningJobs):
     """The Store contract written once for both backends, in SQL with ``?`` placeholders.
 
     A backend supplies the connection and its dialect: ``_read`` (one query outside a
@@ -145,6 +145,13 @@ class SqlStore:
     def get_job(self, name: str) -> JobRow | None:
         rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?", (name,))
         return job_from_row(rows[0]) if rows else None
+
+    def jobs_named(self, names: Sequence[str]) -> list[JobRow]:
+        """The jobs of these names that exist, in no particular order."""
+        rows = [row for part in range(0, len(names), 500) for row in self._read(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE {Where().any_of('name', names[part:part + 500]).sql}",
+            names[part:part + 500])]
+        return [job_from_row(row) for row in rows]
 
     def list_jobs(
         self,

@@ -28,6 +28,7 @@ from .rows import (
     PointRow,
     StreamRow,
 )
+from .tuning import TuningRow
 
 if TYPE_CHECKING:
     from ..cloudwatch.datapoints import Datapoints
@@ -60,6 +61,10 @@ class Store(Protocol):
         ...
 
     def get_job(self, name: str) -> JobRow | None: ...
+
+    def jobs_named(self, names: Sequence[str]) -> list[JobRow]:
+        """The jobs of these names that exist, in no particular order."""
+        ...
 
     def list_jobs(
         self,
@@ -103,6 +108,27 @@ class Store(Protocol):
         ...
 
     def delete_job(self, name: str) -> None: ...
+
+    # -- hyperparameter tuning jobs (store/tuning.py); their trials are jobs
+    def create_tuning_job(self, name: str, doc: dict[str, Any], creation_time: float) -> TuningRow:
+        """Store a new tuning job; ResourceInUse when the name is taken."""
+        ...
+
+    def get_tuning_job(self, name: str) -> TuningRow | None: ...
+
+    def tuning_jobs_after(self, after: tuple[Any, ...] | None, limit: int | None, *, status: str | None = None,
+                          statuses: Sequence[str] | None = None, name_contains: str | None = None,
+                          created_after: float | None = None, created_before: float | None = None,
+                          modified_after: float | None = None, modified_before: float | None = None,
+                          sort_by: str = "CreationTime", descending: bool = False) -> list[TuningRow]:
+        """Up to ``limit`` tuning jobs in the order of ``sort_by``, after ``after`` (``tuning.place``)."""
+        ...
+
+    def update_tuning_job(self, name: str, mutate: Callable[[TuningRow], None]) -> TuningRow:
+        """Read, change and write one tuning job atomically; ``mutate`` edits the row in place."""
+        ...
+
+    def delete_tuning_job(self, name: str) -> None: ...
 
     # -- log streams
     def add_stream(self, job_id: int, host: str, name: str, creation_ms: int) -> StreamRow: ...

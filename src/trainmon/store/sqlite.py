@@ -36,7 +36,7 @@ from ..cloudwatch.retention import Retention
 from ..cloudwatch.retention import current as current_retention
 from ..config import private_file
 from ..errors import StoreError
-from . import search
+from . import search, tuning
 from .base import PackedChunk, SqlStore
 from .rows import Maintenance
 from .series.buffer import WriteBehind
@@ -229,6 +229,8 @@ _MIGRATIONS.append("""
 # Search: each job's properties as rows (store/search.py), those of the jobs already stored too.
 _MIGRATIONS.append(search.TABLE.format(id="INTEGER", text="TEXT", real="REAL"))
 _MIGRATIONS.append(lambda db: _backfill_properties(db))
+# Hyperparameter tuning jobs (store/tuning.py); their trials are jobs.
+_MIGRATIONS.append(tuning.TABLE.format(id="INTEGER", text="TEXT", real="REAL"))
 
 OPEN_TIMEOUT_S = 30.0
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass
