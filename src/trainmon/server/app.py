@@ -702,6 +702,8 @@ def create_app(store: Store, settings: Settings) -> Any:
         Route("/new", page, methods=["GET"]),
         Route("/alarms", page, methods=["GET"]),
         Route("/alarms/{rest:path}", page, methods=["GET"]),
+        Route("/tuning", page, methods=["GET"]),
+        Route("/tuning/{rest:path}", page, methods=["GET"]),
     ]
     uplot = CONSOLE / "node_modules" / "uplot" / "dist"
     if uplot.is_dir():

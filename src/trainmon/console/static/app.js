@@ -5,6 +5,8 @@ import * as job from "./job.js";
 import * as compare from "./compare.js";
 import * as create from "./create.js";
 import * as alarms from "./alarms.js";
+import * as tuningJobs from "./tuning-jobs.js";
+import * as tuningJob from "./tuning-job.js";
 import {h, clear} from "./dom.js";
 import {navigate, setRouteHandler} from "./router.js";
 
@@ -24,6 +26,8 @@ const ROUTES = [
   [/^\/new\/?$/, create, () => ({})],
   [/^\/alarms\/?$/, alarms, () => ({})],
   [/^\/alarms\/([^/]+)\/?$/, alarms, (m) => ({name: decodeURIComponent(m[1])})],
+  [/^\/tuning\/?$/, tuningJobs, () => ({})],
+  [/^\/tuning\/([^/]+)\/?$/, tuningJob, (m) => ({name: decodeURIComponent(m[1])})],
 ];
 
 const root = document.getElementById("app");
@@ -44,7 +48,8 @@ function show() {
   const found = route(location.pathname, new URLSearchParams(location.search));
   window.scrollTo(0, 0);
   for (const link of document.querySelectorAll(".topbar nav a")) {
-    link.classList.toggle("active", link.getAttribute("href") === location.pathname);
+    const href = link.getAttribute("href"); // a page's own pages too: /tuning/NAME is Tuning's
+    link.classList.toggle("active", href === location.pathname || (href !== "/" && location.pathname.startsWith(href + "/")));
   }
   if (!found) {
     clear(root, h("h1", {}, "Not found"), h("p", {}, "There is no page here. ", h("a", {href: "/"}, "See the jobs.")));

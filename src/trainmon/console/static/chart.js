@@ -90,8 +90,9 @@ function ema(values, weight) {
 
 export class Chart {
   constructor({key, title, sources, xMetrics = [], x = "wall", compact = false, onPoint = null, attrs = {}, unit = null,
-    sync = null}) {
+    sync = null, legend = null}) {
     this.key = key;
+    this.legend = legend; // null: shown unless compact with one series; a function of the series' count
     this.title = title;
     this.unit = unit && unit !== "None" && unit !== "Count" ? unit : null; // CloudWatch's: values and ticks in it
     this.sync = sync; // charts of one sync key share the cursor's x
@@ -397,6 +398,20 @@ export class Chart {
     this.render();
   }
 
+  /** Other sources (a tuning job's new trials): those of a label known keep their points; the plot
+   * is made again (a series more or less), with the zoom and settings as they are. */
+  setSources(specs) {
+    const known = new Map(this.sources.map((src) => [src.spec.label, src]));
+    this.sources = specs.map((spec, i) => {
+      const color = spec.color || COLORS[i % COLORS.length];
+      const old = known.get(spec.label);
+      if (old) return Object.assign(old, {spec, color});
+      return {spec, color, base: null, detail: null, stat: null, xBase: null, xDetail: null, pending: [], rows: null};
+    });
+    this.structure = ""; // a new plot at the next render
+    return this.fetch();
+  }
+
   /** New points of source ``i`` (live); how many were new (the last ones of ``add``). */
   append(i, add) {
     const src = this.sources[i];
@@ -502,6 +517,7 @@ export class Chart {
     const rowsList = this.sources.map((src) => (src.rows = this.rowsOf(src)));
     const layout = (this.layout = this.layoutOf(rowsList));
     const structure = JSON.stringify([
+      this.sources.length,
       this.settings.x,
       this.settings.log,
       this.settings.smooth > 0,
@@ -611,7 +627,10 @@ export class Chart {
         {...axis, ...(mode === "start" ? {values: (u, splits) => splits.map(fmtDuration), incrs: DURATIONS, space: 70} : {})},
         {...axis, size: fitTicks, values: (u, splits) => splits.map((v) => fmtUnit(v, this.unit))},
       ],
-      legend: {show: !this.compact || this.sources.length > 1, live: true},
+      legend: {
+        show: this.legend ? this.legend(this.sources.length) : !this.compact || this.sources.length > 1,
+        live: true,
+      },
       cursor: {
         ...(this.sync ? {sync: {key: this.sync, setSeries: false}} : {}),
         drag: {x: true, y: false, setScale: true},
@@ -645,7 +664,8 @@ export class Chart {
 
   kindAt(source, column) {
     const row = this.layout?.maps[source]?.[column];
-    return row === undefined || row < 0 ? null : this.sources[source].rows.k[row];
+    const rows = this.sources[source]?.rows; // (none yet for a source just given: setSources)
+    return row === undefined || row < 0 || !rows ? null : rows.k[row];
   }
 
   // -- zoom, pan, click ---------------------------------------------------------------------
@@ -754,6 +774,7 @@ export class Chart {
     ctx.fillStyle = MARKER;
     this.sources.forEach((src) => {
       const rows = src.rows;
+      if (!rows) return; // a source just given (setSources): drawn at the next render
       rows.k.forEach((kind, j) => {
         if (!kind) return;
         const cx = u.valToPos(rows.x[j], "x", true);
@@ -778,5 +799,117 @@ export class Chart {
       });
     });
     ctx.restore();
+  }
+}
+
+// -- a chart of values given, not fetched ---------------------------------------------------------
+
+const INTEGERS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
+
+/** A chart of values the page has already (a tuning job's final objective per trial), on the
+ * same uPlot look as the metric charts: ``set(x, series)`` draws it, each series {label, values,
+ * color, kind: "points" (a dot per value, in ``colors[i]`` when given) or "step" (a stepped line)}.
+ * Its state is on its <section> (data-points) and in window.trainmonCharts[key] (series, points). */
+export class PlotChart {
+  constructor({key, title, xLabel, attrs = {}, integerX = false, xValue = fmtNum, yValue = fmtNum}) {
+    this.key = key;
+    this.xLabel = xLabel;
+    this.integerX = integerX;
+    this.xValue = xValue;
+    this.yValue = yValue;
+    this.u = null;
+    this.shape = "";
+    this.data = null;
+    this.series = [];
+    this.api = {points: 0, series: []};
+    charts[key] = this.api;
+    this.plotEl = h("div", {class: "plot"});
+    this.note = h("span", {class: "chart-note"});
+    this.el = h(
+      "section",
+      {class: "chart", ...attrs, "data-points": 0},
+      h("header", {class: "chart-head"}, h("h3", {}, title), this.note),
+      this.plotEl,
+    );
+    this.resize = new ResizeObserver(() => {
+      if (this.u && this.plotEl.clientWidth > 0) this.u.setSize(this.size());
+    });
+    this.resize.observe(this.plotEl);
+  }
+
+  size() {
+    return {width: Math.max(200, this.plotEl.clientWidth), height: 260};
+  }
+
+  set(x, series, note = "") {
+    this.series = series;
+    this.data = [x, ...series.map((s) => s.values)];
+    const shape = JSON.stringify(series.map((s) => [s.label, s.kind, s.color]));
+    if (!this.u || shape !== this.shape) {
+      if (this.u) this.u.destroy();
+      this.shape = shape;
+      this.u = new uPlot(this.options(), this.data, this.plotEl);
+    } else {
+      this.u.setData(this.data);
+    }
+    const counts = series.map((s) => s.values.filter((v) => v !== null && v !== undefined).length);
+    this.api.series = series.map((s, i) => ({label: s.label, points: counts[i]}));
+    this.api.points = counts[0] || 0;
+    this.el.dataset.points = this.api.points;
+    this.note.textContent = note;
+  }
+
+  options() {
+    const axis = {stroke: "#6b7280", grid: {stroke: "#e5e7eb", width: 1}, ticks: {stroke: "#e5e7eb", width: 1}};
+    const show = (format) => (u, v) => (v === null || v === undefined ? "–" : format(v));
+    return {
+      ...this.size(),
+      series: [
+        {label: this.xLabel, value: show(this.xValue)},
+        ...this.series.map((s) =>
+          s.kind === "step"
+            ? {label: s.label, stroke: s.color, width: 2, spanGaps: true, value: show(this.yValue),
+              paths: uPlot.paths.stepped({align: 1}), points: {show: false}}
+            : {label: s.label, stroke: s.color, width: 0, value: show(this.yValue), paths: () => null,
+              points: {show: !s.colors, size: 8, fill: s.color, stroke: s.color}},
+        ),
+      ],
+      scales: {
+        x: {time: false, range: (u, min, max) => (min === null || max === null ? [0, 1] : [min - 0.5, max + 0.5])},
+        y: {},
+      },
+      axes: [
+        {...axis, ...(this.integerX ? {incrs: INTEGERS, values: (u, splits) => splits.map(String), space: 40} : {})},
+        {...axis, size: fitTicks, values: (u, splits) => splits.map(this.yValue)},
+      ],
+      legend: {show: true, live: true},
+      cursor: {drag: {x: false, y: false}},
+      hooks: {draw: [(u) => this.drawDots(u)]},
+    };
+  }
+
+  /** The dots of the series that give each its own colour. */
+  drawDots(u) {
+    const ctx = u.ctx;
+    const r = 4 * devicePixelRatio;
+    ctx.save();
+    this.series.forEach((s, i) => {
+      if (!s.colors) return;
+      const ys = u.data[i + 1];
+      u.data[0].forEach((x, j) => {
+        if (ys[j] === null || ys[j] === undefined) return;
+        ctx.beginPath();
+        ctx.fillStyle = s.colors[j];
+        ctx.arc(u.valToPos(x, "x", true), u.valToPos(ys[j], "y", true), r, 0, 2 * Math.PI);
+        ctx.fill();
+      });
+    });
+    ctx.restore();
+  }
+
+  destroy() {
+    this.resize.disconnect();
+    if (this.u) this.u.destroy();
+    if (charts[this.key] === this.api) delete charts[this.key];
   }
 }

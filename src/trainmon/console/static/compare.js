@@ -7,6 +7,7 @@ import {navigate} from "./router.js";
 import {Chart, COLORS} from "./chart.js";
 import {h, clear, fmtNum, statusBadge, section, TERMINAL} from "./dom.js";
 import {metricSource} from "./job.js";
+import {parallelCoordinates, scatterPlot} from "./parallel.js";
 
 export function mount(root, {jobs: names}) {
   document.title = "Compare · trainmon";
@@ -162,41 +163,6 @@ export function mount(root, {jobs: names}) {
 
 // -- hyperparameters against a metric ---------------------------------------------------------------
 
-const SVG = "http://www.w3.org/2000/svg";
-
-function svg(tag, attrs = {}, ...children) {
-  const el = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
-  for (const child of children.flat()) if (child !== null) el.append(child);
-  return el;
-}
-
-/** An axis over values: numbers on a linear scale (log when they span over two decades, all
- * positive), anything else as evenly spaced categories. Returns position(value) in 0..1 and the
- * labels to write at its ends or categories. */
-function axisOf(values) {
-  const numbers = values.map((v) => (v === null || v === undefined || v === "" ? NaN : Number(v)));
-  const known = numbers.filter(Number.isFinite);
-  if (known.length && known.length === values.filter((v) => v !== null && v !== undefined).length) {
-    let lo = Math.min(...known),
-      hi = Math.max(...known);
-    const log = lo > 0 && hi / lo > 100;
-    const f = log ? Math.log10 : (x) => x;
-    const [a, b] = [f(lo), f(hi)];
-    return {
-      at: (v) => (Number.isFinite(Number(v)) ? (b === a ? 0.5 : (f(Number(v)) - a) / (b - a)) : null),
-      ticks: lo === hi ? [[0.5, fmtNum(lo)]] : [[0, fmtNum(lo)], [1, fmtNum(hi)]],
-      log,
-    };
-  }
-  const categories = [...new Set(values.filter((v) => v !== null && v !== undefined).map(String))].sort();
-  const at = (v) => {
-    const i = categories.indexOf(String(v));
-    return i < 0 ? null : categories.length === 1 ? 0.5 : i / (categories.length - 1);
-  };
-  return {at, ticks: categories.map((c) => [at(c), c]), log: false};
-}
-
 /** Parallel coordinates of the hyperparameters that differ and a chosen metric's final value (a
  * line per job), and a scatter of one hyperparameter against it. */
 function relations(jobs, metrics) {
@@ -207,74 +173,17 @@ function relations(jobs, metrics) {
   const hyper = h("select", {name: "relation-hyperparameter"}, differ.map((k) => h("option", {value: k}, k)));
   const parallel = h("div", {class: "parallel"});
   const scatter = h("div", {class: "scatter"});
-  const color = (i) => COLORS[i % COLORS.length];
+  const lines = jobs.map((a, i) => ({name: a.name, color: COLORS[i % COLORS.length]}));
+  const column = (k) => ({name: k, values: jobs.map((a) => (a.Job.HyperParameters || {})[k])});
   const draw = () => {
     const m = metric.value;
-    const columns = [...differ, m];
-    const valuesOf = (c) => jobs.map((a) => (c === m ? finals(a, m) : (a.Job.HyperParameters || {})[c]));
-    const axes = columns.map((c) => axisOf(valuesOf(c)));
-    const W = 160 * Math.max(2, columns.length), H = 260, top = 24, bottom = 30, left = 50;
-    const x = (i) => left + (i * (W - 2 * left)) / Math.max(1, columns.length - 1);
-    const y = (p) => top + (1 - p) * (H - top - bottom);
-    parallel.replaceChildren(
-      svg(
-        "svg",
-        {viewBox: `0 0 ${W} ${H}`, width: W, height: H, "data-lines": jobs.length, "data-axes": columns.length},
-        columns.map((c, i) =>
-          svg(
-            "g",
-            {class: "axis"},
-            svg("line", {x1: x(i), x2: x(i), y1: y(0), y2: y(1), stroke: "#9ca3af"}),
-            svg("text", {x: x(i), y: H - 8, "text-anchor": "middle", class: c === m ? "metric" : ""}, c),
-            axes[i].ticks.map(([p, label]) =>
-              svg("text", {x: x(i) + 4, y: y(p) + 4, class: "tick"}, label),
-            ),
-          ),
-        ),
-        jobs.map((a, j) => {
-          const points = columns.map((c, i) => {
-            const p = axes[i].at(valuesOf(c)[j]);
-            return p === null ? null : `${x(i)},${y(p)}`;
-          });
-          return svg(
-            "polyline",
-            {points: points.filter(Boolean).join(" "), fill: "none", stroke: color(j), "stroke-width": 2,
-              "data-job": a.name},
-            svg("title", {}, a.name),
-          );
-        }),
-      ),
-    );
+    const objective = {name: m, values: jobs.map((a) => finals(a, m)), metric: true};
+    parallel.replaceChildren(parallelCoordinates([...differ.map(column), objective], lines));
     if (!differ.length) {
       clear(scatter, h("p", {class: "muted"}, "The jobs' hyperparameters are the same."));
       return;
     }
-    const k = hyper.value;
-    const xs = jobs.map((a) => (a.Job.HyperParameters || {})[k]);
-    const ys = jobs.map((a) => finals(a, m));
-    const ax = axisOf(xs), ay = axisOf(ys);
-    const SW = 420, SH = 260;
-    const sx = (p) => 50 + p * (SW - 80), sy = (p) => 20 + (1 - p) * (SH - 60);
-    scatter.replaceChildren(
-      svg(
-        "svg",
-        {viewBox: `0 0 ${SW} ${SH}`, width: SW, height: SH, "data-points": jobs.filter((_, j) => ax.at(xs[j]) !== null
-          && ay.at(ys[j]) !== null).length},
-        svg("line", {x1: sx(0), x2: sx(1), y1: sy(0), y2: sy(0), stroke: "#9ca3af"}),
-        svg("line", {x1: sx(0), x2: sx(0), y1: sy(0), y2: sy(1), stroke: "#9ca3af"}),
-        ax.ticks.map(([p, label]) => svg("text", {x: sx(p), y: SH - 22, "text-anchor": "middle", class: "tick"}, label)),
-        ay.ticks.map(([p, label]) => svg("text", {x: sx(0) - 4, y: sy(p) + 4, "text-anchor": "end", class: "tick"},
-          label)),
-        svg("text", {x: (sx(0) + sx(1)) / 2, y: SH - 4, "text-anchor": "middle"}, k + (ax.log ? " (log)" : "")),
-        svg("text", {x: 12, y: 12}, m),
-        jobs.map((a, j) => {
-          const px = ax.at(xs[j]), py = ay.at(ys[j]);
-          if (px === null || py === null) return null;
-          return svg("circle", {cx: sx(px), cy: sy(py), r: 5, fill: color(j), "data-job": a.name},
-            svg("title", {}, `${a.name}: ${k}=${xs[j]}, ${m}=${fmtNum(ys[j])}`));
-        }),
-      ),
-    );
+    scatter.replaceChildren(scatterPlot(column(hyper.value), objective, lines));
   };
   metric.addEventListener("change", draw);
   hyper.addEventListener("change", draw);

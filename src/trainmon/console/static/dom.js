@@ -105,6 +105,13 @@ export function shellJoin(words) {
   return words.map((w) => (w !== "" && /^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replaceAll("'", "'\"'\"'")}'`)).join(" ");
 }
 
+/** A header's label, breakable after ":", "/", "." and "_" only, never inside a word. */
+export function breakable(text) {
+  return String(text)
+    .split(/(?<=[:/._])/)
+    .flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
+}
+
 export function statusBadge(status) {
   return h("span", {class: "status", "data-status": status || "Unknown"}, status || "Unknown");
 }

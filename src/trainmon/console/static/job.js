@@ -46,9 +46,11 @@ export function metricPairs(names) {
   return [...groups.entries()].filter(([, members]) => members.length > 1).map(([base, members]) => ({base, members}));
 }
 
-// Several jobs' points of one metric asked in one request (Compare's charts): the asks of one turn
-// of the event loop for the same metric, range and width go together.
+// Several jobs' points of one metric asked in one request (Compare's charts, a tuning job's
+// trials): the asks of one turn of the event loop for the same metric, range and width go together,
+// in requests of at most BATCH_JOBS jobs (the route's limit).
 const batches = new Map();
+const BATCH_JOBS = 50;
 
 function batchedPoints(name, metric, params) {
   const key = JSON.stringify([metric, params]);
@@ -56,31 +58,37 @@ function batchedPoints(name, metric, params) {
   if (!batch) {
     batch = new Map(); // job -> the asks waiting for its points
     batches.set(key, batch);
-    setTimeout(async () => {
+    setTimeout(() => {
       batches.delete(key);
-      try {
-        const jobs = [...batch.keys()].join(",");
-        const answer = await get(`/api/metrics/${encodeURIComponent(metric)}/points`, {...params, jobs});
-        for (const found of answer.Series) {
-          for (const ask of batch.get(found.TrainingJobName) || []) {
-            if (found.Error) ask.reject(new ApiError(400, found.Error.code, found.Error.message));
-            else ask.resolve(series(found));
-          }
-        }
-      } catch (exc) {
-        for (const asks of batch.values()) for (const ask of asks) ask.reject(exc);
-      }
+      const names = [...batch.keys()];
+      for (let i = 0; i < names.length; i += BATCH_JOBS) askPoints(metric, params, names.slice(i, i + BATCH_JOBS), batch);
     }, 0);
   }
   return new Promise((resolve, reject) => batch.set(name, [...(batch.get(name) || []), {resolve, reject}]));
 }
 
-export function metricSource(name, metric, {origin, label, color, others, overlaid} = {}) {
-  // Overlaid on other jobs' series (compare), a series gets a bucket per three pixels and no log
-  // records: each spike still shows (a bucket keeps its lowest and highest), in a third of the bytes;
-  // and it is asked with the other jobs' in one request.
+/** One request for the points of ``names`` (at most BATCH_JOBS), answering their asks in ``batch``. */
+async function askPoints(metric, params, names, batch) {
+  try {
+    const answer = await get(`/api/metrics/${encodeURIComponent(metric)}/points`, {...params, jobs: names.join(",")});
+    for (const found of answer.Series) {
+      for (const ask of batch.get(found.TrainingJobName) || []) {
+        if (found.Error) ask.reject(new ApiError(400, found.Error.code, found.Error.message));
+        else ask.resolve(series(found));
+      }
+    }
+  } catch (exc) {
+    for (const name of names) for (const ask of batch.get(name) || []) ask.reject(exc);
+  }
+}
+
+export function metricSource(name, metric, {origin, label, color, others, overlaid, buckets} = {}) {
+  // Overlaid on other jobs' series (compare), a series gets a bucket per three pixels (or as many as
+  // ``buckets(width)`` says: a tuning job's hundreds of trials get fewer) and no log records: each
+  // spike still shows (a bucket keeps its lowest and highest), in a third of the bytes; and it is
+  // asked with the other jobs' in one request.
   const detail = overlaid
-    ? (width) => ({width: Math.max(1, Math.ceil(width / 3)), records: 0, times: "delta"})
+    ? (width) => ({width: buckets ? buckets(width) : Math.max(1, Math.ceil(width / 3)), records: 0, times: "delta"})
     : (width) => ({width, times: "delta"});
   return {
     label: label || metric,
@@ -119,6 +127,20 @@ function systemSource(name, host, metric, origin) {
     },
     xSeries: async () => null,
   };
+}
+
+const TUNING_ARN = "hyper-parameter-tuning-job/";
+
+/** The name of the tuning job whose trial ``job`` is (null: none). The ARN has it lower-cased; the
+ * trial's own name starts with it as it was given ("NAME-NNN-xxxxxxxx"), which is taken when the two
+ * agree. */
+export function tuningJobOf(job) {
+  const arn = job.TuningJobArn || "";
+  const at = arn.indexOf(TUNING_ARN);
+  if (at < 0) return null;
+  const lower = arn.slice(at + TUNING_ARN.length);
+  const prefix = /^(.+)-\d{3,}-[0-9a-z]+$/i.exec(job.TrainingJobName || "")?.[1];
+  return prefix && prefix.toLowerCase() === lower.toLowerCase() ? prefix : lower;
 }
 
 /** A job whose profiler rules include ProfilerReport has a report (made from what is there so far). */
@@ -227,6 +249,7 @@ class JobPage {
   showJob() {
     const job = this.job;
     const stoppable = !TERMINAL.has(job.TrainingJobStatus) && job.TrainingJobStatus !== "Stopping";
+    const tuning = tuningJobOf(job);
     clear(
       this.head,
       h(
@@ -240,6 +263,14 @@ class JobPage {
           statusBadge(job.TrainingJobStatus),
           " ",
           h("span", {class: "secondary", "data-secondary": job.SecondaryStatus}, job.SecondaryStatus),
+          tuning
+            ? h(
+                "span",
+                {class: "tuning-of"},
+                "· a trial of the tuning job ",
+                h("a", {href: `/tuning/${encodeURIComponent(tuning)}`, name: "tuning-job"}, tuning),
+              )
+            : null,
         ),
       ),
       h(

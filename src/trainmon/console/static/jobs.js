@@ -2,17 +2,12 @@
 // search (SageMaker's Search in its text form, kept in the URL), sort, choose columns and compare.
 
 import {get, post, liveStream} from "./api.js";
-import {h, clear, fmtNum, fmtTime, fmtDuration, statusBadge, debounce, TERMINAL} from "./dom.js";
+import {h, clear, fmtNum, fmtTime, fmtDuration, statusBadge, debounce, breakable, TERMINAL} from "./dom.js";
 import {navigate} from "./router.js";
 
 const STATUSES = ["InProgress", "Completed", "Failed", "Stopping", "Stopped"];
 const CHOSEN = "trainmon.jobs.columns"; // the columns chosen, remembered by this browser
 const DEFAULT_METRICS = 6; // at most this many metrics shown until columns are chosen
-
-// A header's label, breakable after ":", "/", "." and "_" only, never inside a word.
-function label(text) {
-  return text.split(/(?<=[:/._])/).flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
-}
 
 // A property's name as Search reads it, for a column's key.
 const PROPERTY = {metric: "Metrics.", hyper: "HyperParameters.", tag: "Tags."};
@@ -509,8 +504,8 @@ export function mount(root) {
                   else render();
                 },
               },
-              label(c.label),
-              c.key === col.key ? (state.sort.descending ? " ▾" : " ▴") : "",
+              breakable(c.label),
+              c.key === col.key ? (state.sort.descending ? "\u00a0▾" : "\u00a0▴") : "",
             ),
           ),
         ),

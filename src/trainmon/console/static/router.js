@@ -1,5 +1,6 @@
-// Client-side navigation: the pages are /, /jobs/NAME, /compare?jobs=A,B, /new, /alarms and
-// /alarms/NAME, all served as index.html; app.js draws the one the address names.
+// Client-side navigation: the pages are /, /jobs/NAME, /compare?jobs=A,B, /new, /alarms,
+// /alarms/NAME, /tuning and /tuning/NAME, all served as index.html; app.js draws the one the address
+// names.
 
 let onChange = () => {};
 
