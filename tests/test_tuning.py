@@ -28,10 +28,12 @@ from botocore.exceptions import ClientError
 
 from trainmon.api import sagemaker
 from trainmon.api import tuning as ops
+from trainmon.clock import ManualClock
 from trainmon.errors import ResourceInUse, ResourceNotFound, ValidationException
 from trainmon.jobs import tuning
 from trainmon.store import Store
 from trainmon.tuning.space import Search
+from trainmon.tuning.tuner import Tuner
 
 from .conftest import PY, ServerProcess, run_cli, wait_for
 
@@ -539,6 +541,12 @@ def test_boto3_runs_a_tuning_job_through_the_aws_endpoint(server: ServerProcess,
         sm.create_hyper_parameter_tuning_job(**bad)
     assert invalid.value.response["Error"]["Code"] == "ValidationException"
     assert "'nope' is not defined" in invalid.value.response["Error"]["Message"]
+    searched = sm.search(Resource="HyperParameterTuningJob", SearchExpression={"Filters": [
+        {"Name": "BestTrainingJob.FinalHyperParameterTuningJobObjectiveMetric.Value", "Operator": "LessThan",
+         "Value": "1000"}]})
+    (found,) = searched["Results"]
+    assert found["HyperParameterTuningJob"]["BestTrainingJob"]["TrainingJobName"] == \
+        answer["BestTrainingJob"]["TrainingJobName"]
     sm.delete_hyper_parameter_tuning_job(HyperParameterTuningJobName="boto")
 
 
@@ -606,3 +614,162 @@ def test_the_tuning_page_example_runs_as_written(store: Store, tmp_path: Path) -
     tuned = best["TunedHyperParameters"]
     expected = (float(tuned["eta"]) - 0.2) ** 2 + (int(tuned["max_depth"]) - 6) ** 2 / 100 + 0.05
     assert value(best) == pytest.approx(expected, abs=2e-4)
+
+
+@pytest.mark.timeout(600)
+def test_trainmons_own_tuner_tunes_an_estimator_in_process(home: Path, tmp_path: Path) -> None:
+    import trainmon
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(textwrap.dedent("""\
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", type=float)
+        parser.add_argument("--depth", type=int)
+        parser.add_argument("--optimizer")
+        parser.add_argument("--epochs", type=int)
+        args = parser.parse_args()
+        for epoch in range(1, args.epochs + 1):
+            extra = 0.0 if args.optimizer == "adam" else 1.0
+            print(f"epoch {epoch} validation:loss={(args.lr - 0.1) ** 2 * 100 + (args.depth - 6) ** 2 * 0.1 + extra:.6f};")
+        """), encoding="utf-8")
+    estimator = trainmon.Estimator(entry_point="train.py", source_dir=str(source), hyperparameters={"epochs": 2},
+                                   metric_definitions=DEFINITIONS, rules=[])
+    tuner = trainmon.HyperparameterTuner(
+        estimator, METRIC, {"lr": trainmon.ContinuousParameter(0.001, 1, "Logarithmic"),
+                            "depth": trainmon.IntegerParameter(1, 10),
+                            "optimizer": trainmon.CategoricalParameter(["adam", "sgd"])},
+        objective_type="Minimize", max_jobs=4, max_parallel_jobs=2, strategy="Random", random_seed=2)
+    tuner.fit(job_name="in-process")
+    assert tuner.describe()["HyperParameterTuningJobStatus"] == "Completed"
+    frame = tuner.analytics().dataframe()
+    assert len(frame) == 4 and set(frame["TrainingJobStatus"]) == {"Completed"}
+    for _, row in frame.iterrows():  # each trial's script got its tuned values as arguments
+        expected = loss(row["lr"], int(row["depth"]), 0.0 if row["optimizer"] == "adam" else 1.0)
+        assert row["FinalObjectiveValue"] == pytest.approx(expected, abs=1e-5)
+    assert tuner.best_training_job() == frame.loc[frame["FinalObjectiveValue"].idxmin(), "TrainingJobName"]
+    best = tuner.best_estimator()
+    assert best.latest_training_job is not None and best.latest_training_job.job_name == tuner.best_training_job()
+
+
+def test_hyperband_prunes_trials_worse_at_a_rung_and_never_the_best() -> None:
+    body = request("train.py", strategy="Hyperband", jobs=30, parallel=1,
+                   StrategyConfig={"HyperbandStrategyConfig": {"MinResource": 1, "MaxResource": 9}})
+    search = Search(tuning.tuning_document(body, 0.0))
+    pruned, finals = [], []
+    for _ in range(30):
+        trial, _, tuned = search.ask()
+        final = loss(float(tuned["lr"]), int(tuned["depth"]))
+        curve = [final + 1.0 / step for step in range(1, 10)]
+        stopped = next((step for step in range(1, 10) if search.report(trial, curve[:step], step - 1)), None)
+        search.tell(trial, curve[(stopped or 9) - 1], stopped_early=stopped is not None)
+        (pruned if stopped is not None and stopped < 9 else finals).append(final)
+    assert pruned, "Hyperband stopped no trial at a rung"
+    assert min(finals + pruned) in finals  # the best trial ran to MaxResource
+
+
+@pytest.mark.timeout(600)
+def test_a_hyperband_tuning_job_stops_each_trial_at_max_resource(store: Store, objective: Path) -> None:
+    body = request(objective, strategy="Hyperband", jobs=3, parallel=3, static={"epochs": "4", "hold_above": "-1"},
+                   StrategyConfig={"HyperbandStrategyConfig": {"MinResource": 1, "MaxResource": 4}})
+    ops.create_hyper_parameter_tuning_job(store, **body)
+    answer = finished(store, "tune")
+    assert answer["HyperParameterTuningJobStatus"] == "Completed"
+    found = trials(store, "tune")  # each held after its 4 steps: Hyperband stopped it there, its last value kept
+    assert len(found) == 3 and all(t["TrainingJobStatus"] == "Stopped" for t in found)
+    for trial in found:
+        tuned = trial["TunedHyperParameters"]
+        assert value(trial) == pytest.approx(loss(float(tuned["lr"]), int(tuned["depth"])), abs=1e-5)
+    assert answer["ObjectiveStatusCounters"]["Succeeded"] == 3
+
+
+@pytest.mark.timeout(600)
+def test_several_definitions_are_one_more_choice_of_the_search(store: Store, objective: Path) -> None:
+    body = request(objective, jobs=6, parallel=3)
+    template = body.pop("TrainingJobDefinition")
+    ranges = body["HyperParameterTuningJobConfig"].pop("ParameterRanges")
+    body["TrainingJobDefinitions"] = [
+        {**template, "DefinitionName": "shallow", "StaticHyperParameters": {"epochs": "2", "depth": "2"},
+         "HyperParameterRanges": {"ContinuousParameterRanges": ranges["ContinuousParameterRanges"]}},
+        {**template, "DefinitionName": "deep", "StaticHyperParameters": {"epochs": "2", "lr": "0.1"},
+         "HyperParameterRanges": {"IntegerParameterRanges": ranges["IntegerParameterRanges"]}},
+    ]
+    ops.create_hyper_parameter_tuning_job(store, **body)
+    assert finished(store, "tune")["HyperParameterTuningJobStatus"] == "Completed"
+    found = trials(store, "tune")
+    assert {t["TrainingJobDefinitionName"] for t in found} == {"shallow", "deep"}
+    for trial in found:
+        tuned = set(trial["TunedHyperParameters"])
+        assert tuned == ({"lr"} if trial["TrainingJobDefinitionName"] == "shallow" else {"depth"})
+        hyperparameters = sagemaker.describe_training_job(store, TrainingJobName=trial["TrainingJobName"])[
+            "HyperParameters"]
+        lr, depth = float(hyperparameters["lr"]), int(hyperparameters["depth"])
+        assert value(trial) == pytest.approx(loss(lr, depth), abs=1e-5)
+
+
+@pytest.mark.timeout(600)
+def test_the_time_limit_stops_the_running_trials_and_completes_the_tuning_job(store: Store, objective: Path) -> None:
+    """The tuner in this process, on a clock the test moves: past MaxRuntimeInSeconds it stops what
+    runs and starts nothing more."""
+    body = request(objective, jobs=6, parallel=2, static={"epochs": "2", "hold_above": "-1"})
+    body["HyperParameterTuningJobConfig"]["ResourceLimits"]["MaxRuntimeInSeconds"] = 120
+    now = time.time()
+    store.create_tuning_job("tune", tuning.tuning_document(body, now), now)
+    clock = ManualClock(wall_s=now)
+    tuner = Tuner(store, "tune", clock=clock)
+    assert tuner.step() is None
+    wait_for(lambda: sum(t["TrainingJobStatus"] == "InProgress" for t in trials(store, "tune")) == 2,
+             "two trials to run", 120)
+    clock.jump(121)
+    ended: list[str | None] = []
+    wait_for(lambda: ended.append(tuner.step()) or ended[-1] is not None, "the tuning job to end", 120)
+    assert ended[-1] == "Completed"
+    found = trials(store, "tune")
+    assert len(found) == 2 and all(t["TrainingJobStatus"] == "Stopped" for t in found)
+
+
+def test_search_finds_tuning_jobs_by_any_field_sorted_and_paged(store: Store) -> None:
+    """Search's Resource HyperParameterTuningJob, over tuning jobs stored as CreateHyperParameterTuningJob
+    stores them (their tuners not started: only their documents are searched)."""
+    for number, (strategy, team, jobs) in enumerate([("Random", "vision", 4), ("Bayesian", "speech", 8),
+                                                       ("Bayesian", "vision", 12), ("Random", "nlp", 6)]):
+        body = request("train.py", f"t{number}", strategy=strategy, jobs=jobs, parallel=2)
+        body["Tags"] = [{"Key": "team", "Value": team}]
+        if number == 3:
+            body["HyperParameterTuningJobConfig"]["ParameterRanges"]["IntegerParameterRanges"][0]["MaxValue"] = "20"
+        store.create_tuning_job(f"t{number}", tuning.tuning_document(body, 1000.0 + number), 1000.0 + number)
+
+    def names(**given: Any) -> list[str]:
+        found = sagemaker.search(store, Resource="HyperParameterTuningJob", **given)
+        return [r["HyperParameterTuningJob"]["HyperParameterTuningJobName"] for r in found["Results"]]
+
+    def where(*filters: dict[str, str], **more: Any) -> dict[str, Any]:
+        return {"SearchExpression": {"Filters": list(filters)}, **more}
+
+    assert names(SortBy="CreationTime", SortOrder="Ascending") == ["t0", "t1", "t2", "t3"]
+    assert names(**where({"Name": "HyperParameterTuningJobConfig.Strategy", "Operator": "Equals",
+                          "Value": "Bayesian"}, SortBy="CreationTime")) == ["t2", "t1"]
+    assert names(**where({"Name": "Tags.team", "Operator": "Equals", "Value": "vision"},
+                         {"Name": "HyperParameterTuningJobConfig.ResourceLimits.MaxNumberOfTrainingJobs",
+                          "Operator": "GreaterThan", "Value": "5"})) == ["t2"]
+    assert names(SortBy="HyperParameterTuningJobConfig.ResourceLimits.MaxNumberOfTrainingJobs",
+                 SortOrder="Descending") == ["t2", "t1", "t3", "t0"]
+    nested = {"NestedFilters": [{"NestedPropertyName": "HyperParameterTuningJobConfig.ParameterRanges."
+                                                       "IntegerParameterRanges",
+                                 "Filters": [{"Name": "HyperParameterTuningJobConfig.ParameterRanges."
+                                                      "IntegerParameterRanges.Name", "Operator": "Equals",
+                                              "Value": "depth"},
+                                             {"Name": "HyperParameterTuningJobConfig.ParameterRanges."
+                                                      "IntegerParameterRanges.MaxValue", "Operator": "Equals",
+                                              "Value": "20"}]}]}
+    assert names(SearchExpression=nested) == ["t3"]
+    first = sagemaker.search(store, Resource="HyperParameterTuningJob", SortBy="CreationTime", MaxResults=3)
+    assert first["TotalHits"] == {"Value": 4, "Relation": "EqualTo"} and len(first["Results"]) == 3
+    rest = sagemaker.search(store, Resource="HyperParameterTuningJob", SortBy="CreationTime", MaxResults=3,
+                            NextToken=first["NextToken"])
+    assert [r["HyperParameterTuningJob"]["HyperParameterTuningJobName"] for r in rest["Results"]] == ["t0"]
+    entity = first["Results"][0]["HyperParameterTuningJob"]
+    assert entity["Tags"] == [{"Key": "team", "Value": "nlp"}] and "TrainingJobStatusCounters" in entity
+    with pytest.raises(ValidationException, match="it keeps no Endpoint"):
+        sagemaker.search(store, Resource="Endpoint")

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .sdk.analytics import TrainingJobAnalytics as analytics
     from .sdk.clients import client
     from .sdk.estimator import Estimator, Session, UnexpectedStatusException
+    from .sdk.tuner import CategoricalParameter, ContinuousParameter, HyperparameterTuner, IntegerParameter
     from .store.profiles import profile
 
 # Imported when first used, so that a training script's ``import trainmon.debug`` stays light.
@@ -24,7 +25,9 @@ _LAZY = {"TrainingJobAnalytics": ("sdk.analytics", "TrainingJobAnalytics"),
          "analytics": ("sdk.analytics", "TrainingJobAnalytics"), "client": ("sdk.clients", "client"),
          "Estimator": ("sdk.estimator", "Estimator"), "Session": ("sdk.estimator", "Session"),
          "UnexpectedStatusException": ("sdk.estimator", "UnexpectedStatusException"),
-         "profile": ("store.profiles", "profile")}
+         "profile": ("store.profiles", "profile"),
+         **{name: ("sdk.tuner", name) for name in ("HyperparameterTuner", "ContinuousParameter", "IntegerParameter",
+                                                   "CategoricalParameter")}}
 
 
 def __getattr__(name: str) -> Any:
@@ -39,8 +42,12 @@ def __getattr__(name: str) -> Any:
 __version__ = "0.1.0"
 
 __all__ = [
+    "CategoricalParameter",
     "ClientError",
+    "ContinuousParameter",
     "Estimator",
+    "HyperparameterTuner",
+    "IntegerParameter",
     "ResourceInUse",
     "ResourceNotFound",
     "Session",

@@ -22,7 +22,7 @@ from typing import Any
 from .. import config
 from ..errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
 from ..jobs.document import Description, SupervisorIdentity
-from ..jobs.search import read_request
+from ..jobs.search import Search, read_request
 from ..jobs.status import TERMINAL, description, transition
 from ..runtime.job import orphans
 from ..runtime.job.jobstate import set_status
@@ -41,6 +41,7 @@ from ..shapes import (
 from ..store import JobRow, Store
 from ..store import search as store_search
 from ..store.base import job_place
+from . import tuning
 from .times import as_datetimes, epoch_s
 from .training_request import JOB_NAME_PATTERN, job_document
 
@@ -264,23 +265,29 @@ def search(store: Store, *, Resource: Any = None, SearchExpression: Any = None, 
            SortOrder: Any = None, NextToken: Any = None, MaxResults: Any = None, CrossAccountFilterOption: Any = None,
            VisibilityConditions: Any = None, **unsupported: Any) -> dict[str, Any]:
     refuse_unknown(unsupported, where="input")
-    page, total, token = search_rows(store, Resource=Resource, SearchExpression=SearchExpression, SortBy=SortBy,
-                                     SortOrder=SortOrder, NextToken=NextToken, MaxResults=MaxResults)
-    finals = store.final_metrics_of([row.id for row in page])  # one read for the page
-    result: dict[str, Any] = {"Results": [{"TrainingJob": training_job(store, row, finals.get(row.id, []))}
-                                          for row in page],
-                              "TotalHits": total_hits(total)}
-    if token is not None:
-        result["NextToken"] = token
     del CrossAccountFilterOption, VisibilityConditions  # (one account: nothing is shared from another)
+    request, size, offset, fingerprint = _search_request(Resource, SearchExpression, SortBy, SortOrder, NextToken,
+                                                         MaxResults)
+    if Resource == "HyperParameterTuningJob":
+        entities, total = tuning.search_entities(store, request, offset, size + 1)
+        results = [{"HyperParameterTuningJob": entity} for entity in entities[:size]]
+        more = len(entities) > size
+    else:
+        page, total, token = search_rows(store, Resource=Resource, SearchExpression=SearchExpression, SortBy=SortBy,
+                                         SortOrder=SortOrder, NextToken=NextToken, MaxResults=MaxResults)
+        finals = store.final_metrics_of([row.id for row in page])  # one read for the page
+        results = [{"TrainingJob": training_job(store, row, finals.get(row.id, []))} for row in page]
+        more = token is not None
+    result: dict[str, Any] = {"Results": results, "TotalHits": total_hits(total)}
+    if more:
+        result["NextToken"] = keyset_token([offset + size], fingerprint)
     return result
 
 
-def search_rows(store: Store, *, Resource: Any = "TrainingJob", SearchExpression: Any = None, SortBy: Any = None,
-                SortOrder: Any = None, NextToken: Any = None,
-                MaxResults: Any = None) -> tuple[list[JobRow], int, str | None]:
-    """A Search's page as the jobs' rows, how many match (the store's count: beyond COUNTED, more
-    than COUNTED), and the NextToken (None: the last page)."""
+def _search_request(Resource: Any, SearchExpression: Any, SortBy: Any, SortOrder: Any, NextToken: Any,
+                    MaxResults: Any) -> tuple[Search, int, int, str]:
+    """A Search request checked: its expression and order, its page's size and offset, and the
+    fingerprint its NextToken carries."""
     request = read_request(Resource, SearchExpression, SortBy, SortOrder)
     size = 10 if MaxResults is None else MaxResults
     if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 100:
@@ -288,7 +295,16 @@ def search_rows(store: Store, *, Resource: Any = "TrainingJob", SearchExpression
                                   "satisfy constraint: Member must have value between 1 and 100")
     fingerprint = request_fingerprint([Resource, SearchExpression, request.sort_by, request.descending])
     place = keyset_place(NextToken, fingerprint, (int,))
-    offset = place[0] if place else 0
+    return request, size, place[0] if place else 0, fingerprint
+
+
+def search_rows(store: Store, *, Resource: Any = "TrainingJob", SearchExpression: Any = None, SortBy: Any = None,
+                SortOrder: Any = None, NextToken: Any = None,
+                MaxResults: Any = None) -> tuple[list[JobRow], int, str | None]:
+    """A Search's page of training jobs as their rows, how many match (the store's count: beyond
+    COUNTED, more than COUNTED), and the NextToken (None: the last page)."""
+    request, size, offset, fingerprint = _search_request(Resource, SearchExpression, SortBy, SortOrder, NextToken,
+                                                         MaxResults)
     orphans.reap_orphans(store)
     rows, total = store.search_jobs(request, offset, size + 1)  # (and one more: whether any remain)
     page = rows[:size]

@@ -27,6 +27,7 @@ import psutil
 from .. import config
 from ..errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
 from ..jobs import tuning
+from ..jobs.search import Property, Search, matches, properties, sort_key
 from ..runtime.job import orphans
 from ..shapes import (
     Integer,
@@ -259,6 +260,23 @@ def _datetimes(answer: dict[str, Any]) -> dict[str, Any]:
     if details and "ConvergenceDetectedTime" in details:
         out["TuningJobCompletionDetails"] = as_datetimes(details)
     return out
+
+
+def search_entities(store: Store, request: Search, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+    """Search over tuning jobs: those that match, in the request's order, from ``offset`` (at most
+    ``limit``), each as Search's HyperParameterTuningJob; and how many match. Run in Python over
+    each tuning job's properties, as there are tens of them, not the hundred thousands of jobs."""
+    matched: list[tuple[dict[str, Any], list[Property]]] = []
+    for row in store.tuning_jobs_after(None, None):
+        entity = {**described(reap(store, row), trial_summaries(store, row)), "Tags": row.doc.get("Tags", [])}
+        found = properties(entity)  # type: ignore[arg-type]  # (a document of the same kind: fields and tags)
+        if matches(found, request.expression):
+            matched.append((entity, found))
+    present = [(key, entity) for entity, found in matched if (key := sort_key(found, request.sort_by)) is not None]
+    present.sort(key=lambda pair: pair[0], reverse=request.descending)
+    missing = [entity for entity, found in matched if sort_key(found, request.sort_by) is None]
+    ordered = [entity for _, entity in present] + missing
+    return [_datetimes(entity) for entity in ordered[offset:offset + limit]], len(matched)
 
 
 def describe_hyper_parameter_tuning_job(store: Store, *, HyperParameterTuningJobName: Any = None,

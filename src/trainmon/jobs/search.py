@@ -31,6 +31,7 @@ RESOURCES = ("TrainingJob", "Experiment", "ExperimentTrial", "ExperimentTrialCom
 OPERATORS = ("Equals", "NotEquals", "GreaterThan", "GreaterThanOrEqualTo", "LessThan", "LessThanOrEqualTo",
              "Contains", "Exists", "NotExists", "In")
 RANGES = {"GreaterThan": ">", "GreaterThanOrEqualTo": ">=", "LessThan": "<", "LessThanOrEqualTo": "<="}
+SEARCHED = ("TrainingJob", "HyperParameterTuningJob")
 MAX_ELEMENTS = 50  # Filters, NestedFilters and SubExpressions in one request, at every depth
 MAX_LIST = 20
 METRICS = "Metrics."
@@ -39,7 +40,9 @@ TIMESTAMPS = frozenset({
     "CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime",
     "SecondaryStatusTransitions.StartTime", "SecondaryStatusTransitions.EndTime",
     "DebugRuleEvaluationStatuses.LastModifiedTime", "ProfilerRuleEvaluationStatuses.LastModifiedTime",
-    "FinalMetricDataList.Timestamp",
+    "FinalMetricDataList.Timestamp", "HyperParameterTuningEndTime", "BestTrainingJob.CreationTime",
+    "BestTrainingJob.TrainingStartTime", "BestTrainingJob.TrainingEndTime",
+    "TuningJobCompletionDetails.ConvergenceDetectedTime",
 })
 NUMBERS = frozenset({
     "ResourceConfig.InstanceCount", "ResourceConfig.VolumeSizeInGB", "ResourceConfig.KeepAlivePeriodInSeconds",
@@ -141,8 +144,9 @@ def read_request(Resource: Any, SearchExpression: Any, SortBy: Any, SortOrder: A
     if Resource not in RESOURCES:
         raise ValidationException(f"1 validation error detected: Value '{Resource}' at 'resource' failed to satisfy "
                                   f"constraint: Member must satisfy enum value set: [{', '.join(RESOURCES)}]")
-    if Resource != "TrainingJob":
-        raise ValidationException(f"trainmon searches training jobs (Resource TrainingJob); it keeps no {Resource}.")
+    if Resource not in SEARCHED:
+        raise ValidationException(f"trainmon searches training jobs and hyperparameter tuning jobs (Resource "
+                                  f"TrainingJob or HyperParameterTuningJob); it keeps no {Resource}.")
     sort_by = "LastModifiedTime" if SortBy is None else _name(SortBy, "sortBy")
     if SortOrder not in (None, "Ascending", "Descending"):
         raise ValidationException(f"1 validation error detected: Value '{SortOrder}' at 'sortOrder' failed to satisfy "
@@ -254,3 +258,68 @@ def _name(value: Any, at: str) -> str:
         raise ValidationException(f"1 validation error detected: Value at '{at}' failed to satisfy constraint: Member "
                                   "must be a string of length between 1 and 255")
     return value
+
+
+# -- an expression run over a few documents' properties in Python (tuning jobs: tens, not 100,000s),
+# with the meaning store/search.py gives it in SQL
+
+
+def _holds(condition: Condition, value: tuple[str | None, float | None]) -> bool:
+    """Whether one value satisfies a (positive) filter."""
+    text, number = value
+    operator = condition.operator
+    if operator == "Exists":
+        return text is not None or number is not None
+    if operator == "Equals":
+        return ((text is not None and kind(condition.name) == "text" and text == condition.value)
+                or (number is not None and condition.number is not None and number == condition.number))
+    if operator in RANGES:
+        if number is None or condition.number is None:
+            return False
+        return {">": number > condition.number, ">=": number >= condition.number, "<": number < condition.number,
+                "<=": number <= condition.number}[RANGES[operator]]
+    if text is None:
+        return False
+    if operator == "Contains":
+        return (condition.value or "").lower() in text.lower()
+    return text in condition.values  # In
+
+
+def _satisfied(condition: Condition, values: list[tuple[str | None, float | None]]) -> bool:
+    """A filter over a property's values: NotEquals and NotExists hold where it has none."""
+    positive = {"NotEquals": "Equals", "NotExists": "Exists"}.get(condition.operator)
+    if positive is None:
+        return any(_holds(condition, value) for value in values)
+    return not any(_holds(Condition(condition.name, positive, condition.value, condition.number), v) for v in values)
+
+
+def matches(found: list[Property], expression: Expression | None) -> bool:
+    """Whether a document whose properties are ``found`` matches ``expression``."""
+    if expression is None:
+        return True
+    by_name: dict[str, list[tuple[int, str | None, float | None]]] = {}
+    for name, element, text, number in found:
+        by_name.setdefault(name, []).append((element, text, number))
+
+    def part_holds(part: Condition | Nested | Expression) -> bool:
+        if isinstance(part, Expression):
+            results = (part_holds(sub) for sub in part.parts)
+            return any(results) if part.operator == "Or" else all(results)
+        if isinstance(part, Condition):
+            return _satisfied(part, [(text, number) for _, text, number in by_name.get(part.name, [])])
+        elements = {element for name, rows in by_name.items() if name.startswith(part.name + ".")
+                    for element, _, _ in rows if element >= 0}
+        return any(all(_satisfied(condition, [(text, number) for e, text, number in by_name.get(condition.name, [])
+                                              if e == element]) for condition in part.conditions)
+                   for element in elements)
+
+    return part_holds(expression)
+
+
+def sort_key(found: list[Property], name: str) -> tuple[int, float, str] | None:
+    """A document's place in the order of property ``name``: numbers before text (None: it has none)."""
+    value = next(((text, number) for key, _, text, number in found if key == name), None)
+    if value is None:
+        return None
+    text, number = value
+    return (0, number, "") if number is not None else (1, 0.0, text or "")
