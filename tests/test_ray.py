@@ -9,6 +9,7 @@ which restarts a node a test killed) and run on one xdist worker (``xdist_group`
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from trainmon.api import sagemaker, trainmon
+from trainmon.api import sagemaker, trainmon, tuning
 from trainmon.store import Store, open_store
 
 from .conftest import PY, PostgresServer, postgres_cluster, process_ends, start_server
@@ -421,6 +422,44 @@ estimator = Estimator(image_uri=f"{sys.executable} {sys.argv[1]}", instance_coun
 estimator.fit(wait=True, logs="None")
 print(estimator.latest_training_job.describe()["TrainingJobStatus"], estimator.model_data)
 """
+
+
+TUNED_JOB = """
+import json, os
+lr = float(json.loads(os.environ["SM_HPS"])["lr"])
+print("node", os.environ["TRAINMON_RAY_NODE_ID"], flush=True)
+for step in range(3):
+    print(f"step={step} loss={(lr - 0.1) ** 2 + 1 / (step + 1)}", flush=True)
+"""
+
+
+def test_a_tuning_jobs_trials_run_on_the_cluster(submitter: Submitter, tmp_path: Path) -> None:
+    script = job(submitter, tmp_path, TUNED_JOB, "tuned")
+    request = {
+        "HyperParameterTuningJobName": "on-ray",
+        "HyperParameterTuningJobConfig": {
+            "Strategy": "Random", "RandomSeed": 1,
+            "HyperParameterTuningJobObjective": {"Type": "Minimize", "MetricName": "loss"},
+            "ResourceLimits": {"MaxNumberOfTrainingJobs": 3, "MaxParallelTrainingJobs": 2},
+            "ParameterRanges": {"ContinuousParameterRanges": [{"Name": "lr", "MinValue": "0.01", "MaxValue": "1"}]}},
+        "TrainingJobDefinition": {
+            "AlgorithmSpecification": {"TrainingImage": f"{PY} {script}", "TrainingInputMode": "File",
+                                       "MetricDefinitions": [{"Name": "loss", "Regex": "loss=(\\S+)"}]},
+            "TrainmonConfig": {"Launcher": "ray", "HostResources": {"CPU": 1}}},
+    }
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps(request), encoding="utf-8")
+    done = submitter.run("tune", str(path))
+    assert done.returncode == 0, done.stderr
+    trials = tuning.list_training_jobs_for_hyper_parameter_tuning_job(
+        submitter.store, HyperParameterTuningJobName="on-ray")["TrainingJobSummaries"]
+    assert len(trials) == 3 and all(t["TrainingJobStatus"] == "Completed" for t in trials)
+    for trial in trials:  # each ran on a node of the cluster, its objective read from what it printed there
+        row = submitter.store.get_job(trial["TrainingJobName"])
+        assert row is not None and row.doc["HostPlacements"][0]["NodeId"]  # type: ignore[typeddict-item]
+        lr = float(trial["TunedHyperParameters"]["lr"])
+        value = trial["FinalHyperParameterTuningJobObjectiveMetric"]["Value"]
+        assert value == pytest.approx((lr - 0.1) ** 2 + 1 / 3)
 
 
 def test_the_estimator_runs_a_job_on_ray(submitter: Submitter, tmp_path: Path) -> None:

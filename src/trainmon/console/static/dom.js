@@ -199,3 +199,46 @@ export function field(label, input, help) {
 export function section(title, ...children) {
   return h("section", {class: "panel"}, h("h2", {}, title), ...children);
 }
+
+/**
+ * The dialog that asks before stopping something: ``title``, ``explanation`` (nodes or text),
+ * and the button ``confirm`` that runs ``stop`` (an async function), closes the dialog, then runs
+ * ``done``; an error stays in the dialog.
+ */
+export function stopDialog({title, explanation, confirm, stop, done}) {
+  const message = h("p", {class: "error"});
+  const dialog = h(
+    "dialog",
+    {class: "confirm", id: "stop-dialog"},
+    h("h2", {}, title),
+    h("p", {}, ...explanation),
+    message,
+    h(
+      "div",
+      {class: "actions"},
+      h("button", {type: "button", name: "cancel", onclick: () => dialog.close()}, "Cancel"),
+      h(
+        "button",
+        {
+          type: "button",
+          class: "danger",
+          name: "confirm",
+          onclick: async (e) => {
+            e.target.disabled = true;
+            try {
+              await stop();
+              dialog.close();
+              await done();
+            } catch (exc) {
+              message.textContent = exc.message;
+            } finally {
+              e.target.disabled = false;
+            }
+          },
+        },
+        confirm,
+      ),
+    ),
+  );
+  return dialog;
+}

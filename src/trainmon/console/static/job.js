@@ -18,6 +18,7 @@ import {
   fmtBytes,
   fmtUnit,
   TERMINAL,
+  stopDialog,
 } from "./dom.js";
 import {LogPane} from "./logs.js";
 import {RulesPanel} from "./rules.js";
@@ -426,47 +427,14 @@ class JobPage {
   }
 
   stopDialog() {
-    const message = h("p", {class: "error"});
-    const dialog = h(
-      "dialog",
-      {class: "confirm", id: "stop-dialog"},
-      h("h2", {}, "Stop this job?"),
-      h(
-        "p",
-        {},
-        "The job's processes get SIGTERM, then SIGKILL after the grace period. ",
-        h("strong", {}, this.name),
-        " will end as Stopped.",
-      ),
-      message,
-      h(
-        "div",
-        {class: "actions"},
-        h("button", {type: "button", name: "cancel", onclick: () => dialog.close()}, "Cancel"),
-        h(
-          "button",
-          {
-            type: "button",
-            class: "danger",
-            name: "confirm",
-            onclick: async (e) => {
-              e.target.disabled = true;
-              try {
-                await post(jobPath(this.name, "stop"));
-                dialog.close();
-                this.refresh();
-              } catch (exc) {
-                message.textContent = exc.message;
-              } finally {
-                e.target.disabled = false;
-              }
-            },
-          },
-          "Stop job",
-        ),
-      ),
-    );
-    return dialog;
+    return stopDialog({
+      title: "Stop this job?",
+      explanation: ["The job's processes get SIGTERM, then SIGKILL after the grace period. ", h("strong", {}, this.name),
+        " will end as Stopped."],
+      confirm: "Stop job",
+      stop: () => post(jobPath(this.name, "stop")),
+      done: () => this.refresh(),
+    });
   }
 
   async refresh() {

@@ -6,7 +6,7 @@
 
 import {liveStream} from "./api.js";
 import {Chart, PlotChart, COLORS} from "./chart.js";
-import {h, clear, fmtNum, fmtTime, fmtDuration, statusBadge, breakable, section, throttle, TERMINAL} from "./dom.js";
+import {h, clear, fmtNum, fmtTime, fmtDuration, statusBadge, breakable, section, throttle, TERMINAL, stopDialog} from "./dom.js";
 import {metricSource} from "./job.js";
 import {parallelCoordinates, scatterPlot} from "./parallel.js";
 import {ACTIVE, POLL_MS, sagemaker, objectiveText, countersText, objectivesText, countersBar} from "./tuning-jobs.js";
@@ -575,47 +575,14 @@ class TuningPage {
   }
 
   stopDialog() {
-    const message = h("p", {class: "error"});
-    const dialog = h(
-      "dialog",
-      {class: "confirm", id: "stop-dialog"},
-      h("h2", {}, "Stop this tuning job?"),
-      h(
-        "p",
-        {},
-        "No more training jobs start, and those running are stopped. ",
-        h("strong", {}, this.name),
-        " will end as Stopped; its training jobs stay.",
-      ),
-      message,
-      h(
-        "div",
-        {class: "actions"},
-        h("button", {type: "button", name: "cancel", onclick: () => dialog.close()}, "Cancel"),
-        h(
-          "button",
-          {
-            type: "button",
-            class: "danger",
-            name: "confirm",
-            onclick: async (e) => {
-              e.target.disabled = true;
-              try {
-                await sagemaker("StopHyperParameterTuningJob", {HyperParameterTuningJobName: this.name});
-                dialog.close();
-                await this.refresh();
-              } catch (exc) {
-                message.textContent = exc.message;
-              } finally {
-                e.target.disabled = false;
-              }
-            },
-          },
-          "Stop tuning job",
-        ),
-      ),
-    );
-    return dialog;
+    return stopDialog({
+      title: "Stop this tuning job?",
+      explanation: ["No more training jobs start, and those running are stopped. ", h("strong", {}, this.name),
+        " will end as Stopped; its training jobs stay."],
+      confirm: "Stop tuning job",
+      stop: () => sagemaker("StopHyperParameterTuningJob", {HyperParameterTuningJobName: this.name}),
+      done: () => this.refresh(),
+    });
   }
 }
 
