@@ -228,6 +228,12 @@ def test_a_tuning_job_live_its_trials_charts_and_links(server: ServerProcess, pa
     expect(page.locator("table.trials tbody tr[data-trial]")).to_have_count(4)
     page.goto(f"{server.url}/tuning/{name}")  # the page's own address, opened afresh (a link shared, a reload)
     expect(page.locator("table.trials tbody tr[data-trial]")).to_have_count(4)
+    page.goto(server.url + "/")  # the runs table names each trial's tuning job, a link to its page
+    expect(page.locator("td .tuning-of a", has_text=name)).to_have_count(4)
+    page.screenshot(path=str(SHOTS / "runs-with-trials.png"))
+    page.locator("td .tuning-of a").first.click()
+    page.wait_for_url(f"**/tuning/{name}")
+    expect(page.locator("table.trials tbody tr[data-trial]")).to_have_count(4)
 
     # the list: ended, with its counters and its best objective
     for width in (1400, 900):

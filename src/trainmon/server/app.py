@@ -119,7 +119,8 @@ async def list_jobs(request: Request, store: Store) -> Any:
                       "HyperParameters": row.doc.get("HyperParameters", {}),
                       "Tags": {tag["Key"]: tag["Value"] for tag in row.doc.get("Tags", [])},
                       "FinalMetrics": {name: value for name, value, _ in finals.get(row.id, [])},
-                      "MetricRanges": {name: list(pair) for name, pair in ranges.get(row.id, {}).items()}}
+                      "MetricRanges": {name: list(pair) for name, pair in ranges.get(row.id, {}).items()},
+                      **({"TuningJobArn": row.doc["TuningJobArn"]} if "TuningJobArn" in row.doc else {})}
                      for row in rows]
         return {"TrainingJobSummaries": summaries, **extra, **({"NextToken": token} if token is not None else {})}
 

@@ -19,6 +19,7 @@ import {
   fmtUnit,
   TERMINAL,
   stopDialog,
+  tuningJobOf,
 } from "./dom.js";
 import {LogPane} from "./logs.js";
 import {RulesPanel} from "./rules.js";
@@ -128,20 +129,6 @@ function systemSource(name, host, metric, origin) {
     },
     xSeries: async () => null,
   };
-}
-
-const TUNING_ARN = "hyper-parameter-tuning-job/";
-
-/** The name of the tuning job whose trial ``job`` is (null: none). The ARN has it lower-cased; the
- * trial's own name starts with it as it was given ("NAME-NNN-xxxxxxxx"), which is taken when the two
- * agree. */
-export function tuningJobOf(job) {
-  const arn = job.TuningJobArn || "";
-  const at = arn.indexOf(TUNING_ARN);
-  if (at < 0) return null;
-  const lower = arn.slice(at + TUNING_ARN.length);
-  const prefix = /^(.+)-\d{3,}-[0-9a-z]+$/i.exec(job.TrainingJobName || "")?.[1];
-  return prefix && prefix.toLowerCase() === lower.toLowerCase() ? prefix : lower;
 }
 
 /** A job whose profiler rules include ProfilerReport has a report (made from what is there so far). */

@@ -2,7 +2,7 @@
 // search (SageMaker's Search in its text form, kept in the URL), sort, choose columns and compare.
 
 import {get, post, liveStream} from "./api.js";
-import {h, clear, fmtNum, fmtTime, fmtDuration, statusBadge, debounce, breakable, TERMINAL} from "./dom.js";
+import {h, clear, fmtNum, fmtTime, fmtDuration, statusBadge, debounce, breakable, TERMINAL, tuningJobOf} from "./dom.js";
 import {navigate} from "./router.js";
 
 const STATUSES = ["InProgress", "Completed", "Failed", "Stopping", "Stopped"];
@@ -353,7 +353,12 @@ export function mount(root) {
           },
         }),
       ),
-      h("td", {}, h("a", {href: `/jobs/${encodeURIComponent(job.TrainingJobName)}`}, job.TrainingJobName)),
+      h(
+        "td",
+        {},
+        h("a", {href: `/jobs/${encodeURIComponent(job.TrainingJobName)}`}, job.TrainingJobName),
+        tuningOf(job),
+      ),
       h("td", {"data-col": "status"}, statusBadge(job.TrainingJobStatus)),
       h("td", {"data-col": "secondary"}, job.SecondaryStatus),
       h("td", {"data-col": "start"}, fmtTime(job.TrainingStartTime || job.CreationTime)),
@@ -591,4 +596,11 @@ export function mount(root) {
     nearEnd.disconnect();
     refilter.cancel();
   };
+}
+
+/** A trial's tuning job, as a link under its name (nothing for a job of no tuning job). */
+function tuningOf(job) {
+  const tuning = tuningJobOf(job);
+  if (!tuning) return null;
+  return h("div", {class: "tuning-of"}, "trial of ", h("a", {href: `/tuning/${encodeURIComponent(tuning)}`}, tuning));
 }
