@@ -408,6 +408,10 @@ def test_early_stopping_stops_the_trials_clearly_worse_and_not_the_best(store: S
     stopped = store.get_tuning_job("tune")
     assert stopped is not None
     assert [t["TunedHyperParameters"] for t in stopped.doc["Trials"] if t.get("StoppedEarly")] == [{"offset": "9"}]
+    transitions = sagemaker.describe_training_job(store, TrainingJobName=found["9"]["TrainingJobName"])[
+        "SecondaryStatusTransitions"]  # the trial's own history says why it stopped
+    assert any(t["Status"] == "Stopping" and "Stopped early by hyperparameter tuning job tune" in t["StatusMessage"]
+               for t in transitions)
 
 
 @pytest.mark.timeout(600)

@@ -165,18 +165,24 @@ def stop_training_job(store: Store, *, TrainingJobName: Any = None, **unsupporte
     """InProgress -> Stopping; the job's supervisor sees the request and stops the hosts."""
     refuse_unknown(unsupported, where="input")
     job(store, TrainingJobName)
+    request_stop(store, TrainingJobName)
+    return {}
+
+
+def request_stop(store: Store, name: str, message: str | None = None) -> None:
+    """InProgress -> Stopping, ``message`` saying why in the job's status transitions (a tuning
+    job's early stop); ValidationException when the job is not InProgress."""
 
     def mutate(row: JobRow) -> None:
         status = row.doc["TrainingJobStatus"]
         if status != "InProgress":
             raise ValidationException(f"The request was rejected because the training job is in status {status}.")
         now = time.time()
-        transition(row.doc, "Stopping", now)
+        transition(row.doc, "Stopping", now, message)
         row.stop_requested = "Stopped"
         row.last_modified_time = now
 
-    store.update_job(TrainingJobName, mutate)
-    return {}
+    store.update_job(name, mutate)
 
 
 def delete_training_job(store: Store, *, TrainingJobName: Any = None, **unsupported: Any) -> dict[str, Any]:

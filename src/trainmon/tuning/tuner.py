@@ -192,8 +192,11 @@ class Tuner:
 
     def _stop(self, run: Running, *, early: bool) -> None:
         run.stopping, run.early = True, early
+        why = (f"Stopped early by hyperparameter tuning job {self.name}: its {self.metric} at step {run.reported} was "
+               f"worse than the other training jobs' at that step" if early else
+               f"Stopped by hyperparameter tuning job {self.name}, which is ending")
         try:
-            sagemaker.stop_training_job(self.store, TrainingJobName=run.name)
+            sagemaker.request_stop(self.store, run.name, why)
         except ValidationException:
             return  # it is ending already
         if early:
