@@ -1,4 +1,4 @@
-"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [aws] [rules] [alarms] [report] [debug_hook] [cluster] [listing] [containers] [search] [workbench] [--scale S] [--flood-mb N] [--strict]``"""
+"""``python3 -m benchmarks [extraction] [capture] [latency] [monitor] [store] [series] [readback] [server] [aws] [rules] [alarms] [report] [debug_hook] [cluster] [listing] [containers] [search] [workbench] [tuning] [--scale S] [--flood-mb N] [--strict]``"""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from . import (
     series,
     server,
     store,
+    tuning,
     workbench,
 )
 from . import report as profiling_report  # not `report`: main() names each Report so
@@ -33,7 +34,7 @@ from .common import ROOT, Report
 
 BENCHMARKS = ("extraction", "capture", "latency", "monitor", "store", "series", "readback", "server", "aws", "rules",
               "alarms", "report", "debug_hook", "cluster", "listing", "containers",
-              "search", "workbench")
+              "search", "workbench", "tuning")
 
 
 def _revision() -> str:
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                "store": store, "series": series, "readback": readback, "server": server, "aws": aws,
                "rules": rules, "alarms": alarms, "report": profiling_report, "debug_hook": debug_hook,
                "cluster": cluster, "listing": listing, "containers": containers, "search": search,
-               "workbench": workbench}
+               "workbench": workbench, "tuning": tuning}
     for name in names:
         if name == "capture":
             reports.append(capture.run(args.scale, args.flood_mb))
