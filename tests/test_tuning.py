@@ -145,6 +145,8 @@ def _set(path: str, given: Any) -> Callable[[dict[str, Any]], None]:
     (_set("HyperParameterTuningJobConfig.Strategy", "Genetic"), "Member must satisfy enum value set"),
     (_set("HyperParameterTuningJobConfig.HyperParameterTuningJobObjective.MetricName", "loss"),
      "The objective metric 'loss' is not defined in TrainingJobDefinition.AlgorithmSpecification.MetricDefinitions"),
+    (_set("HyperParameterTuningJobConfig.HyperParameterTuningJobObjective.MetricName", "validation:los"),
+     "(defined: validation:loss). Did you mean 'validation:loss'?"),
     (_set("HyperParameterTuningJobConfig.ResourceLimits.MaxParallelTrainingJobs", 9),
      "MaxParallelTrainingJobs must be less than or equal to MaxNumberOfTrainingJobs"),
     (_set("HyperParameterTuningJobConfig.ResourceLimits.MaxNumberOfTrainingJobs", None),

@@ -11,6 +11,7 @@ objective) is read from the trial's own job when asked, never copied here.
 
 from __future__ import annotations
 
+import difflib
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -146,8 +147,10 @@ def _check_definition(config: Mapping[str, Any], definition: Mapping[str, Any], 
              if isinstance(d, Mapping)]
     if goal["MetricName"] not in names:
         shown = ", ".join(map(str, names)) or "none"
+        close = difflib.get_close_matches(goal["MetricName"], [str(n) for n in names], n=1)
         raise ValidationException(f"The objective metric '{goal['MetricName']}' is not defined in {where}."
-                                  f"AlgorithmSpecification.MetricDefinitions (defined: {shown}).")
+                                  f"AlgorithmSpecification.MetricDefinitions (defined: {shown})."
+                                  + (f" Did you mean '{close[0]}'?" if close else ""))
     given = definition.get("HyperParameterRanges") or config.get("ParameterRanges") or {}
     seen: set[str] = set()
     total = 0
