@@ -779,3 +779,15 @@ def test_search_finds_tuning_jobs_by_any_field_sorted_and_paged(store: Store) ->
     assert entity["Tags"] == [{"Key": "team", "Value": "nlp"}] and "TrainingJobStatusCounters" in entity
     with pytest.raises(ValidationException, match="it keeps no Endpoint"):
         sagemaker.search(store, Resource="Endpoint")
+
+
+@pytest.mark.timeout(600)
+def test_trials_that_all_fail_fail_the_tuning_job_with_the_reason(store: Store, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("import sys\nprint('no data here', file=sys.stderr)\nsys.exit(3)\n", encoding="utf-8")
+    ops.create_hyper_parameter_tuning_job(store, **request(broken, jobs=10, parallel=1))
+    answer = finished(store, "tune")
+    assert answer["HyperParameterTuningJobStatus"] == "Failed"
+    assert "The first 3 training jobs failed" in answer["FailureReason"] and METRIC in answer["FailureReason"]
+    assert answer["TrainingJobStatusCounters"]["NonRetryableError"] == 3  # and no more were started
+    assert answer["ObjectiveStatusCounters"]["Failed"] == 3 and "BestTrainingJob" not in answer
