@@ -105,12 +105,20 @@ def search_jobs(sql: Sql, search: Search, dialect: Dialect, offset: int, limit: 
     matching, args, total = _matching(sql, search.expression, dialect)
     if total is None:
         total = sql.rows(f"SELECT count(*) FROM ({matching} LIMIT {COUNTED + 1}) c", args)[0][0]
-    if total <= COUNTED:
-        join, join_args, order = _order(search.sort_by, search.descending)
+    if total <= COUNTED and not _walk_is_cheaper(sql, total, offset + limit):
+        join, join_args, order = _order(search.sort_by, search.descending, dialect)
         rows = sql.rows(f"SELECT j.id FROM jobs j{join} WHERE j.id IN ({matching}) ORDER BY {order} "
                         f"LIMIT {int(limit)} OFFSET {int(offset)}", [*join_args, *args])
         return [row[0] for row in rows], total
     return _walk(sql, search, dialect, offset, limit), total
+
+
+def _walk_is_cheaper(sql: Sql, matches: int, wanted: int) -> bool:
+    """Whether reading jobs in the sort's order until ``wanted`` match (one in every jobs/matches,
+    where they are spread evenly) reads fewer rows than sorting every match: for a filter that
+    keeps many jobs, not for one that keeps few (the jobs counted by the largest id: no scan)."""
+    jobs = sql.rows("SELECT max(id) FROM jobs")[0][0] or 0
+    return wanted * jobs < matches * matches
 
 
 def _matching(sql: Sql, expression: Expression | None, dialect: Dialect) -> tuple[str, list[Any], int | None]:
@@ -191,19 +199,20 @@ def _walk(sql: Sql, search: Search, dialect: Dialect, offset: int, limit: int) -
     return found
 
 
-def _order(name: str, descending: bool) -> tuple[str, list[Any], str]:
+def _order(name: str, descending: bool, dialect: Dialect) -> tuple[str, list[Any], str]:
     """The join a sort by ``name`` needs, its arguments, and the ORDER BY: jobs without the
     property come last either way, numbers before text; the job's id breaks ties (the order
-    :func:`_walk` reads in)."""
+    :func:`_walk` reads in). The join reads each job's own rows (the index on job and name): left
+    to itself, SQLite without statistics reads every job's rows of that name for each job."""
     way = " DESC" if descending else ""
     if name in _COLUMNS:
         return "", [], f"{_COLUMNS[name]}{way}, j.id{way}"
     if name.startswith(METRICS):
-        return (" LEFT JOIN series s ON s.job_id = j.id AND s.name = ?", [name[len(METRICS):]],
+        return (f" LEFT JOIN series s{dialect.series_by_job} ON s.job_id = j.id AND s.name = ?", [name[len(METRICS):]],
                 f"s.final_value IS NULL, s.final_value{way}, j.id{way}")
     # a property in a list sorts by its first element's value
-    return (" LEFT JOIN job_properties s ON s.job_id = j.id AND s.name = ? AND s.element <= 0", [name],
-            f"s.num IS NULL AND s.text IS NULL, s.num IS NULL, s.num{way}, s.text{way}, j.id{way}")
+    return (f" LEFT JOIN job_properties s{dialect.by_job} ON s.job_id = j.id AND s.name = ? AND s.element <= 0",
+            [name], f"s.num IS NULL AND s.text IS NULL, s.num IS NULL, s.num{way}, s.text{way}, j.id{way}")
 
 
 def _expression(expression: Expression, job: str, dialect: Dialect) -> tuple[str, list[Any]]:
