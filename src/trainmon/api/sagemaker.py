@@ -79,7 +79,7 @@ def register_job(store: Store, request: Mapping[str, Any], supervisor: Superviso
     now = time.time()
     doc = job_document(request, now, home=store.home, database_url=store.database_url)
     if tuning_job_arn is not None:
-        doc["TuningJobArn"] = tuning_job_arn  # type: ignore[typeddict-unknown-key]  # (a describe field as is)
+        doc["TuningJobArn"] = tuning_job_arn
     return store.create_job(doc["TrainingJobName"], doc, now, supervisor=supervisor)
 
 

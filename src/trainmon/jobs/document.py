@@ -193,6 +193,7 @@ class SageMakerFields(TypedDict):
     ProfilerRuleConfigurations: NotRequired[list[dict[str, Any]]]
     DebugRuleEvaluationStatuses: NotRequired[list[RuleEvaluationStatus]]
     ProfilerRuleEvaluationStatuses: NotRequired[list[RuleEvaluationStatus]]
+    TuningJobArn: NotRequired[str]  # a hyperparameter tuning job's trial
 
 
 class HostPlacement(TypedDict):
