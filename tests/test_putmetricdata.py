@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +44,31 @@ DIMS = [{"Name": "Host", "Value": "algo-1"}]
 
 # -- a call as columns: the same answers as parse_put ----------------------------------------------
 
+
+class _Steps(int):
+    """An int subclass, as a script's own counters are (an IntEnum's members too)."""
+
 names = st.sampled_from(["loss", "acc", "", "x" * 256, 7, None, ["loss"]])
 dimension = st.fixed_dictionaries({"Name": st.sampled_from(["Host", "Run", ":x", "tab\t", "", 3]),
                                    "Value": st.sampled_from(["algo-1", "r1", "", "é", None, ["v"]])})
 stamps = st.one_of(st.floats(NOW_S - 20 * 86_400, NOW_S + 4 * 3600), st.integers(0, 2 * 10**9),
                    st.sampled_from([math.nan, math.inf, 10**400]),
+                   st.floats(NOW_S - 20 * 86_400, NOW_S + 4 * 3600).map(np.float64),
+                   st.integers(int(NOW_S) - 20 * 86_400, int(NOW_S) + 4 * 3600).map(np.int64),
+                   st.floats(NOW_S - 20 * 86_400, NOW_S + 4 * 3600).map(lambda x: Decimal(repr(x))),
+                   st.sampled_from([np.float64("nan"), Decimal("NaN"), Decimal("sNaN"), Decimal("1e400"),
+                                    Fraction(int(NOW_S) * 3 - 1, 3), np.bool_(True), np.float32(NOW_S)]),
                    st.just(NOW_S - 0.0005), st.just(NOW_S + 0.0015), st.just(True), st.just("2023-11-14T22:13:20Z"),
                    st.datetimes(min_value=datetime(2023, 11, 1), max_value=datetime(2023, 11, 15)),
                    st.datetimes(min_value=datetime(2023, 11, 1), max_value=datetime(2023, 11, 15), timezones=st.just(UTC)))
 numbers = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**400, 10**400),
-                    st.sampled_from([0, -0.0, 2.0**360, 2.0**361, True, "1", None]))
+                    st.sampled_from([0, -0.0, 2.0**360, 2.0**361, True, "1", None]),
+                    st.floats(allow_nan=True, allow_infinity=True).map(np.float64),
+                    st.floats(width=32).map(np.float32), st.integers(-2**63, 2**63 - 1).map(np.int64),
+                    st.floats(allow_nan=True, allow_infinity=True).map(lambda x: Decimal(repr(x))),
+                    st.fractions(max_denominator=1000), st.integers(-10**6, 10**6).map(_Steps),
+                    st.sampled_from([np.bool_(False), Decimal("sNaN"), Decimal("-1e400"), Decimal("1e-400"),
+                                     np.longdouble("1e400"), np.uint8(7), 1 + 0j]))
 
 
 @st.composite
@@ -144,6 +161,127 @@ def test_odd_items_are_refused_in_cloudwatchs_words(item: dict[str, Any], error:
     with pytest.raises(error) as refused:
         parse_datapoints("Test", [{"MetricName": "ok", "Value": 1}, item], NOW_S)
     assert text in refused.value.message and ".member.2." in refused.value.message
+
+
+# -- numbers of any real type ---------------------------------------------------------------------------
+
+
+class _Ratio(float):
+    """A float subclass."""
+
+
+# (kind, whole numbers only): each converts a Python number to its type
+NUMBER_KINDS = {
+    "numpy.float64": (np.float64, False), "numpy.float32": (np.float32, False), "numpy.longdouble": (np.longdouble, False),
+    "numpy.int64": (np.int64, True), "numpy.uint32": (np.uint32, True), "Decimal": (lambda x: Decimal(repr(x)), False),
+    "Fraction": (Fraction, False), "int subclass": (_Steps, True), "float subclass": (_Ratio, False),
+}
+
+
+def _typed_call(kind: Any, whole: bool, start_s: float, name: str) -> list[dict[str, Any]]:
+    """300 datapoints of 3 metrics, a timestamp and a value each of ``kind`` (a fraction of a second
+    apart, and fractional values, unless the kind holds whole numbers only; the timestamps of
+    numpy.float32, which keeps times to 128 s, as numpy.float64)."""
+    stamp = np.float64 if kind is np.float32 else kind
+    return [{"MetricName": f"{name}{i % 3}", "Dimensions": DIMS, "StorageResolution": 1,
+             "Timestamp": stamp(int(start_s) + i if whole else start_s + i * 0.37),
+             "Value": kind(i * 7 % 250 if whole else i / 7 - 3.3)} for i in range(300)]
+
+
+@pytest.mark.parametrize("kind", NUMBER_KINDS)
+def test_timestamps_and_values_of_any_real_type_take_the_column_path_as_their_floats(kind: str) -> None:
+    """Each type is accepted where CloudWatch takes a number, read as ``float`` reads it, on the
+    column path (no item-by-item fallback: the speed of Python floats)."""
+    convert, whole = NUMBER_KINDS[kind]
+    data = _typed_call(convert, whole, NOW_S - 3600, "m")
+    as_floats = [{**item, "Timestamp": float(item["Timestamp"]), "Value": float(item["Value"])} for item in data]
+    found = _plain("Test", data, NOW_S)
+    assert found is not None
+    assert _column_rows(found) == _column_rows(_plain("Test", as_floats, NOW_S)) == _rows(parse_put("Test", data, NOW_S))
+    if kind.startswith("numpy.float") or kind == "Decimal":  # the forms a statistic set or Values list take too
+        statistic = {"MetricName": "s", "Timestamp": convert(NOW_S - 60), "Values": [convert(0.5), convert(2.5)],
+                     "Counts": [convert(2.0), convert(1.0)]}
+        [(_key, _resolution, samples)] = parse_put("Test", [statistic], NOW_S)
+        assert [(s.value, s.count) for s in samples] == [(0.5, 2.0), (2.5, 1.0)]
+
+
+@pytest.mark.parametrize("kind", NUMBER_KINDS)
+def test_numbers_of_any_real_type_are_stored_as_their_floats(store_target: StoreTarget, kind: str) -> None:
+    convert, whole = NUMBER_KINDS[kind]
+    start_s = time.time() - 1800
+    with _manual(store_target) as (store, clock):
+        client = CloudWatchClient(store)
+        typed = _typed_call(convert, whole, start_s, "typed")
+        client.put_metric_data(Namespace="App", MetricData=typed)
+        client.put_metric_data(Namespace="App", MetricData=[
+            {**item, "MetricName": "plain" + item["MetricName"][-1], "Timestamp": float(item["Timestamp"]),
+             "Value": float(item["Value"])} for item in typed])
+        client.put_metric_data(Namespace="App", MetricData=[  # a resolution of numpy's: stored as 1
+            {"MetricName": "resolved", "Value": convert(1), "StorageResolution": np.int64(1), "Timestamp": convert(
+                int(start_s))}])
+        clock.advance(0.2)
+        for metric in range(3):
+            asked = {"Namespace": "App", "Dimensions": DIMS, "StartTime": start_s - 60, "EndTime": start_s + 900,
+                     "Period": 1, "Statistics": ["SampleCount", "Sum", "Minimum", "Maximum"]}
+            mine = client.get_metric_statistics(MetricName=f"typed{metric}", **asked)["Datapoints"]
+            theirs = client.get_metric_statistics(MetricName=f"plain{metric}", **asked)["Datapoints"]
+            assert len(mine) > 50 and sorted(mine, key=str) == sorted(theirs, key=str)
+        [resolved] = client.get_metric_statistics(Namespace="App", MetricName="resolved", StartTime=start_s - 60,
+                                                  EndTime=start_s + 60, Period=1, Statistics=["Sum"])["Datapoints"]
+        assert resolved["Sum"] == 1.0
+    assert _stored(store_target) == 601
+
+
+def _refusal(item: dict[str, Any]) -> tuple[str, Any]:
+    return _outcome(lambda d: parse_datapoints("Test", d, NOW_S), [{"MetricName": "ok", "Value": 1}, item])
+
+
+@pytest.mark.parametrize(("odd", "plain"), [
+    ({"Value": np.float64("nan")}, {"Value": math.nan}),
+    ({"Value": Decimal("NaN")}, {"Value": math.nan}),
+    ({"Value": Decimal("sNaN")}, {"Value": math.nan}),
+    ({"Value": np.float32("inf")}, {"Value": math.inf}),
+    ({"Value": Decimal("-Infinity")}, {"Value": -math.inf}),
+    ({"Value": np.float64(2.0**361)}, {"Value": 2.0**361}),
+    ({"Value": Decimal(2.0**361)}, {"Value": 2.0**361}),
+    ({"Value": Decimal("1e400")}, {"Value": 10**400}),  # beyond a float: no infinity
+    ({"Value": Fraction(10**400, 3)}, {"Value": 10**400}),
+    ({"Value": np.longdouble("1e400")}, {"Value": 10**400}),
+    ({"Value": np.bool_(True)}, {"Value": True}),  # not a number, as bool is not
+    ({"Value": 1 + 0j}, {"Value": True}),  # nor a complex number
+    ({"Values": [np.float64(1.5), Decimal("NaN")]}, {"Values": [1.5, math.nan]}),
+    ({"Values": [Decimal("sNaN")]}, {"Values": [math.nan]}),
+    ({"Values": [1.0], "Counts": [np.int64(-1)]}, {"Values": [1.0], "Counts": [-1]}),
+    ({"StatisticValues": {"SampleCount": np.int64(0), "Sum": Decimal(0), "Minimum": 0, "Maximum": 0}},
+     {"StatisticValues": {"SampleCount": 0, "Sum": 0, "Minimum": 0, "Maximum": 0}}),
+    ({"Value": 1, "Timestamp": np.float64(NOW_S - 15 * 86_400)}, {"Value": 1, "Timestamp": NOW_S - 15 * 86_400}),
+    ({"Value": 1, "Timestamp": np.int64(int(NOW_S) + 3 * 3600)}, {"Value": 1, "Timestamp": int(NOW_S) + 3 * 3600}),
+    ({"Value": 1, "Timestamp": Decimal("NaN")}, {"Value": 1, "Timestamp": math.nan}),
+    ({"Value": 1, "Timestamp": Decimal("1e400")}, {"Value": 1, "Timestamp": 10**400}),
+    ({"Value": 1, "Timestamp": np.bool_(True)}, {"Value": 1, "Timestamp": True}),
+    ({"Value": 1, "StorageResolution": np.int64(5)}, {"Value": 1, "StorageResolution": 5}),
+], ids=["float64 nan", "Decimal NaN", "Decimal sNaN", "float32 inf", "Decimal -Infinity", "float64 2^361",
+        "Decimal 2^361", "Decimal 1e400", "Fraction 1e400/3", "longdouble 1e400", "numpy.bool_", "complex",
+        "Values with a Decimal NaN", "Values with a Decimal sNaN", "Counts int64 -1", "SampleCount int64 0",
+        "Timestamp float64 15 days back", "Timestamp int64 3 hours ahead", "Timestamp Decimal NaN",
+        "Timestamp Decimal 1e400", "Timestamp numpy.bool_", "StorageResolution int64 5"])
+def test_a_number_of_any_type_is_refused_in_the_words_its_float_gets(odd: dict[str, Any], plain: dict[str, Any]) -> None:
+    refused = _refusal({"MetricName": "m", **odd})
+    assert refused[0] != "ok" and refused == _refusal({"MetricName": "m", **plain})
+
+
+def test_cloudwatchs_words_for_numbers_are_unchanged() -> None:
+    assert _refusal({"MetricName": "m", "Value": np.bool_(False)}) == (
+        "InvalidParameterValue", "The parameter MetricData.member.2.Value must be a number.")
+    assert _refusal({"MetricName": "m", "Value": Decimal("NaN")}) == (
+        "InvalidParameterValue", "The value nan for parameter MetricData.member.2.Value is invalid: NaN and "
+        "infinities are not accepted.")
+    assert _refusal({"MetricName": "m", "Value": Decimal("-1e400")}) == (
+        "InvalidParameterValue", "The value for parameter MetricData.member.2.Value is out of range: values must be "
+        "within -2^360 to 2^360.")
+    assert _refusal({"MetricName": "m", "Value": 1, "Timestamp": True}) == (
+        "InvalidParameterValue", "The parameter MetricData.member.2.Timestamp must be a timestamp (a datetime, ISO "
+        "8601 text or epoch seconds).")
 
 
 # -- the buffer, in each backend ----------------------------------------------------------------------

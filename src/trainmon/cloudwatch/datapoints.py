@@ -11,6 +11,11 @@ between calls (at most 10,000 labels), so the series a script puts again and aga
 once, and every call gives the same object for a metric (whose datapoints the store's writer
 then tells together by identity, without hashing its key).
 
+Numbers of any type (:func:`~trainmon.cloudwatch.model.is_number`: numpy's scalars, Decimal,
+subclasses of int) take that path too: a column is judged by the types it holds (mostly one),
+and read by numpy at once when those are ``float``, ``int`` or ``numpy.float64``, else converted
+with ``float`` in one ``map``, as ``parse_put`` converts each.
+
 Only calls whose items are all single values (``Value``) take that path. Anything else, and
 anything it does not accept at once (a field missing, of another type, out of range), goes to
 ``parse_put``, which accepts the same calls and words each refusal as CloudWatch does, naming
@@ -38,13 +43,15 @@ from .model import (
     MetricKey,
     check_namespace,
     epoch_seconds,
+    is_number_type,
     parse_put,
 )
 from .statistics import Sample
 
 Metric = tuple[MetricKey, int, str]  # (metric, storage resolution, unit): what a chunk is written for
 _PLAIN_FIELDS = frozenset({"MetricName", "Dimensions", "Timestamp", "Value", "Unit", "StorageResolution"})
-_NUMBERS = frozenset({int, float})
+_NUMPY_READS = frozenset({float, int, np.float64})  # a column of these is read by np.array itself
+_STAMP_TYPES = frozenset({datetime, type(None)})  # the other timestamps a column of them may hold
 _NO_DIMENSIONS: list[Any] = []
 _pairs = partial(map, itemgetter("Name", "Value"))  # a dimension list's (name, value) pairs, in C
 _first, _name, _value = itemgetter(0), itemgetter("Name"), itemgetter("Value")
@@ -94,11 +101,10 @@ def _plain(namespace: str, data: Any, now_s: float) -> Datapoints | None:
     values = list(map(get, data, repeat("Value")))
     units = list(map(get, data, repeat("Unit"), repeat("None")))
     resolutions = list(map(get, data, repeat("StorageResolution"), repeat(60)))
-    if not (set(map(type, values)) <= _NUMBERS and set(map(type, resolutions)) <= {int}
-            and set(resolutions) <= {1, 60} and set(units) <= UNITS):
+    if not (set(map(type, resolutions)) <= {int} and set(resolutions) <= {1, 60} and set(units) <= UNITS):
         return None
-    value = np.array(values, np.float64)
-    if not bool(np.abs(value).max() <= VALUE_LIMIT):  # NaN and infinities fail this too
+    value = _numbers(values)
+    if value is None or not bool(np.abs(value).max() <= VALUE_LIMIT):  # NaN and infinities fail this too
         return None
     stamps = _stamps_s(list(map(get, data, repeat("Timestamp"))), now_s)
     if stamps is None or not (now_s - PAST_LIMIT_S <= stamps.min() and stamps.max() <= now_s + FUTURE_LIMIT_S):
@@ -168,13 +174,24 @@ def _canonical(metric: Metric) -> Metric:
     return _CANONICAL.setdefault(metric, metric)
 
 
+def _numbers(given: list[Any]) -> np.ndarray | None:
+    """A column of numbers of any type as float64 (each as ``float`` makes it, as parse_put does);
+    None unless each is a number."""
+    kinds = set(map(type, given))
+    if kinds <= _NUMPY_READS:
+        return np.array(given, np.float64)
+    if not all(map(is_number_type, kinds)):
+        return None
+    return np.fromiter(map(float, given), np.float64, len(given))  # (a Decimal's sNaN raises: parse_put's)
+
+
 def _stamps_s(given: list[Any], now_s: float) -> np.ndarray | None:
     """Timestamps in epoch seconds (numbers as they are, datetimes converted, none: now); None for
     anything else (text: parse_put reads it, or says what is wrong with it)."""
-    kinds = set(map(type, given))
-    if kinds <= _NUMBERS:
-        return np.array(given, np.float64)
-    if not kinds <= {int, float, datetime, type(None)}:
+    numbers = _numbers(given)
+    if numbers is not None:
+        return numbers
+    if not all(kind in _STAMP_TYPES or is_number_type(kind) for kind in set(map(type, given))):
         return None  # text, or anything else: parse_put's epoch_seconds says what it makes of it
     return np.array([now_s if stamp is None else epoch_seconds(stamp, "") for stamp in given], np.float64)
 

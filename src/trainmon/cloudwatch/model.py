@@ -2,15 +2,22 @@
 
 This module validates requests as CloudWatch does (limits, ranges, codes) and turns
 PutMetricData items into :class:`~trainmon.cloudwatch.statistics.Sample` rows (pure).
+
+A number is a real number of any type, as boto3 takes one (a ``float`` or ``int``, or a
+``decimal.Decimal``) and as a script has them at hand: subclasses of ``int`` and ``float``,
+numpy's integer and floating scalars, ``fractions.Fraction`` (:func:`is_number`). A ``bool`` is
+not one, nor numpy's.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from ..errors import InvalidParameterCombination, InvalidParameterValue, MissingParameter
@@ -56,11 +63,43 @@ def job_metric_key(job_name: str, metric_name: str) -> MetricKey:
     return MetricKey(JOB_NAMESPACE, metric_name, (("TrainingJobName", job_name),))
 
 
+_NUMBER_TYPES: dict[type, bool] = {float: True, int: True, bool: False}  # each type met, once judged
+
+
+def is_number_type(kind: type) -> bool:
+    """Whether values of ``kind`` are numbers: any ``numbers.Real`` (int, float, their subclasses,
+    numpy's integer and floating scalars, Fraction) or a Decimal; not bool."""
+    known = _NUMBER_TYPES.get(kind)
+    if known is None:
+        known = _NUMBER_TYPES[kind] = issubclass(kind, (numbers.Real, Decimal)) and not issubclass(kind, bool)
+    return known
+
+
+def is_number(value: Any) -> bool:
+    return is_number_type(type(value))
+
+
+def as_float(value: Any) -> float:
+    """A number (:func:`is_number`) as a float; a Decimal's signalling NaN as NaN. OverflowError
+    for a finite number beyond a float's range (an int, a Fraction, a Decimal, numpy's longdouble),
+    which would otherwise pass for an infinity."""
+    try:
+        number = float(value)
+    except ValueError:  # Decimal("sNaN") has no float, but is a NaN
+        return math.nan
+    if math.isinf(number) and abs(value) != math.inf:
+        raise OverflowError(f"{value} is beyond a float's range")
+    return number
+
+
 def epoch_seconds(value: Any, field: str) -> float:
     if isinstance(value, datetime):
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+    if is_number(value):
+        try:
+            return as_float(value)
+        except OverflowError:  # beyond any time: as an infinity is
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, str):
         try:
             return epoch_seconds(datetime.fromisoformat(value.replace("Z", "+00:00")), field)
@@ -126,11 +165,11 @@ def check_unit(unit: Any, field: str) -> str:
 
 
 def _value(value: Any, field: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not is_number(value):
         raise InvalidParameterValue(f"The parameter {field} must be a number.")
     try:
-        number = float(value)
-    except OverflowError:  # an integer beyond any double (so beyond 2^360)
+        number = as_float(value)
+    except OverflowError:  # a finite number beyond any double (so beyond 2^360)
         raise InvalidParameterValue(f"The value for parameter {field} is out of range: values must be within "
                                     "-2^360 to 2^360.") from None
     if math.isnan(number) or math.isinf(number):
@@ -172,12 +211,13 @@ def parse_put(namespace: Any, metric_data: Any, now_s: float) -> list[tuple[Metr
         if resolution not in (1, 60) or isinstance(resolution, bool):
             raise InvalidParameterValue(f"The parameter MetricData.member.{position}.StorageResolution must be a "
                                         "value in the set [ 1, 60 ].")
+        resolution = 1 if resolution == 1 else 60  # (given as 1.0 or numpy.int64(1): stored as 1)
         given = item.get("Timestamp")
         try:
             stamp = now_s if given is None else (float(given) if type(given) in (int, float) else epoch_seconds(
                 given, f"MetricData.member.{position}.Timestamp"))
-        except OverflowError:  # an integer beyond any double: out of range below
-            stamp = math.inf if isinstance(given, int) and given > 0 else -math.inf
+        except OverflowError:  # a number beyond any double: out of range below
+            stamp = math.inf if given is not None and given > 0 else -math.inf
         if not oldest <= stamp <= newest:
             raise InvalidParameterValue(
                 f"The parameter MetricData.member.{position}.Timestamp must specify a time no more than two weeks "
@@ -254,7 +294,11 @@ def _samples(item: dict[str, Any], form: str | None, where: str, stamp_ms: int, 
     counts = item.get("Counts")
     if not isinstance(values, list) or not values:
         raise InvalidParameterValue(f"The parameter {where}.Values must be a non-empty list.")
-    if len(set(values)) > MAX_VALUES:
+    try:
+        distinct = len(set(values))
+    except TypeError:  # a member that cannot be hashed (a list, Decimal("sNaN")): no number, refused below
+        distinct = 0
+    if distinct > MAX_VALUES:
         raise InvalidParameterValue(f"The parameter {where}.Values holds more than {MAX_VALUES} unique values.")
     if counts is not None and (not isinstance(counts, list) or len(counts) != len(values)):
         raise InvalidParameterValue(f"The parameters {where}.Values and {where}.Counts must have the same length.")

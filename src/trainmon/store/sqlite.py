@@ -16,11 +16,22 @@ per file in a process) copies it into the database file (a PASSIVE checkpoint, w
 connection of its own, while writers go on. A writer copies it itself only past
 SELF_CHECKPOINT_PAGES, when that thread falls behind.
 
+Nothing is left behind: a process that wrote empties the log when it is done with the file
+(:func:`empty_log`: the last of its stores on the file closed, or the interpreter's exit), and so
+does a maintenance pass, so that the data directory's size after a command is what it keeps
+(SQLite does so itself only when the last connection to the file closes). A PASSIVE checkpoint
+copies what it can without waiting for anyone; the log is then emptied (TRUNCATE) only if nothing
+was left to copy, with SQLite's busy handler off, so that the writer lock it takes is held for the
+truncation alone and a reader or writer of another process makes it give up at once (tried again
+for up to SETTLE_S while others read): it never blocks a job's capture, and a log it could not
+empty is the next writer's, whose commits start it again.
+
 NaN cannot be stored in SQLite (it becomes NULL), so a NULL value in ``points`` means NaN.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sqlite3
 import threading
@@ -39,7 +50,7 @@ from ..errors import StoreError
 from . import search, tuning
 from .base import PackedChunk, SqlStore
 from .rows import Maintenance
-from .series.buffer import WriteBehind
+from .series.buffer import WriteBehind, drain_all
 from .sql import Problem, Sql, store_error
 
 _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
@@ -237,6 +248,48 @@ RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a mai
 RELEASE_SLICES = 256  # at most 2 GB a pass; the next pass goes on
 CHECKPOINT_BYTES = 4 << 20  # a write-ahead log this large is copied into the file by the checkpointing thread
 SELF_CHECKPOINT_PAGES = 16384  # (64 MB) a writer copies it itself only past this: the thread is behind
+SETTLE_S = 1.0  # how long a process done with the file tries to empty the log while others read it
+SETTLE_POLL_S = 0.01  # between those tries, holding no lock
+
+
+def empty_log(db: sqlite3.Connection, timeout_s: float = 0.0) -> bool:
+    """Copy the write-ahead log into the database file and empty it (0 bytes), on ``db`` (a
+    connection in no transaction); True once done. Never raises, never waits holding a lock: a
+    PASSIVE checkpoint copies what no reader still needs, and only a log with nothing left to copy
+    is emptied (TRUNCATE, SQLite's busy handler off for it: the writer lock it takes covers the
+    truncation alone, and it gives up at once when another connection writes or reads from the
+    log). While readers hold the log, tried again every SETTLE_POLL_S for up to ``timeout_s`` (0:
+    once); not once the log grows or starts again: another process writes, and the log is its
+    (its commits start it again, journal_size_limit being 0, and its end empties it)."""
+    deadline_s = time.monotonic() + timeout_s
+    try:
+        busy_ms = db.execute("PRAGMA busy_timeout").fetchone()[0]
+        db.execute("PRAGMA busy_timeout=0")
+    except sqlite3.Error:
+        return False
+    seen = -1  # the log's frames at the last try
+    try:
+        while True:
+            try:
+                _busy, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                if frames == copied and db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0:
+                    return True
+            except sqlite3.Error as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    return False  # (a full disk, a file gone): the next writer meets it
+                frames = -1
+            if frames >= 0:  # (-1: another checkpoint was under way)
+                if 0 <= seen != frames or time.monotonic() >= deadline_s:
+                    return False
+                seen = frames
+            elif time.monotonic() >= deadline_s:
+                return False
+            time.sleep(SETTLE_POLL_S)
+    finally:
+        try:
+            db.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
+        except sqlite3.Error:
+            pass
 
 
 class Checkpointer:
@@ -253,6 +306,7 @@ class Checkpointer:
         self.path = path
         self.wal = path.with_name(path.name + "-wal")
         self.passes = 0  # checkpoints run (what tests wait on)
+        self.wrote = False  # a store of this process committed to the file: its log is emptied when done
         self._wanted = threading.Event()
         self._passed = threading.Condition()
         self._users = 0
@@ -268,21 +322,50 @@ class Checkpointer:
             found._users += 1
             return found
 
-    def release(self) -> None:
-        """A store is done with it; the last one ends the thread."""
+    def release(self) -> bool:
+        """A store is done with it; the last one ends the thread, and is told (True) to empty the log
+        (:func:`empty_log`) when a store of the process wrote to the file."""
         with self._registry:
             self._users -= 1
             if self._users:
-                return
+                return False
             del self._open[self.path]
             self._closed = True
+        self._end_thread(None)
+        return self.wrote
+
+    def _end_thread(self, timeout_s: float | None) -> None:
+        """The thread, told it is closed, ended (its connection with it)."""
         self._wanted.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(timeout_s)
+
+    @classmethod
+    def empty_logs_at_exit(cls) -> None:
+        """At the interpreter's exit: PutMetricData's queue written, then the log of every file this
+        process wrote to and still holds open emptied (a command that never closed its store)."""
+        drain_all()
+        with cls._registry:
+            written = [checkpointer for checkpointer in cls._open.values() if checkpointer.wrote]
+            for checkpointer in written:
+                checkpointer._closed = True
+        for checkpointer in written:
+            checkpointer._end_thread(SETTLE_S)  # (its connection closed: the files go with the last one)
+            try:
+                db = sqlite3.connect(f"{checkpointer.path.as_uri()}?mode=rw", uri=True,  # (never makes one)
+                                     isolation_level=None, check_same_thread=False)
+            except sqlite3.Error:
+                continue
+            try:
+                if empty_log(db, SETTLE_S):
+                    checkpointer.wrote = False
+            finally:
+                db.close()
 
     def committed(self) -> None:
         """After a commit: the log copied soon if it holds CHECKPOINT_BYTES (its size says so: a
         log copied whole starts again from nothing, journal_size_limit being 0)."""
+        self.wrote = True
         try:
             if os.stat(self.wal).st_size < CHECKPOINT_BYTES:
                 return
@@ -367,8 +450,10 @@ class SqliteStore(SqlStore):
                 self._db.execute("PRAGMA foreign_keys=ON")
                 self._db.execute(f"PRAGMA wal_autocheckpoint={SELF_CHECKPOINT_PAGES}")
                 self._db.execute("PRAGMA journal_size_limit=0")
-                self._migrate()
+                migrated = self._migrate()
                 self.checkpointer = Checkpointer.of(self.path)
+                if migrated:
+                    self.checkpointer.wrote = True
                 return
             except (sqlite3.OperationalError, StoreError) as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -405,10 +490,15 @@ class SqliteStore(SqlStore):
         return bool(current)
 
     def _close_connection(self) -> None:
+        """The connection closed; the last store of the process on the file, if the process wrote
+        to it, first empties the log (SQLite would only when no other process has the file open)."""
+        last_writer = False
         if self.checkpointer is not None and not self._released:
             self._released = True
-            self.checkpointer.release()
+            last_writer = self.checkpointer.release()
         with self._lock:
+            if last_writer:
+                empty_log(self._db, SETTLE_S)
             self._db.close()
 
     def _writer_factory(self) -> Callable[[], SqliteStore]:
@@ -416,12 +506,12 @@ class SqliteStore(SqlStore):
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _migrate(self) -> None:
+    def _migrate(self) -> bool:
         """The schema brought up to date, under the write lock only when it is behind: a store that is
-        current opens without waiting on a writer (WAL readers never do)."""
+        current opens without waiting on a writer (WAL readers never do). Whether it wrote."""
         try:
             if self._db.execute("PRAGMA user_version").fetchone()[0] == len(_MIGRATIONS):
-                return
+                return False
         except sqlite3.Error as exc:
             raise _translate(exc, self.path) from exc
         with self._write() as db:
@@ -434,6 +524,7 @@ class SqliteStore(SqlStore):
                         if statement.strip():
                             db.execute(statement)
                 db.execute(f"PRAGMA user_version={number}")
+        return True
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -463,17 +554,21 @@ class SqliteStore(SqlStore):
 
     def _release_space(self, done: Maintenance) -> None:
         """Free pages back to the file system, a slice per transaction so that writers wait
-        milliseconds at most (files made before incremental vacuum keep reusing their free pages)."""
+        milliseconds at most (files made before incremental vacuum keep reusing their free pages),
+        then the pass's log emptied if no one else holds it now (a maintenance pass writes tens of
+        megabytes of log, which would stay until the next write)."""
         for _ in range(RELEASE_SLICES):
             with self._lock:
                 try:
                     if not self._db.execute("PRAGMA freelist_count").fetchone()[0]:
-                        return
+                        break
                     # A transaction of its own; through executescript, as the module's execute steps
                     # this pragma once and so frees one page.
                     self._db.executescript(f"PRAGMA incremental_vacuum({RELEASE_PAGES});")
                 except sqlite3.Error as exc:
                     raise _translate(exc, self.path) from exc
+        with self._lock:
+            empty_log(self._db)
 
     def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
         sql.many("INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text, packing) "
@@ -496,6 +591,10 @@ class SqliteStore(SqlStore):
                     self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
+
+
+# After the buffers' own exit hook is registered (by the import above), so run before it: it drains them first.
+atexit.register(Checkpointer.empty_logs_at_exit)
 
 
 def _existing(path: Path, home: Path, retention: Retention) -> SqliteStore:

@@ -317,8 +317,9 @@ def of_database(database: str) -> list[SampleBuffer]:
     return list(found.values()) if found else []
 
 
-def _drain_at_exit() -> None:
-    """Write what every buffer holds before the interpreter ends; say what could not be."""
+def drain_all() -> None:
+    """Write what every buffer holds (before the interpreter ends: an exit hook, run by the SQLite
+    store's too, before it empties the logs); say what could not be."""
     with _buffers_lock:
         every = [buffer for found in _buffers.values() for buffer in found.values()]
     for buffer in every:
@@ -338,5 +339,5 @@ def _forget_in_child() -> None:
             buffer._reset()
 
 
-atexit.register(_drain_at_exit)
+atexit.register(drain_all)
 os.register_at_fork(after_in_child=_forget_in_child)
