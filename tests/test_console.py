@@ -735,6 +735,123 @@ def test_the_runs_table_searches_chooses_columns_and_keeps_the_search_in_its_add
         assert broken == []
 
 
+# The rows of the runs table in the view: each row's job, its place in the table (aria-rowindex:
+# 2 for the first job) and its top and bottom; whether they cover the table's part of the view
+# without a gap (no spacer in sight); every drawn row's job and place; the headers' widths.
+IN_VIEW = """() => {
+  const body = document.querySelector("table.jobs tbody"), box = body.getBoundingClientRect();
+  const drawn = [...body.querySelectorAll("tr[data-job]")];
+  const seen = drawn.map((tr) => [tr.dataset.job, Number(tr.ariaRowIndex), tr.getBoundingClientRect()])
+    .filter(([, , r]) => r.bottom > 0 && r.top < innerHeight);
+  const gapless = seen.every(([, , r], i) => i === 0 || Math.abs(r.top - seen[i - 1][2].bottom) < 1.5) &&
+    seen.length > 0 && seen[0][2].top <= Math.max(0, box.top) + 1.5 &&
+    seen[seen.length - 1][2].bottom >= Math.min(innerHeight, box.bottom) - 1.5;
+  return {
+    seen: seen.map(([job, place, r]) => [job, place, r.top - box.top, r.height]),
+    gapless,
+    drawn: drawn.map((tr) => [tr.dataset.job, Number(tr.ariaRowIndex)]),
+    widths: [...document.querySelectorAll("table.jobs thead th")].map((th) => th.getBoundingClientRect().width),
+  };
+}"""
+FRAMES = "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
+
+
+def test_the_runs_table_of_hundreds_draws_the_rows_in_view_in_order_and_keeps_its_columns(
+        server: ServerProcess, page: Any, store: Any) -> None:
+    """600 jobs, sorted by their final loss: scrolling loads every page, the table draws only the rows
+    near the view (spacers keep the page's height), the rows in view are the right ones in the sorted
+    order wherever it is scrolled to, the last rows show at the end, the columns keep their widths,
+    and a row reached by scrolling is selected for Compare and has its tag edited in place."""
+    from .test_search import add_jobs, ordered
+
+    jobs = add_jobs(store, 600, seed=11)
+    expected = ordered(jobs, list(jobs), "Metrics.loss", False)
+    table = page.locator("table.jobs")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(server.url + "/?sort=metric%3Aloss&order=ascending")
+    expect(table).to_have_attribute("data-rows", "100")
+    for loaded in range(100, 600, 100):  # a page at a time, as scrolling near the end asks for it
+        page.evaluate("() => window.scrollTo(0, document.body.scrollHeight)")
+        expect(table).to_have_attribute("data-rows", str(loaded + 100))
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.evaluate(FRAMES)
+
+    def view() -> dict[str, Any]:
+        """The view once drawn: its rows are the jobs at their places in the order, gaplessly, each
+        where the rows above it put it; every drawn row is at its place."""
+        page.evaluate(FRAMES)
+        now: dict[str, Any] = page.evaluate(IN_VIEW)
+        assert now["gapless"], now["seen"]
+        assert now["seen"] and all(expected[place - 2] == job for job, place, _, _ in now["seen"]), now["seen"]
+        places = [place for _, place, _, _ in now["seen"]]
+        assert places == list(range(places[0], places[0] + len(places)))
+        height = now["seen"][0][3]
+        for _, place, top, _ in now["seen"]:  # (every row is as tall: the spacers hold the rows not drawn)
+            assert abs(top - (place - 2) * height) < 2, (place, top, height)
+        assert [job for job, _ in now["drawn"]] == [expected[place - 2] for _, place in now["drawn"]]
+        return now
+
+    top = view()
+    assert top["seen"][0][:2] == [expected[0], 2]
+    assert len(top["drawn"]) < 150, len(top["drawn"])  # near the view only, not 600
+    widths = top["widths"]
+    # through the whole table a screen at a time, then to its end: the last rows, the same widths
+    height = page.evaluate("() => document.scrollingElement.scrollHeight")
+    for y in range(0, height, 850):
+        page.evaluate("(y) => window.scrollTo(0, y)", y)
+        now = view()
+        assert now["widths"] == widths, (y, now["widths"], widths)
+    page.evaluate("() => window.scrollTo(0, document.body.scrollHeight)")
+    end = view()
+    assert end["seen"][-1][:2] == [expected[-1], 601]
+    assert end["widths"] == widths
+    expect(page.locator(f'tr[data-job="{expected[-1]}"]')).to_be_in_viewport()
+    # the middle: a row reached by scrolling is selected, and keeps its tick when drawn again
+    page.evaluate("() => window.scrollTo(0, document.scrollingElement.scrollHeight / 2 - innerHeight / 2)")
+    middle = view()
+    picked = middle["seen"][len(middle["seen"]) // 2][0]
+    assert expected.index(picked) > 200
+    page.locator(f'tr[data-job="{picked}"] input[name=select]').check()
+    expect(page.locator("button[name=compare]")).to_have_text("Compare (1)")
+    page.screenshot(path=str(SCREENSHOT.with_name("console-runs-scrolled-1400.png")))
+    # a tag edited in place there (AddTags)
+    tagged = next(job for job, _, _, _ in middle["seen"] if jobs[job]["doc"]["Tags"] and job != picked)
+    cell = page.locator(f'tr[data-job="{tagged}"] td[data-property="Tags.team"]')
+    cell.locator("button[name=edit-tag]").click()
+    cell.locator("input[name=tag-value]").fill("platform")
+    cell.locator("input[name=tag-value]").press("Enter")
+    expect(cell).to_contain_text("platform")
+    arn = f"arn:aws:sagemaker:local:000000000000:training-job/{tagged}"
+    assert call(server, "POST", "/api/sagemaker/ListTags", {"ResourceArn": arn})["Tags"] == [
+        {"Key": "team", "Value": "platform"}]
+    widths = view()["widths"]  # (the team column as wide as its new widest value, "platform")
+    page.evaluate("() => window.scrollTo(0, 0)")
+    assert view()["widths"] == widths
+    expect(page.locator(f'tr[data-job="{picked}"]')).to_have_count(0)  # (no longer drawn)
+    page.evaluate("() => window.scrollTo(0, document.scrollingElement.scrollHeight / 2 - innerHeight / 2)")
+    assert view()["widths"] == widths
+    expect(page.locator(f'tr[data-job="{picked}"] input[name=select]')).to_be_checked()
+    expect(cell).to_contain_text("platform")
+    # the foot that keeps the widths holds nothing to find, follow or click
+    assert page.locator("tfoot.sizer a, tfoot.sizer [name], tfoot.sizer [data-job]").count() == 0
+    # at 900 px: the rows measured again, the view still right
+    page.set_viewport_size({"width": 900, "height": 900})
+    page.wait_for_function("() => document.querySelector('table.jobs thead th').getBoundingClientRect().width > 0")
+    page.evaluate("() => window.scrollTo(0, document.scrollingElement.scrollHeight / 2 - innerHeight / 2)")
+    narrow_view = view()
+    page.screenshot(path=str(SCREENSHOT.with_name("console-runs-scrolled-900.png")))
+    page.evaluate("(y) => window.scrollBy(0, y)", 5_000)
+    assert view()["widths"] == narrow_view["widths"]
+    # and Compare takes the job selected far down the table with one selected near its top
+    page.evaluate("() => window.scrollTo(0, 0)")
+    view()
+    page.locator(f'tr[data-job="{expected[0]}"] input[name=select]').check()
+    expect(page.locator("button[name=compare]")).to_have_text("Compare (2)")
+    page.locator("button[name=compare]").click()
+    page.wait_for_url("**/compare?jobs=*")
+    assert set(page.url.split("jobs=")[1].split(",")) == {picked, expected[0]}
+
+
 def test_the_tester_numbers_rows_as_the_api_hints_near_misses_and_warns_of_a_definition_that_matched_nothing(
         server: ServerProcess, page: Any, train: Path) -> None:
     page.goto(server.url + "/new")

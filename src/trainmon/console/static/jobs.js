@@ -52,7 +52,6 @@ export function mount(root) {
     h("option", {value: ""}, "No grouping"));
   group.addEventListener("change", () => {
     state.group = group.value;
-    shown = {columns: "", rows: ""};
     render();
   });
   const chooser = h("details", {class: "columns"}, h("summary", {}, "Columns"));
@@ -158,32 +157,41 @@ export function mount(root) {
 
   // a tag edited in its cell: AddTags with the new value, DeleteTags when emptied
   function editTag(td, job, key) {
+    if (editing) editing.finish(true);
+    const name = job.TrainingJobName;
     const before = (job.Tags || {})[key] ?? "";
     const input = h("input", {type: "text", name: "tag-value", value: before, class: "tag-input", spellcheck: "false"});
-    const done = async (save) => {
+    let finished = false;
+    const finish = async (save) => {
+      if (finished) return;
+      finished = true;
+      if (editing?.input === input) editing = null;
       const value = input.value.trim();
       if (save && value !== before) {
         try {
           if (value) await post("/api/sagemaker/AddTags", {ResourceArn: job.TrainingJobArn, Tags: [{Key: key, Value: value}]});
           else await post("/api/sagemaker/DeleteTags", {ResourceArn: job.TrainingJobArn, TagKeys: [key]});
-          const tags = {...(job.Tags || {})};
+          const now = state.jobs.get(name) || job;
+          const tags = {...(now.Tags || {})};
           if (value) tags[key] = value;
           else delete tags[key];
-          job.Tags = tags;
+          state.jobs.set(name, {...now, Tags: tags}); // (a new object: its drawn row shows it)
           error.hidden = true;
         } catch (exc) {
           error.hidden = false;
           error.textContent = exc.message;
         }
       }
-      shown = {columns: "", rows: ""};
+      const tr = trOf.get(name);
+      if (tr) tr.item = null; // its cells drawn again, the tag's value in place of the box
       render();
     };
+    editing = {name, input, finish};
     input.addEventListener("keydown", (e) => {
-      if (e.key === "Enter") done(true);
-      if (e.key === "Escape") done(false);
+      if (e.key === "Enter") finish(true);
+      if (e.key === "Escape") finish(false);
     });
-    input.addEventListener("blur", () => done(true), {once: true});
+    input.addEventListener("blur", () => finish(true), {once: true});
     td.replaceChildren(input);
     input.focus();
     input.select();
@@ -333,64 +341,342 @@ export function mount(root) {
     return value;
   }
 
-  let shown = {columns: "", rows: ""}; // what the table holds, to update it in place when it can
+  // The table draws only the rows near the view once it holds more than ALL_ROWS (the rows above
+  // and below them are two spacer rows of their height, so the page scrolls as over every row):
+  // what a frame costs the browser (style, layout, paint) grows with the rows in the table, so a
+  // table of thousands scrolls as one of a few dozen. Up to ALL_ROWS every row is drawn (a table
+  // that short scrolls at the browser's pace anyway, and the browser's find-in-page finds any
+  // name); beyond, find-in-page finds the rows drawn, and "Filter by name" finds any. The rows
+  // drawn reach at least NEAR px beyond the view on either side; once they do not, rows are
+  // drawn to FAR px beyond it, at most STEP a frame on either side (the cost spread over frames)
+  // but always those in view and NEAR / 2 px beyond it; the rows still in reach are kept as
+  // they are. Each row's height is measured a frame after it is drawn (the spacers use the last
+  // one of its kind until then). A collapsed row of each column's widest value over every row,
+  // drawn or not, in the table's foot keeps the columns as wide as every row drawn would, so
+  // scrolling never changes them.
+  const ALL_ROWS = 250;
+  const NEAR = 300;
+  const FAR = 400;
+  const STEP = 3;
 
-  function cells(job, cols) {
-    return [
-      h(
-        "td",
-        {class: "check"},
-        h("input", {
-          type: "checkbox",
-          name: "select",
-          value: job.TrainingJobName,
-          checked: state.selected.has(job.TrainingJobName),
-          "aria-label": `select ${job.TrainingJobName}`,
-          onchange: (e) => {
-            if (e.target.checked) state.selected.add(job.TrainingJobName);
-            else state.selected.delete(job.TrainingJobName);
-            updateCompare();
-          },
-        }),
+  const thead = h("thead");
+  const body = h("tbody");
+  const sizer = h("tfoot", {class: "sizer", inert: true, "aria-hidden": "true"});
+  const spacer = () => h("tr", {class: "spacer", "aria-hidden": "true"}, h("td"));
+  const above = spacer();
+  const below = spacer();
+  tableEl.append(thead, body, sizer);
+
+  let shown = ""; // the columns, sort and grouping the table is drawn for
+  let list = []; // what the table holds, in order: jobs, and each group's header when grouped
+  let cols = [];
+  let drawn = {start: 0, end: 0}; // the items drawn, list[start..end)
+  const trOf = new Map(); // an item's key -> its row, for those drawn
+  const measured = new Map(); // an item's key -> its row's height, once drawn
+  const estimate = {job: 34, trial: 50, group: 32}; // a row's height before it is drawn: the last drawn of its kind
+  let offsets = new Float64Array(1); // offsets[i]: where list[i] starts in the table's body
+  let offsetsStale = true;
+  let sizerKey = "";
+  let editing = null; // the tag being edited: {name, input, finish}
+  let growing = false; // the rows drawn do not reach FAR yet: more in the next frame
+  let pending = 0; // that frame's request
+  let drewAt = null; // the frame the rows were last drawn in
+  const unmeasured = new Set(); // rows drawn, not measured yet
+
+  const keyOf = (item) => (item.group !== undefined ? `group\u0000${item.group}` : item.TrainingJobName);
+  const kindOf = (item) => (item.group !== undefined ? "group" : tuningJobOf(item) ? "trial" : "job");
+  const heightOf = (item) => measured.get(keyOf(item)) ?? estimate[kindOf(item)];
+
+  function layOut() {
+    if (!offsetsStale && offsets.length === list.length + 1) return;
+    offsets = new Float64Array(list.length + 1);
+    for (let i = 0; i < list.length; i++) offsets[i + 1] = offsets[i] + heightOf(list[i]);
+    offsetsStale = false;
+  }
+
+  // the index of the item at y px into the body (the last one past the end)
+  function indexAt(y) {
+    let low = 0,
+      high = list.length - 1;
+    while (low < high) {
+      const mid = (low + high + 1) >> 1;
+      if (offsets[mid] <= y) low = mid;
+      else high = mid - 1;
+    }
+    return Math.max(0, low);
+  }
+
+  function checkCell(job) {
+    return h(
+      "td",
+      {class: "check"},
+      h("input", {
+        type: "checkbox",
+        name: "select",
+        value: job.TrainingJobName,
+        checked: state.selected.has(job.TrainingJobName),
+        "aria-label": `select ${job.TrainingJobName}`,
+        onchange: (e) => {
+          if (e.target.checked) state.selected.add(job.TrainingJobName);
+          else state.selected.delete(job.TrainingJobName);
+          updateCompare();
+        },
+      }),
+    );
+  }
+
+  function cell(job, c) {
+    if (c.key === "name")
+      return h("td", {}, h("a", {href: `/jobs/${encodeURIComponent(job.TrainingJobName)}`}, job.TrainingJobName), tuningOf(job));
+    if (c.key === "status") return h("td", {"data-col": "status"}, statusBadge(job.TrainingJobStatus));
+    if (c.key === "secondary") return h("td", {"data-col": "secondary"}, job.SecondaryStatus);
+    if (c.key === "start") return h("td", {"data-col": "start"}, fmtTime(job.TrainingStartTime || job.CreationTime));
+    if (c.key === "duration") return h("td", {"data-col": "duration"}, fmtDuration(duration(job)));
+    const value = c.value(job);
+    if (c.kind === "metric") return h("td", {class: "num", "data-metric": c.name}, fmtNum(value));
+    if (c.kind === "min" || c.kind === "max") return h("td", {class: "num", [`data-${c.kind}`]: c.name}, fmtNum(value));
+    const property = PROPERTY[c.kind] + c.name;
+    const edit =
+      c.kind === "tag"
+        ? h("button", {type: "button", class: "link edit-tag", title: `edit the tag ${c.name}`, name: "edit-tag",
+            onclick: (e) => editTag(e.target.closest("td"), job, c.name)}, "✎")
+        : null;
+    return h(
+      "td",
+      {"data-property": property},
+      edit,
+      value === undefined
+        ? "–"
+        : h("button", {type: "button", class: "link", name: "narrow", title: `only ${property} = ${value}`,
+            onclick: () => narrow(property, value)}, value),
+    );
+  }
+
+  function rowOf(item) {
+    const tr = item.group !== undefined
+      ? h("tr", {class: "group", "data-group": item.group}, h("td", {colspan: cols.length + 1}, item.text))
+      : h("tr", {"data-job": item.TrainingJobName}, checkCell(item), cols.map((c) => cell(item, c)));
+    tr.item = item;
+    return tr;
+  }
+
+  // a drawn row whose job changed: new values in place (a checkbox being clicked, a tag being edited, stay put)
+  function refresh(tr, item) {
+    if (item.group !== undefined) {
+      if (tr.firstChild.textContent !== item.text) tr.firstChild.textContent = item.text;
+    } else {
+      const tds = tr.children;
+      cols.forEach((c, i) => {
+        const td = tds[i + 1];
+        if (editing && td.contains(editing.input)) return;
+        const now = cell(item, c);
+        if (td.textContent !== now.textContent) td.replaceWith(now);
+      });
+    }
+    tr.item = item;
+  }
+
+  // the rows near the view drawn, those no longer near it taken out; `again`: the list changed
+  function draw(again = false) {
+    const remeasured = measure();
+    drewAt = document.timeline.currentTime;
+    layOut();
+    const n = list.length;
+    let start = 0,
+      end = n;
+    if (n > ALL_ROWS) {
+      const top = -body.getBoundingClientRect().top;
+      const bottom = top + innerHeight;
+      const reached = (drawn.start === 0 || offsets[drawn.start] <= top - NEAR) &&
+        (drawn.end >= n || offsets[drawn.end] >= bottom + NEAR);
+      if (!again && !growing && !remeasured && drawn.end > drawn.start && reached) return;
+      start = indexAt(top - FAR);
+      end = Math.min(n, indexAt(bottom + FAR) + 1);
+      growing = false;
+      if (!again && drawn.end > drawn.start) {
+        // at most STEP new rows above and below in a frame, the rest in the next ones; the rows in
+        // view at once (after a jump, those only)
+        const first = indexAt(top),
+          last = Math.min(n, indexAt(bottom) + 1);
+        const goal = {start, end};
+        if (start >= drawn.end || end <= drawn.start) [start, end] = [first, last];
+        else {
+          const up = indexAt(top - NEAR / 2),
+            down = Math.min(n, indexAt(bottom + NEAR / 2) + 1);
+          if (start < drawn.start) start = Math.min(Math.max(start, drawn.start - STEP), up);
+          if (end > drawn.end) end = Math.max(Math.min(end, drawn.end + STEP), down);
+        }
+        growing = start !== goal.start || end !== goal.end;
+      }
+    } else if (!again && !remeasured && drawn.start === 0 && drawn.end === n) return;
+    else growing = false;
+    const wanted = list.slice(start, end);
+    const keys = new Set(wanted.map(keyOf));
+    for (const [key, tr] of trOf) {
+      if (keys.has(key)) continue;
+      if (editing && tr.contains(editing.input)) {
+        const left = editing;
+        queueMicrotask(() => left.finish(true)); // a tag being edited, scrolled away: kept, as leaving it keeps it
+      }
+      tr.remove();
+      trOf.delete(key);
+    }
+    const fresh = [];
+    let cursor = above.parentNode ? above.nextSibling : body.firstChild;
+    for (const item of wanted) {
+      const key = keyOf(item);
+      let tr = trOf.get(key);
+      if (!tr) {
+        tr = rowOf(item);
+        trOf.set(key, tr);
+        fresh.push(tr);
+      } else if (tr.item !== item) {
+        refresh(tr, item);
+        fresh.push(tr); // (measured again)
+      }
+      if (tr === cursor) cursor = cursor.nextSibling;
+      else body.insertBefore(tr, cursor);
+    }
+    drawn = {start, end};
+    for (const tr of fresh) unmeasured.add(tr);
+    if (growing || fresh.length) nextFrame(); // (more rows, or the new rows' heights)
+    pad(above, offsets[start], body.firstChild);
+    pad(below, offsets[n] - offsets[end], null);
+    tableEl.setAttribute("aria-rowcount", String(n + 1));
+    wanted.forEach((item, i) => {
+      const tr = trOf.get(keyOf(item));
+      if (tr.ariaRowIndex !== String(start + i + 2)) tr.ariaRowIndex = String(start + i + 2);
+    });
+  }
+
+  // the heights of the rows drawn since the last look (measured a frame later, when the page's
+  // layout is done anyway): whether any differs from what the spacers took it to be
+  function measure() {
+    let changed = false;
+    for (const tr of unmeasured) {
+      if (!tr.isConnected || !tr.item) continue;
+      const key = keyOf(tr.item);
+      const height = tr.getBoundingClientRect().height;
+      if (heightOf(tr.item) !== height) changed = true;
+      measured.set(key, height);
+      estimate[kindOf(tr.item)] = height;
+    }
+    unmeasured.clear();
+    if (changed) offsetsStale = true;
+    return changed;
+  }
+
+  // draw again in the next frame (not this one: a request made while a scroll event is handled
+  // would run before this frame is drawn)
+  function nextFrame() {
+    if (pending) return;
+    pending = requestAnimationFrame((now) => {
+      pending = 0;
+      if (now === drewAt) nextFrame();
+      else draw();
+    });
+  }
+
+  // a spacer of `height` px, in the body only when it has a height
+  function pad(tr, height, before) {
+    if (height > 0.5) {
+      tr.style.height = `${height}px`;
+      if (!tr.parentNode) body.insertBefore(tr, before);
+    } else tr.remove();
+  }
+
+  // the text a cell's width follows, and the font it is drawn in: each column's widest, over every row
+  const canvas = document.createElement("canvas").getContext("2d");
+  const textWidths = new Map();
+  const cellWidths = new WeakMap();
+  function textWidth(text, font) {
+    const key = `${font}\u0000${text}`;
+    let width = textWidths.get(key);
+    if (width === undefined) {
+      if (textWidths.size > 100_000) textWidths.clear();
+      canvas.font = font;
+      width = canvas.measureText(text).width;
+      textWidths.set(key, width);
+    }
+    return width;
+  }
+  let fonts = null; // a cell's, a trial's line's and a status badge's, as the canvas takes them
+  function fontsOf() {
+    if (fonts) return fonts;
+    const probe = h("tr", {}, h("td", {}, "x", h("div", {class: "tuning-of"}, "x"), statusBadge("x")));
+    sizer.append(probe);
+    const font = (el) => {
+      const style = getComputedStyle(el);
+      return `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+    };
+    fonts = {cell: font(probe.firstChild), small: font(probe.querySelector(".tuning-of")), status: font(probe.querySelector(".status"))};
+    probe.remove();
+    return fonts;
+  }
+
+  function widthOf(job, c, fonts) {
+    let widths = cellWidths.get(job);
+    if (!widths) cellWidths.set(job, (widths = new Map()));
+    let width = widths.get(c.key);
+    if (width === undefined) {
+      if (c.key === "name") {
+        const tuning = tuningJobOf(job);
+        width = Math.max(textWidth(job.TrainingJobName, fonts.cell), tuning ? textWidth(`trial of ${tuning}`, fonts.small) : 0);
+      } else if (c.key === "status") width = textWidth(job.TrainingJobStatus || "Unknown", fonts.status);
+      else if (c.key === "secondary") width = textWidth(job.SecondaryStatus || "", fonts.cell);
+      else if (c.key === "start") width = textWidth(fmtTime(job.TrainingStartTime || job.CreationTime), fonts.cell);
+      else if (c.key === "duration") {
+        width = textWidth(fmtDuration(duration(job)), fonts.cell);
+        if (!TERMINAL.has(job.TrainingJobStatus)) return width; // (it grows while the job runs)
+      }
+      else if (c.kind === "metric" || c.kind === "min" || c.kind === "max") width = textWidth(fmtNum(c.value(job)), fonts.cell);
+      else width = textWidth(String(c.value(job) ?? "–"), fonts.cell);
+      widths.set(c.key, width);
+    }
+    return width;
+  }
+
+  // the foot's collapsed rows: for each column, the two jobs of its widest values (two, in case
+  // the canvas's measure and the page's differ by a hair), their cells without links or names
+  function size(jobs) {
+    const fonts = fontsOf();
+    const widest = cols.map((c) => {
+      let first = null,
+        second = null,
+        a = -1,
+        b = -1;
+      for (const job of jobs) {
+        const width = widthOf(job, c, fonts);
+        if (width > a) {
+          [second, b] = [first, a];
+          [first, a] = [job, width];
+        } else if (width > b) [second, b] = [job, width];
+      }
+      return [first, second].filter(Boolean);
+    });
+    const key = JSON.stringify([shown, widest.map((pair, i) => pair.map((job) => [job.TrainingJobName, widthOf(job, cols[i], fonts)]))]);
+    if (key === sizerKey) return;
+    sizerKey = key;
+    const rows = [0, 1].filter((k) => widest.some((pair) => pair[k]));
+    sizer.replaceChildren(
+      ...rows.map((k) =>
+        h("tr", {}, h("td", {class: "check"}, h("input", {type: "checkbox", tabindex: "-1"})),
+          cols.map((c, i) => {
+            const job = widest[i][k] || widest[i][0];
+            return job ? unnamed(cell(job, c)) : h("td");
+          })),
       ),
-      h(
-        "td",
-        {},
-        h("a", {href: `/jobs/${encodeURIComponent(job.TrainingJobName)}`}, job.TrainingJobName),
-        tuningOf(job),
-      ),
-      h("td", {"data-col": "status"}, statusBadge(job.TrainingJobStatus)),
-      h("td", {"data-col": "secondary"}, job.SecondaryStatus),
-      h("td", {"data-col": "start"}, fmtTime(job.TrainingStartTime || job.CreationTime)),
-      h("td", {"data-col": "duration"}, fmtDuration(duration(job))),
-      cols
-        .filter((c) => c.kind)
-        .map((c) => {
-          const value = c.value(job);
-          if (c.kind === "metric") return h("td", {class: "num", "data-metric": c.name}, fmtNum(value));
-          if (c.kind === "min" || c.kind === "max")
-            return h("td", {class: "num", [`data-${c.kind}`]: c.name}, fmtNum(value));
-          const property = PROPERTY[c.kind] + c.name;
-          const edit =
-            c.kind === "tag"
-              ? h("button", {type: "button", class: "link edit-tag", title: `edit the tag ${c.name}`, name: "edit-tag",
-                  onclick: (e) => editTag(e.target.closest("td"), job, c.name)}, "✎")
-              : null;
-          return h(
-            "td",
-            {"data-property": property},
-            edit,
-            value === undefined
-              ? "–"
-              : h(
-                  "button",
-                  {type: "button", class: "link", name: "narrow", title: `only ${property} = ${value}`,
-                    onclick: () => narrow(property, value)},
-                  value,
-                ),
-          );
-        }),
-    ];
+    );
+  }
+
+  // a cell for the foot: no links, names, values or data, nothing to find or click
+  function unnamed(td) {
+    for (const a of td.querySelectorAll("a")) a.replaceWith(h("span", {}, ...a.childNodes));
+    for (const el of [td, ...td.querySelectorAll("*")])
+      for (const attr of [...el.attributes])
+        if (attr.name !== "class" && attr.name !== "type") el.removeAttribute(attr.name);
+    for (const el of td.querySelectorAll("input, button")) el.tabIndex = -1;
+    return td;
   }
 
   function updateCompare() {
@@ -400,7 +686,7 @@ export function mount(root) {
 
   // rows in groups of one hyperparameter's or tag's value, each group's best (first in the sort) first,
   // the groups in the order of their best; a header row before each
-  function grouped(rows, cols, col) {
+  function grouped(rows, col) {
     if (!state.group) return rows;
     const [kind, ...rest] = state.group.split(":");
     const key = rest.join(":");
@@ -434,6 +720,35 @@ export function mount(root) {
     );
   }
 
+  function header(col) {
+    return h(
+      "tr",
+      {},
+      h("th", {class: "check"}),
+      cols.map((c) =>
+        h(
+          "th",
+          {
+            "data-sort": c.key,
+            class: ["metric", "min", "max"].includes(c.kind) ? "num sortable" : "sortable",
+            "aria-sort": c.key === col.key ? (state.sort.descending ? "descending" : "ascending") : "none",
+            onclick: () => {
+              state.sort = {
+                key: c.key,
+                descending: c.key === state.sort.key ? !state.sort.descending : c.key === "start",
+              };
+              remember();
+              if (state.token || c.kind) load(); // the server's order over every job, not only those loaded
+              else render();
+            },
+          },
+          breakable(c.label),
+          c.key === col.key ? (state.sort.descending ? "\u00a0▾" : "\u00a0▴") : "",
+        ),
+      ),
+    );
+  }
+
   function render() {
     renderChooser();
     renderGroups();
@@ -441,7 +756,7 @@ export function mount(root) {
     count.textContent = state.total
       ? `${loaded} of ${state.total.Relation === "EqualTo" ? "" : "at least "}${state.total.Value} matching jobs`
       : "";
-    const cols = columns();
+    cols = columns();
     const col = cols.find((c) => c.key === state.sort.key) || cols[3];
     const rows = [...state.jobs.values()].filter(matches).sort((a, b) => {
       const x = sortValue(col.value(a)),
@@ -456,85 +771,33 @@ export function mount(root) {
     for (const selected of state.selected) if (!state.jobs.has(selected)) state.selected.delete(selected);
     updateCompare();
     const columnsKey = JSON.stringify([cols.map((c) => c.key), state.sort, state.group]);
-    const names = rows.map((j) => j.TrainingJobName);
-    const rowsKey = JSON.stringify(names);
-    const same = columnsKey === shown.columns;
-    if (rows.length && same && rowsKey === shown.rows) {
-      // the same rows in the same order: new values in place (a checkbox being clicked stays put)
-      const trs = new Map([...tableEl.querySelectorAll("tr[data-job]")].map((tr) => [tr.dataset.job, tr]));
-      for (const job of rows) {
-        const tr = trs.get(job.TrainingJobName);
-        const fresh = cells(job, cols).flat();
-        [...tr.children].slice(2).forEach((td, i) => {
-          const now = fresh[i + 2];
-          if (td.textContent !== now.textContent) td.replaceWith(now);
-        });
-      }
-      return;
+    if (columnsKey !== shown) {
+      // other columns, order or grouping: every row drawn anew
+      shown = columnsKey;
+      thead.replaceChildren(header(col));
+      for (const s of [above, below]) s.firstChild.colSpan = cols.length + 1;
+      trOf.clear();
+      measured.clear();
+      body.replaceChildren();
+      drawn = {start: 0, end: 0};
     }
-    const before = shown.names || [];
-    if (same && !state.group && before.length && names.length > before.length &&
-        before.every((name, i) => names[i] === name)) {
-      // the next page came: its rows after the others, nothing drawn again
-      tableEl.querySelector("tbody").append(
-        ...rows.slice(before.length).map((job) => h("tr", {"data-job": job.TrainingJobName}, cells(job, cols).flat())),
+    list = grouped(rows, col);
+    offsetsStale = true;
+    tableEl.dataset.rows = String(rows.length); // the jobs the table holds, drawn or not
+    if (!rows.length) {
+      trOf.clear();
+      drawn = {start: 0, end: 0};
+      sizer.replaceChildren();
+      sizerKey = "";
+      body.replaceChildren(
+        h("tr", {}, h("td", {colspan: cols.length + 1, class: "muted empty"},
+          state.jobs.size ? "No job matches." : "No jobs yet. Start one with New job.")),
       );
-      shown = {columns: columnsKey, rows: rowsKey, names};
       return;
     }
-    shown = {columns: columnsKey, rows: rowsKey, names};
-    clear(
-      tableEl,
-      h(
-        "thead",
-        {},
-        h(
-          "tr",
-          {},
-          h("th", {class: "check"}),
-          cols.map((c) =>
-            h(
-              "th",
-              {
-                "data-sort": c.key,
-                class: ["metric", "min", "max"].includes(c.kind) ? "num sortable" : "sortable",
-                "aria-sort": c.key === col.key ? (state.sort.descending ? "descending" : "ascending") : "none",
-                onclick: () => {
-                  state.sort = {
-                    key: c.key,
-                    descending: c.key === state.sort.key ? !state.sort.descending : c.key === "start",
-                  };
-                  remember();
-                  if (state.token || c.kind) load(); // the server's order over every job, not only those loaded
-                  else render();
-                },
-              },
-              breakable(c.label),
-              c.key === col.key ? (state.sort.descending ? "\u00a0▾" : "\u00a0▴") : "",
-            ),
-          ),
-        ),
-      ),
-      h(
-        "tbody",
-        {},
-        rows.length
-          ? grouped(rows, cols, col).map((item) =>
-              item.group
-                ? h("tr", {class: "group", "data-group": item.group}, h("td", {colspan: cols.length + 1}, item.text))
-                : h("tr", {"data-job": item.TrainingJobName}, cells(item, cols).flat()),
-            )
-          : h(
-              "tr",
-              {},
-              h(
-                "td",
-                {colspan: cols.length + 1, class: "muted empty"},
-                state.jobs.size ? "No job matches." : "No jobs yet. Start one with New job.",
-              ),
-            ),
-      ),
-    );
+    if (!trOf.size) body.replaceChildren(); // (the empty table's line)
+    draw(true);
+    size(rows);
   }
 
   const renderSoon = debounce(render, 100);
@@ -582,16 +845,33 @@ export function mount(root) {
   }, {rootMargin: "600px"});
   nearEnd.observe(more);
   const tick = setInterval(() => {
-    for (const row of tableEl.querySelectorAll("tr[data-job]")) {
-      const job = state.jobs.get(row.dataset.job);
+    for (const row of trOf.values()) {
+      const job = row.dataset.job && state.jobs.get(row.dataset.job);
       if (job && !TERMINAL.has(job.TrainingJobStatus))
         row.querySelector("[data-col=duration]").textContent = fmtDuration(duration(job));
     }
   }, 1000);
+  // scrolled: the rows near the view drawn (a scroll event comes before the frame it is drawn in)
+  const scrolled = () => {
+    if (list.length > ALL_ROWS) draw();
+  };
+  // another width: rows may wrap otherwise (a group's line), so each is measured again when drawn
+  const resized = debounce(() => {
+    measured.clear();
+    for (const [key, tr] of trOf) measured.set(key, tr.getBoundingClientRect().height);
+    offsetsStale = true;
+    if (list.length) draw(true);
+  }, 150);
+  addEventListener("scroll", scrolled, {passive: true});
+  addEventListener("resize", resized);
   load();
   return () => {
     stream.close();
     clearInterval(tick);
+    removeEventListener("scroll", scrolled);
+    cancelAnimationFrame(pending);
+    removeEventListener("resize", resized);
+    resized.cancel();
     document.removeEventListener("click", closeChooser);
     nearEnd.disconnect();
     refilter.cancel();
