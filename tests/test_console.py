@@ -626,6 +626,20 @@ def test_a_job_of_your_own_algorithm_container(server: ServerProcess, page: Any,
     expect(page.locator("dl.facts")).to_contain_text(image)  # what the job runs in
 
 
+def edit_team_tag(page: Any, server: ServerProcess, job: str, value: str) -> tuple[Any, str]:
+    """Edit the job's team tag in its cell of the runs table; the job has it (ListTags): the cell
+    and the job's ARN."""
+    cell = page.locator(f'tr[data-job="{job}"] td[data-property="Tags.team"]')
+    cell.locator("button[name=edit-tag]").click()
+    cell.locator("input[name=tag-value]").fill(value)
+    cell.locator("input[name=tag-value]").press("Enter")
+    expect(cell).to_contain_text(value)
+    arn = f"arn:aws:sagemaker:local:000000000000:training-job/{job}"
+    assert call(server, "POST", "/api/sagemaker/ListTags", {"ResourceArn": arn})["Tags"] == [
+        {"Key": "team", "Value": value}]
+    return cell, arn
+
+
 def test_the_runs_table_searches_chooses_columns_and_keeps_the_search_in_its_address(
         server: ServerProcess, page: Any, store: Any) -> None:
     """200 jobs with hyperparameters, tags and final losses: the text form narrows them as Search
@@ -704,14 +718,7 @@ def test_the_runs_table_searches_chooses_columns_and_keeps_the_search_in_its_add
     page.select_option("select[name=group-by]", "")
     expect(headers).to_have_count(0)
     # a tag edited in its cell is the job's (AddTags), and emptied is gone (DeleteTags)
-    cell = page.locator(f'tr[data-job="{wanted[0]}"] td[data-property="Tags.team"]')
-    cell.locator("button[name=edit-tag]").click()
-    cell.locator("input[name=tag-value]").fill("platform")
-    cell.locator("input[name=tag-value]").press("Enter")
-    expect(cell).to_contain_text("platform")
-    arn = f"arn:aws:sagemaker:local:000000000000:training-job/{wanted[0]}"
-    assert call(server, "POST", "/api/sagemaker/ListTags", {"ResourceArn": arn})["Tags"] == [
-        {"Key": "team", "Value": "platform"}]
+    cell, arn = edit_team_tag(page, server, wanted[0], "platform")
     cell.locator("button[name=edit-tag]").click()
     cell.locator("input[name=tag-value]").fill("")
     cell.locator("input[name=tag-value]").press("Enter")
@@ -816,14 +823,7 @@ def test_the_runs_table_of_hundreds_draws_the_rows_in_view_in_order_and_keeps_it
     page.screenshot(path=str(SCREENSHOT.with_name("console-runs-scrolled-1400.png")))
     # a tag edited in place there (AddTags)
     tagged = next(job for job, _, _, _ in middle["seen"] if jobs[job]["doc"]["Tags"] and job != picked)
-    cell = page.locator(f'tr[data-job="{tagged}"] td[data-property="Tags.team"]')
-    cell.locator("button[name=edit-tag]").click()
-    cell.locator("input[name=tag-value]").fill("platform")
-    cell.locator("input[name=tag-value]").press("Enter")
-    expect(cell).to_contain_text("platform")
-    arn = f"arn:aws:sagemaker:local:000000000000:training-job/{tagged}"
-    assert call(server, "POST", "/api/sagemaker/ListTags", {"ResourceArn": arn})["Tags"] == [
-        {"Key": "team", "Value": "platform"}]
+    cell, _ = edit_team_tag(page, server, tagged, "platform")
     widths = view()["widths"]  # (the team column as wide as its new widest value, "platform")
     page.evaluate("() => window.scrollTo(0, 0)")
     assert view()["widths"] == widths

@@ -13,22 +13,16 @@ job whose tuner died is failed by the next reader, as a training job's orphan is
 from __future__ import annotations
 
 import importlib.util
-import os
 import socket
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
-
-import psutil
 
 from .. import config
 from ..errors import ResourceInUse, ResourceNotFound, TrainmonError, ValidationException
 from ..jobs import tuning
 from ..jobs.search import Property, Search, matches, properties, sort_key
-from ..runtime.job import orphans
+from ..runtime.job import detached, orphans
 from ..shapes import (
     Integer,
     Shape,
@@ -120,19 +114,9 @@ def _check_parents(store: Store, doc: dict[str, Any]) -> None:
 def start_tuner(store: Store, name: str) -> None:
     """The tuner of ``name`` as a process of its own, in its own session, writing to
     ``<home>/tuning/<name>/tuner.log``; recorded as the tuning job's tuner."""
-    folder = config.tuning_dir(store.home, name)
-    config.make_private_dir(folder)
-    with open(os.open(folder / "tuner.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", ENTRY, name, "--home", str(store.home)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "TRAINMON_HOME": str(store.home), config.DATABASE_URL_VARIABLE: store.database_url or "",
-                 TUNER_MARK: name},
-        )
-    threading.Thread(target=process.wait, name=f"trainmon-reap-{name}", daemon=True).start()
-    try:
-        started = orphans.identity(process.pid)
-    except psutil.Error:
+    started = detached.spawn(ENTRY, name, store, config.tuning_dir(store.home, name) / "tuner.log",
+                             **{TUNER_MARK: name})
+    if started is None:
         return  # it ended already (and recorded itself, or the next reader fails the tuning job)
 
     def adopt(row: TuningRow) -> None:
@@ -176,7 +160,9 @@ def reap(store: Store, row: TuningRow) -> TuningRow:
 
 
 def tuning_job(store: Store, name: Any) -> TuningRow:
+    """The tuning job of that name, its tuner's and its trials' orphans reaped first."""
     validate_members({"HyperParameterTuningJobName": _NAME}, {"HyperParameterTuningJobName": name})
+    orphans.reap_orphans(store)
     row = store.get_tuning_job(name)
     if row is None:
         raise ResourceNotFound(f"Amazon SageMaker can't find a tuning job with name {name}")
@@ -188,9 +174,8 @@ def tuning_job(store: Store, name: Any) -> TuningRow:
 
 def trial_summaries(store: Store, row: TuningRow) -> list[dict[str, Any]]:
     """Each trial that still exists as ListTrainingJobsForHyperParameterTuningJob summarises it
-    (times as epoch seconds), in the order the trials were started."""
+    (times as epoch seconds), in the order the trials were started (the caller reaped orphans)."""
     trials = row.doc.get("Trials", [])
-    orphans.reap_orphans(store)
     jobs = {job.name: job for job in store.jobs_named([trial["TrainingJobName"] for trial in trials])}
     finals = store.final_metrics_of([job.id for job in jobs.values()])
     found = []
@@ -267,6 +252,7 @@ def search_entities(store: Store, request: Search, offset: int, limit: int) -> t
     ``limit``), each as Search's HyperParameterTuningJob; and how many match. Run in Python over
     each tuning job's properties, as there are tens of them, not the hundred thousands of jobs."""
     matched: list[tuple[dict[str, Any], list[Property]]] = []
+    orphans.reap_orphans(store)
     for row in store.tuning_jobs_after(None, None):
         entity = {**described(reap(store, row), trial_summaries(store, row)), "Tags": row.doc.get("Tags", [])}
         found = properties(entity)  # type: ignore[arg-type]  # (a document of the same kind: fields and tags)
@@ -310,6 +296,7 @@ def list_hyper_parameter_tuning_jobs(
                                    modified_before=times["LastModifiedTimeBefore"], sort_by=SortBy,
                                    descending=descending)
     page = [reap(store, row) for row in rows[:MaxResults]]
+    orphans.reap_orphans(store)  # (once for the page's trials)
     summaries = []
     for row in page:
         trials = trial_summaries(store, row)

@@ -457,9 +457,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     shown: set[str] = set()
     try:
         while True:
-            described = tuning.describe_hyper_parameter_tuning_job(db, HyperParameterTuningJobName=name)
-            row = tuning.tuning_job(db, name)
-            for trial in tuning.trial_summaries(db, row):
+            described, trials = _tuning_now(db, name)
+            for trial in trials:
                 if trial["TrainingJobStatus"] in TERMINAL and trial["TrainingJobName"] not in shown:
                     shown.add(trial["TrainingJobName"])
                     print(render.trial_line(trial))
@@ -469,8 +468,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ntuning job {name} goes on; `trainmon tuning {name}` shows it, `--stop` stops it", file=sys.stderr)
         return 130
-    print(render.tuning(described, tuning.trial_summaries(db, tuning.tuning_job(db, name))))
+    print(render.tuning(described, trials))
     return exit_status(described["HyperParameterTuningJobStatus"])
+
+
+def _tuning_now(db: Store, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A tuning job's description and its trials' summaries (times as epoch seconds), read once."""
+    row = tuning.tuning_job(db, name)
+    trials = tuning.trial_summaries(db, row)
+    return tuning.described(row, trials), trials
 
 
 def cmd_tuning(args: argparse.Namespace) -> int:
@@ -495,10 +501,12 @@ def cmd_tuning(args: argparse.Namespace) -> int:
         tuning.delete_hyper_parameter_tuning_job(db, HyperParameterTuningJobName=args.name)
         print(f"tuning job {args.name} deleted (its trials stay, as training jobs)")
         return 0
-    described = tuning.describe_hyper_parameter_tuning_job(db, HyperParameterTuningJobName=args.name)
-    trials = tuning.trial_summaries(db, tuning.tuning_job(db, args.name))
-    if args.json:
-        print_json({**described, "TrainingJobSummaries": trials})
+    if args.json:  # the operations' answers
+        trials = every_page(functools.partial(tuning.list_training_jobs_for_hyper_parameter_tuning_job, db,
+                                              HyperParameterTuningJobName=args.name, MaxResults=100),
+                            "TrainingJobSummaries")
+        print_json({**tuning.describe_hyper_parameter_tuning_job(db, HyperParameterTuningJobName=args.name),
+                    "TrainingJobSummaries": trials})
     else:
-        print(render.tuning(described, trials))
+        print(render.tuning(*_tuning_now(db, args.name)))
     return 0

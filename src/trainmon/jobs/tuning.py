@@ -22,6 +22,7 @@ from ..shapes import Integer, Json, ListOf, MapOf, Number, String, Structure, va
 from .document import ACCOUNT, REGION
 
 NAME_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,31}"
+DEFINITION_NAME_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}"
 STRATEGIES = ("Bayesian", "Random", "Hyperband", "Grid")
 STATUSES = ("Completed", "InProgress", "Failed", "Stopped", "Stopping", "Deleting", "DeleteFailed")
 ACTIVE = ("InProgress", "Stopping")
@@ -48,7 +49,7 @@ _RANGES = Structure({
 _OBJECTIVE = Structure({"Type": String(enum=("Maximize", "Minimize")), "MetricName": String(1, 255)},
                        required=("Type", "MetricName"))
 _DEFINITION = Structure({
-    "DefinitionName": String(1, 64, NAME_PATTERN.replace("31", "63")),
+    "DefinitionName": String(1, 64, DEFINITION_NAME_PATTERN),
     "TuningObjective": _OBJECTIVE,
     "HyperParameterRanges": _RANGES,
     "StaticHyperParameters": MapOf(String(max=256), String(max=2500), max=100),

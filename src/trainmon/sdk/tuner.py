@@ -30,7 +30,7 @@ from .estimator import Estimator, Session
 
 
 @dataclass(frozen=True)
-class ContinuousParameter:
+class _Range:
     min_value: float
     max_value: float
     scaling_type: str = "Auto"
@@ -40,15 +40,12 @@ class ContinuousParameter:
                 "ScalingType": self.scaling_type}
 
 
-@dataclass(frozen=True)
-class IntegerParameter:
-    min_value: int
-    max_value: int
-    scaling_type: str = "Auto"
+class ContinuousParameter(_Range):
+    """A range of real values (ContinuousParameterRanges)."""
 
-    def as_range(self, name: str) -> dict[str, str]:
-        return {"Name": name, "MinValue": str(self.min_value), "MaxValue": str(self.max_value),
-                "ScalingType": self.scaling_type}
+
+class IntegerParameter(_Range):
+    """A range of whole values (IntegerParameterRanges)."""
 
 
 class CategoricalParameter:
