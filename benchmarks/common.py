@@ -120,8 +120,9 @@ class Report:
         """A ratio against the baseline measured in the same run."""
         self._add(Figure(name, ratio_text(value), target, met, detail))
 
-    def absolute(self, name: str, value: str, target: str, met: bool, detail: str = "") -> None:
-        """An absolute figure with an absolute target (printed next to its ratio)."""
+    def absolute(self, name: str, value: str, target: str | None = None, met: bool | None = None,
+                 detail: str = "") -> None:
+        """An absolute figure, with an absolute target or none (printed next to its ratio)."""
         self._add(Figure(name, value, target, met, detail))
 
     def check(self, ok: bool, message: str) -> bool:

@@ -220,11 +220,13 @@ def _random_log(rng: random.Random, lines: int) -> bytes:
 @pytest.mark.parametrize("small_blocks", [32 << 10, 0], ids=["small-blocks-by-loop", "every-block-vectorised"])
 @pytest.mark.parametrize("literals_only", [False, True])
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("sparse_bytes", [0, 1 << 40], ids=["every-record-bounded", "only-candidates-bounded"])
 def test_fast_extractor_equals_the_naive_loop(seed: int, mode: Mode, small_blocks: int, literals_only: bool,
-                                              engine: str, monkeypatch) -> None:
+                                              engine: str, sparse_bytes: int, monkeypatch) -> None:
     import trainmon.parsing.extract as extract
 
     monkeypatch.setattr(extract, "SMALL_BLOCK_BYTES", small_blocks)
+    monkeypatch.setattr(extract, "SPARSE_BYTES", sparse_bytes)
     rng = random.Random(seed)
     defs = [
         ("train:error", r"Train_error=(.*?);"),

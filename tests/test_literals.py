@@ -11,7 +11,14 @@ import pytest
 from trainmon.errors import ValidationException
 from trainmon.parsing.definitions import validate_definitions
 from trainmon.parsing.extract import Extractor
-from trainmon.parsing.literals import HyperscanSearch, LiteralSearch, NumpySearch, hyperscan_available, literal_search
+from trainmon.parsing.literals import (
+    HyperscanSearch,
+    LiteralSearch,
+    NumpySearch,
+    hyperscan_available,
+    literal_search,
+    records_of,
+)
 
 # Overlapping occurrences ("aa" in "aaaa"), one literal inside another, bytes past ASCII, a break inside.
 LITERALS = [b"aa", b"aba", b"loss=", b"val_loss=", "\u00e9t\u00e9=".encode(), b"x\ny", b"\xff", b"=", b"zzzzzzzz"]
@@ -26,7 +33,7 @@ def _block(rng: random.Random) -> bytes:
 def _holding(search: LiteralSearch, block: bytes) -> list[list[int]]:
     data = np.frombuffer(block, np.uint8)
     ends = np.append(np.flatnonzero(data == 10), len(block))
-    return [records.tolist() for records in search.holding(block, data, ends, np.empty(len(block), bool))]
+    return [records_of(found, ends).tolist() for found in search.positions(block, data, np.empty(len(block), bool))]
 
 
 def _reference(block: bytes) -> list[list[int]]:

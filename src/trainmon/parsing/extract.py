@@ -28,10 +28,11 @@ import numpy as np
 from .definitions import MetricDefinition
 from .engines import TIME_LIMIT_REASON, Matcher
 from .framing import ESCAPE_TABLE, Mode, decode, escape, split_text
-from .literals import literal_search
+from .literals import literal_search, records_of
 
 EXAMPLES_KEPT = 3
 SMALL_BLOCK_BYTES = 32 << 10  # blocks up to this size are scanned without NumPy's passes
+SPARSE_BYTES = 2048  # a block with fewer literal occurrences than one per this many bytes bounds only their records
 _EXAMPLE_CHARS = 200
 
 _SRE_LITERAL = re._constants.LITERAL
@@ -188,7 +189,8 @@ class Extractor:
         literal_of = {index: number for number, indexes in enumerate(self._by_literal.values()) for index in indexes}
         self._literal_numbers = [literal_of.get(index) for index in range(len(self.definitions))]  # None: no literal
         self._scratch = np.empty(0, bool), np.empty(0, bool)
-        self._counted: tuple[bytes, np.ndarray] | None = None  # the last block scan() bounded, its records' ends
+        self._counted: tuple[bytes, int] | None = None  # the last block scan() counted, its records
+        self._ends: np.ndarray | None = None  # and where they end, when it bounded every one
         self._crlf: tuple[bytes, bool] | None = None  # the last block bounded with "\r" in it, and if "\r\n" too
 
     @property
@@ -202,8 +204,8 @@ class Extractor:
         if not block:
             return 0
         counted, self._counted = self._counted, None
-        if counted is not None and counted[0] is block:  # the block scan() just bounded
-            return len(counted[1])
+        if counted is not None and counted[0] is block:  # the block scan() just counted
+            return counted[1]
         breaks = block.count(b"\n")
         if self._split_cr and b"\r" in block:
             breaks += block.count(b"\r") - block.count(b"\r\n")
@@ -216,11 +218,16 @@ class Extractor:
         break (no break spans two): from the bounds a scan of ``block`` just found where it did (no
         pass over the bytes again), else counted part by part."""
         counted, self._counted = self._counted, None
+        ends, self._ends = self._ends, None
         if counted is None or counted[0] is not block:
+            return [self.count_records(part) for part in parts]
+        if len(parts) == 1:
+            return [counted[1]]
+        if ends is None:  # (a sparse scan counted the records, without their bounds)
             return [self.count_records(part) for part in parts]
         edges = np.cumsum([len(part) for part in parts])  # a part's records end (at their breaks) before the next's
         edges[-1] += 1  # the last record, without a break, ends at the block's end
-        return np.diff(np.searchsorted(counted[1], edges), prepend=0).tolist()  # type: ignore[no-any-return]
+        return np.diff(np.searchsorted(ends, edges), prepend=0).tolist()  # type: ignore[no-any-return]
 
     def holds_crlf(self, block: bytes) -> bool | None:
         """Whether a block the last scan bounded holds a "\r\n" break (None: not known; the scan of
@@ -279,9 +286,13 @@ class Extractor:
         if len(block) <= SMALL_BLOCK_BYTES:
             return self._scan_small(block)
         data = np.frombuffer(block, np.uint8)
+        found = self._search.positions(block, data, self._masks(len(data))[1]) if self._by_literal else []
+        if not self._always and sum(map(len, found)) * SPARSE_BYTES < len(block):
+            return self._scan_sparse(block, data, found)
         starts, ends = self._bounds(block, data)
-        self._counted = (block, ends)  # count_records(block) next, as every caller asks
-        holding = self._search.holding(block, data, ends, self._masks(len(data))[1]) if self._by_literal else []
+        self._counted = (block, len(ends))  # count_records(block) next, as every caller asks
+        self._ends = ends
+        holding = [records_of(positions, ends) for positions in found]
         candidates = len(ends) if self._always else sum(len(records) for records in holding)
         if candidates * 2 >= len(ends):  # most records are candidates: take the text of all of them
             texts = self._texts(block, starts, ends, None)
@@ -303,6 +314,44 @@ class Extractor:
                                             for index, number in enumerate(self._literal_numbers))
                                            if len(records)))
 
+    def _scan_sparse(self, block: bytes, data: np.ndarray, found: list[np.ndarray]) -> Hits:
+        """:meth:`scan_columns` of a block where the literals are rare (a flood of lines that hold no
+        metric): only the records that hold one are bounded, by looking for the breaks around each,
+        and their numbers come from the breaks counted between them. No array of every record's
+        bounds is made, which is most of what a block costs otherwise."""
+        split_cr = self._split_cr and b"\r" in block
+        starts, ends = _bounds_around(block, np.unique(np.concatenate(found)).tolist(), split_cr)
+        numbers, count = self._numbers(block, data, starts, split_cr)
+        self._counted = (block, count)
+        self._ends = None
+        if not len(starts):
+            return _NO_HITS
+        texts = self._texts(block, starts, ends, np.arange(len(starts)))
+        hits = self._points(starts, ends, (
+            (index, records, list(map(texts.__getitem__, records.tolist())))
+            for index, records in ((index, records_of(found[number], ends))
+                                   for index, number in enumerate(self._literal_numbers) if number is not None)
+            if len(records)))
+        return hits._replace(records=numbers[hits.records])
+
+    def _numbers(self, block: bytes, data: np.ndarray, starts: np.ndarray, split_cr: bool) -> tuple[np.ndarray, int]:
+        """The number (from 0 within the block) of each record that starts at ``starts`` (ascending),
+        and how many records the block holds: breaks counted between the starts, in one pass."""
+        breaks, carriage = self._masks(len(data))
+        np.equal(data, 10, out=breaks)
+        if split_cr:
+            np.equal(data, 13, out=carriage)
+            newlines = np.count_nonzero(breaks)
+            np.greater(breaks[1:], carriage[:-1], out=breaks[1:])  # the "\n" of a "\r\n" is no break of its own
+            self._crlf = (block, bool(np.count_nonzero(breaks) < newlines))
+            np.logical_or(breaks, carriage, out=breaks)
+        edges = [0, *starts.tolist(), len(data)]
+        before = np.cumsum([np.count_nonzero(breaks[start:end]) for start, end in zip(edges, edges[1:], strict=False)])
+        last = block[-1:]
+        ends_with_break = last == b"\n" or (last == b"\r" and self._split_cr)
+        total = int(before[-1])
+        return before[:-1], total if ends_with_break else total + 1
+
     def _scan_small(self, block: bytes) -> Hits:
         """:meth:`scan_columns` for a few records (what a job printing a line at a time gives): plain
         containment tests and a loop, which cost less there than NumPy's set-up."""
@@ -310,7 +359,8 @@ class Extractor:
         if not self._always and not any(present):
             return _NO_HITS  # nothing to match (count_records counts the records itself)
         starts, ends = self._bounds(block, np.frombuffer(block, np.uint8))
-        self._counted = (block, ends)
+        self._counted = (block, len(ends))
+        self._ends = ends
         raw = split_text(decode(block), self.mode)  # the records' text, not escaped yet (as the literals are)
         escapes = self._escapes
 
@@ -455,6 +505,30 @@ class Extractor:
 
     def reset_stats(self) -> None:
         self.stats = [DefinitionStats(s.name, s.literal) for s in self.stats]
+
+
+def _bounds_around(block: bytes, positions: list[int], split_cr: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Where the records that hold these positions (ascending) start and end (before the break), each
+    record once: the breaks looked for on either side of each."""
+    starts: list[int] = []
+    ends: list[int] = []
+    rfind, find, size = block.rfind, block.find, len(block)
+    end = -1
+    for position in positions:
+        if position <= end:
+            continue  # in the record just bounded (or at its break)
+        start = rfind(b"\n", 0, position) + 1
+        end = find(b"\n", position)
+        if end < 0:
+            end = size
+        if split_cr:
+            start = max(start, rfind(b"\r", start, position) + 1)
+            carriage = find(b"\r", position, end)
+            if carriage >= 0:
+                end = carriage
+        starts.append(start)
+        ends.append(end)
+    return np.array(starts, np.int64), np.array(ends, np.int64)
 
 
 class ParsedPoint(NamedTuple):

@@ -32,10 +32,9 @@ _NONE = np.empty(0, np.int64)
 class LiteralSearch(Protocol):
     engine: str
 
-    def holding(self, block: bytes, data: np.ndarray, ends: np.ndarray, scratch: np.ndarray) -> list[np.ndarray]:
-        """Per literal, the records (ascending, each once) that hold it. ``data`` is the block as
-        bytes of NumPy, ``ends`` where each record ends (ascending), ``scratch`` a boolean buffer of
-        the block's size the search may overwrite."""
+    def positions(self, block: bytes, data: np.ndarray, scratch: np.ndarray) -> list[np.ndarray]:
+        """Per literal, where it starts in the block (ascending). ``data`` is the block as bytes of
+        NumPy, ``scratch`` a boolean buffer of the block's size the search may overwrite."""
         ...
 
 
@@ -71,7 +70,7 @@ def hyperscan_available() -> bool:
     return True
 
 
-def _records_of(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def records_of(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The records (ascending, each once) in which these ascending positions lie."""
     records = np.searchsorted(ends, starts)
     if len(records) > 1:
@@ -130,7 +129,7 @@ class NumpySearch:
     def __init__(self, literals: Sequence[bytes]) -> None:
         self._literals = [np.frombuffer(literal, np.uint8) for literal in literals]
 
-    def holding(self, block: bytes, data: np.ndarray, ends: np.ndarray, scratch: np.ndarray) -> list[np.ndarray]:
+    def positions(self, block: bytes, data: np.ndarray, scratch: np.ndarray) -> list[np.ndarray]:
         size = len(data)
         if not size:
             return [_NONE] * len(self._literals)
@@ -141,7 +140,7 @@ class NumpySearch:
                                                        strict=True)):
             order = sorted(range(len(literal)), key=lambda i: (literal[i] != anchor, count[literal[i]], i))
             plans.setdefault(anchor, []).append((number, literal, order))
-        holding: list[np.ndarray] = [_NONE] * len(self._literals)
+        found_at: list[np.ndarray] = [_NONE] * len(self._literals)
         for anchor, literals in plans.items():
             positions = np.flatnonzero(np.equal(data, anchor, out=scratch))
             for number, literal, order in literals:
@@ -153,8 +152,8 @@ class NumpySearch:
                     if not len(found):
                         break
                     found = found[data[found + at] == literal[at]]
-                holding[number] = _records_of(found, ends)
-        return holding
+                found_at[number] = found
+        return found_at
 
 
 # -- Hyperscan ------------------------------------------------------------------------------
@@ -176,7 +175,7 @@ class HyperscanSearch:
                                flags=0, literal=True)
         self._scratch = hyperscan.Scratch(self._database)
 
-    def holding(self, block: bytes, data: np.ndarray, ends: np.ndarray, scratch: np.ndarray) -> list[np.ndarray]:
+    def positions(self, block: bytes, data: np.ndarray, scratch: np.ndarray) -> list[np.ndarray]:
         found: list[list[int]] = [[] for _ in self._widths]
         appends = [positions.append for positions in found]
 
@@ -184,10 +183,10 @@ class HyperscanSearch:
             appends[number](end)
 
         self._database.scan(block, match_event_handler=occurrence, scratch=self._scratch)
-        holding: list[np.ndarray] = []
+        found_at: list[np.ndarray] = []
         for positions, width in zip(found, self._widths, strict=True):
             starts = np.array(positions, np.int64) - width if positions else _NONE
             if len(starts) > 1 and np.any(starts[1:] < starts[:-1]):
                 starts.sort()
-            holding.append(_records_of(starts, ends))
-        return holding
+            found_at.append(starts)
+        return found_at

@@ -79,6 +79,27 @@ def pack_text(text: str | bytes | memoryview) -> tuple[bytes, int]:
     return (packed, TEXT_ZSTD) if len(packed) < len(data) else (bytes(data), TEXT_AS_IS)
 
 
+PARALLEL_PACK_BYTES = 64 << 10  # texts from this size on are compressed on several cores at once
+
+
+def pack_texts(texts: Sequence[str | bytes | memoryview]) -> list[tuple[bytes, int]]:
+    """:func:`pack_text` of each, the large ones compressed together on every core (zstd's own
+    threads, without Python's lock): a flood's batch is mostly a few large texts, and compressing
+    them is most of what storing them costs, so the writer does it on the cores the ingestor
+    leaves idle."""
+    data = [text.encode("utf-8") if isinstance(text, str) else text for text in texts]
+    large = [index for index, text in enumerate(data) if len(text) >= PARALLEL_PACK_BYTES]
+    if len(large) < 2:
+        return [pack_text(text) for text in data]
+    packed = _text_compressor().multi_compress_to_buffer([data[index] for index in large], threads=-1)
+    answers = [pack_text(text) if len(text) < PARALLEL_PACK_BYTES else (b"", 0) for text in data]
+    for number, index in enumerate(large):
+        segment = packed[number]
+        answers[index] = (segment.tobytes(), TEXT_ZSTD) if len(segment) < len(data[index]) else (bytes(data[index]),
+                                                                                                  TEXT_AS_IS)
+    return answers
+
+
 def unpack_text(stored: str | bytes | memoryview, packing: int) -> str:
     """A stored log chunk's text (a chunk written before packing existed may be text already)."""
     if isinstance(stored, str):

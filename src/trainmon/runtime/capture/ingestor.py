@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -27,7 +27,7 @@ from ...store import Batch, PointBlock, Store
 from ..retry import Patience
 from .loss import Loss, count_block
 from .pipes import Chunk, MemoryBudget
-from .records import Echo, RecordCutter, ends_record, stored_text
+from .records import Echo, Piece, RecordCutter, ends_record, piece_bytes, stored_text
 from .spool import FRAME, RELEASE_BYTES, now_ms, pipe_name, release_spool
 from .writer import BATCH_WAIT_S, FLUSH_BYTES, FLUSH_POINTS, LEAVE_WAIT_S, BatchWriter, batch_loss, yield_to_the_job
 
@@ -43,20 +43,10 @@ NOTE_SLACK_MS = 1000  # a read is noted to the ingestor within this (millisecond
 SCAN_BYTES = 8 << 20  # consecutive reads of a pipe are matched together, up to this much
 
 
-SMALL_READS_BYTES = 64 << 10  # reads this small on average are read from the spool together
+JOIN_BYTES = 256 << 10  # blocks of records are matched together up to this much; a larger one on its own
 
 
-def _run_end(work: list[tuple[int, int, HostStream, Pipe, Chunk]], start: int) -> int:
-    """Where the run of work items from ``start`` ends: reads of one pipe, one after another in the
-    work's order (another pipe's read between them ends it, as does a drop), up to SCAN_BYTES."""
-    pipe = work[start][3]
-    end, size = start + 1, work[start][4].length
-    if work[start][4].cut:
-        return end
-    while end < len(work) and work[end][3] is pipe and not work[end][4].cut and size < SCAN_BYTES:
-        size += work[end][4].length
-        end += 1
-    return end
+SPAN_SLACK_BYTES = 64 << 10  # a run's spooled reads are read back at once unless they lie further apart
 
 
 def _split_hits(hits: Hits, counts: list[int]) -> list[tuple[Hits, int]]:
@@ -72,6 +62,11 @@ def _split_hits(hits: Hits, counts: list[int]) -> list[tuple[Hits, int]]:
 
 def _joined(parts: list[bytes]) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _whole(piece: Piece) -> bytes:
+    buffer, start, end = piece
+    return buffer if start == 0 and end == len(buffer) else buffer[start:end]
 
 
 class ChunkSource(Protocol):
@@ -260,70 +255,79 @@ class Ingestor(threading.Thread):
         reason = self.writer.loss.reason or "the store refused the writes"
         self.loss.add(batch_loss(self._pending, reason))
         self._pending, self._pending_since = Batch(self.job_id), None
-        for _, _, _, pipe, chunk in self._take_work():
-            self.loss.add(count_block(self.extractor, self._records(pipe, chunk)[0]))
-            self.loss.bytes += chunk.length
-            if chunk.cut:
-                pipe.cutter.restart(after_cr=chunk.after_cr)
+        for _, pipe, chunks in self._runs():
+            for chunk in chunks:
+                if chunk.cut:
+                    block = pipe.cutter.finish()
+                    pipe.cutter.restart(after_cr=chunk.after_cr)
+                else:
+                    block = pipe.cutter.feed(_whole(self._piece(pipe, chunk, None)))
+                self.loss.add(count_block(self.extractor, block))
+                self.loss.bytes += chunk.length
         for stream in self.streams:
             for pipe in stream.pipes:
                 self.loss.add(count_block(self.extractor, pipe.cutter.finish()))
         self.on_error(f"{reason}. Gave up storing the rest of the job's output; how much is recorded on the job.")
 
-    def _take_work(self) -> list[tuple[int, int, HostStream, Pipe, Chunk]]:
-        """Every chunk the readers have noted, in read-time order."""
-        work: list[tuple[int, int, HostStream, Pipe, Chunk]] = []
-        order = 0
-        for stream in self.streams:
-            for pipe in stream.pipes:
-                while pipe.reader.chunks:
-                    chunk = pipe.reader.chunks.popleft()
-                    work.append((chunk.timestamp_ms, order, stream, pipe, chunk))
-                    order += 1
-        work.sort(key=lambda item: (item[0], item[1]))
-        return work
+    def _runs(self) -> Iterator[tuple[HostStream, Pipe, list[Chunk]]]:
+        """The chunks noted so far, in read-time order (on a tie, a pipe's before the next pipe's), as
+        runs: consecutive reads of one pipe up to SCAN_BYTES, ended by another pipe's earlier read or
+        by a drop (a run of its own). Each is taken from its reader's queue as it is yielded, so what
+        a caller leaves (the writer is behind) waits there, in order."""
+        pipes = [(stream, pipe) for stream in self.streams for pipe in stream.pipes]
+        left = [len(pipe.reader.chunks) for _, pipe in pipes]  # what was noted when the step began
+        while True:
+            heads = [(pipe.reader.chunks[0].timestamp_ms, number) for number, (_, pipe) in enumerate(pipes)
+                     if left[number]]
+            if not heads:
+                return
+            first = min(heads)
+            number = first[1]
+            rival = min((head for head in heads if head[1] != number), default=None)
+            stream, pipe = pipes[number]
+            queue = pipe.reader.chunks
+            run = [queue.popleft()]
+            left[number] -= 1
+            size = run[0].length
+            while not run[0].cut and left[number] and size < SCAN_BYTES:
+                chunk = queue[0]
+                if chunk.cut or (rival is not None and (chunk.timestamp_ms, number) > rival):
+                    break
+                run.append(queue.popleft())
+                left[number] -= 1
+                size += chunk.length
+            yield stream, pipe, run
 
-    def _records(self, pipe: Pipe, chunk: Chunk, spooled: tuple[int, bytes] | None = None) -> tuple[bytes, bytes]:
-        """A chunk through its pipe's cutter: the whole records it completes, and the bytes it brought
-        (none for a cut: output was dropped there, so the record in progress ends). ``spooled``: the
-        spool's bytes from an offset, read once for the reads of a run (:meth:`_spooled`)."""
-        if chunk.cut:
-            return pipe.cutter.finish(), b""
-        data = self._chunk_bytes(pipe, chunk, spooled)
-        pipe.bytes_read += len(data)
-        return pipe.cutter.feed(data), data
-
-    def _chunk_bytes(self, pipe: Pipe, chunk: Chunk, spooled: tuple[int, bytes] | None) -> bytes:
+    def _piece(self, pipe: Pipe, chunk: Chunk, spooled: tuple[int, bytes] | None) -> Piece:
+        """A chunk's bytes: in memory, in the run's bytes read back from the spool (``spooled``: where
+        they start, and them), or read on their own."""
         if chunk.data is not None:
             if self.budget is not None:
                 self.budget.give_back(chunk.length)
-            return chunk.data
+            return chunk.data, 0, len(chunk.data)
         pipe.spooled_to = chunk.start + chunk.length
         pipe.frames.append(chunk.start - FRAME.size)
         if spooled is not None:
             at = chunk.start - spooled[0]
-            return spooled[1][at:at + chunk.length]
-        return self._read_span(pipe, chunk.start, chunk.length)
+            return spooled[1], at, at + chunk.length
+        data = self._read_span(pipe, chunk.start, chunk.length)
+        return data, 0, len(data)
 
     def _step(self, *, final: bool) -> None:
         horizon = now_ms() - NOTE_SLACK_MS  # every read made before this was noted by now: this step takes it
-        work = self._take_work()
-        index = 0
-        while index < len(work):
-            end = _run_end(work, index)
-            ingested = self._ingest_run(work[index:end])
-            index = end
-            if not ingested:
-                self._put_back(work[index:])  # the writer is behind: the rest waits where it was
-                return
+        took = False
+        for stream, pipe, chunks in self._runs():
+            took = True
+            if not self._ingest_run(stream, pipe, chunks):
+                return  # the writer is behind: the rest waits in the readers' queues
         if final:
             stamp = now_ms()
             for stream in self.streams:
                 for pipe in stream.pipes:
                     block = pipe.cutter.finish()
                     if block:
-                        self._ingest(stream, pipe, [(block, stamp, b"")])
-        if work or final:
+                        self._ingest(stream, pipe, [(block, stamp, [])])
+        if took or final:
             self._pending.diagnostics = [s.to_json() for s in self.extractor.stats]
             self._note_progress()
         if self._pending and self._pending_since is None:
@@ -341,29 +345,44 @@ class Ingestor(threading.Thread):
             return 0.0
         return self._pending_since + BATCH_WAIT_S - time.monotonic()
 
-    def _ingest_run(self, run: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> bool:
-        """Consecutive reads of one pipe, each through its cutter, then matched together. Reads of
-        the same millisecond are one block while each ends a record: their records have one time,
-        and a job printing a line at a time costs a block per millisecond, not one per line."""
-        stream, pipe = run[0][2], run[0][3]
-        groups: list[tuple[int, list[bytes], list[bytes]]] = []  # (time, its reads' blocks, their bytes)
-        spooled = self._spooled(pipe, [chunk for _, _, _, _, chunk in run])
-        for stamp, _, _, _, chunk in run:
-            block, data = self._records(pipe, chunk, spooled)
-            last = groups[-1][1][-1] if groups and groups[-1][0] == stamp else None
-            if last is not None and (not last or ends_record(last[-1:], self.extractor.mode)):
-                groups[-1][1].append(block)
-                groups[-1][2].append(data)
+    def _ingest_run(self, stream: HostStream, pipe: Pipe, chunks: list[Chunk]) -> bool:
+        """Consecutive reads of one pipe, cut into records and matched together. The reads of a
+        millisecond are one block, cut at once from the bytes read back for the run: a job printing a
+        line at a time costs a block per millisecond, not one per line, and a flood's bytes are copied
+        once, into the block."""
+        if chunks[0].cut:  # output was dropped here, so the record in progress ends (alone in its run)
+            block = pipe.cutter.finish()
+            pipe.cutter.restart(after_cr=chunks[0].after_cr)
+            return self._ingest(stream, pipe, [(block, chunks[0].timestamp_ms, [])])
+        spooled = self._spooled(pipe, chunks)
+        reads: list[tuple[int, list[Piece]]] = []  # (time, the pieces read then)
+        for chunk in chunks:
+            piece = self._piece(pipe, chunk, spooled)
+            pipe.bytes_read += piece[2] - piece[1]
+            if reads and reads[-1][0] == chunk.timestamp_ms:
+                reads[-1][1].append(piece)
             else:
-                groups.append((stamp, [block], [data]))
-            if chunk.cut:  # the output after the drop starts a record (once the one in progress is stored)
-                pipe.cutter.restart(after_cr=chunk.after_cr)
-        return self._ingest(stream, pipe, [(_joined(blocks), stamp, _joined(data)) for stamp, blocks, data in groups])
+                reads.append((chunk.timestamp_ms, [piece]))
+        blocks: list[tuple[bytes, int, list[Piece]]] = []  # (whole records, time, the reads that brought them)
+        for stamp, pieces in reads:
+            if pipe.cutter.might_cut(piece_bytes(pieces)):
+                blocks.extend(self._cut_read_by_read(pipe, stamp, pieces))
+            else:
+                blocks.append((pipe.cutter.feed_pieces(pieces), stamp, pieces))
+        return self._ingest(stream, pipe, blocks)
 
-    @staticmethod
-    def _put_back(work: list[tuple[int, int, HostStream, Pipe, Chunk]]) -> None:
-        for _, _, _, pipe, chunk in reversed(work):
-            pipe.reader.chunks.appendleft(chunk)
+    def _cut_read_by_read(self, pipe: Pipe, stamp: int, pieces: list[Piece]) -> list[tuple[bytes, int, list[Piece]]]:
+        """A millisecond's reads cut one by one, where a record may reach MAX_RECORD_BYTES: a record cut
+        there ends its block, and the next starts one of its own."""
+        blocks: list[tuple[bytes, int, list[Piece]]] = []
+        for piece in pieces:
+            block = pipe.cutter.feed(_whole(piece))
+            last = blocks[-1][0] if blocks else None
+            if last is not None and (not last or ends_record(last[-1:], self.extractor.mode)):
+                blocks[-1] = (last + block, stamp, [*blocks[-1][2], piece])
+            else:
+                blocks.append((block, stamp, [piece]))
+        return blocks
 
     def _note_progress(self) -> None:
         for stream in self.streams:
@@ -371,15 +390,16 @@ class Ingestor(threading.Thread):
                 self._pending.spools[(stream.stream_id, pipe.name)] = pipe.consumed()
 
     def _spooled(self, pipe: Pipe, chunks: list[Chunk]) -> tuple[int, bytes] | None:
-        """The spool's bytes under a run of small spooled reads, read at once (a read per line costs
-        a job that prints a line at a time more than matching them does), and the offset they start
-        at; None for large reads, each read on its own (no second copy of a flood)."""
-        spooled = [chunk for chunk in chunks if chunk.data is None and not chunk.cut]
+        """The spool's bytes under a run's spooled reads, read at once (a read per line costs a job
+        that prints a line at a time more than matching them does, and a flood's reads are then
+        pieces of one buffer), and the offset they start at; None when the run holds one spooled read,
+        or reads far apart (each is read on its own)."""
+        spooled = [chunk for chunk in chunks if chunk.data is None]
         if len(spooled) < 2:
             return None
         start = spooled[0].start
         span = spooled[-1].start + spooled[-1].length - start
-        if span > SMALL_READS_BYTES * len(spooled):
+        if span > 2 * sum(chunk.length for chunk in spooled) + SPAN_SLACK_BYTES:
             return None
         return start, self._read_span(pipe, start, span)
 
@@ -389,12 +409,12 @@ class Ingestor(threading.Thread):
         pipe.spool.seek(start)
         return pipe.spool.read(length)
 
-    def _ingest(self, stream: HostStream, pipe: Pipe, pieces: list[tuple[bytes, int, bytes]]) -> bool:
+    def _ingest(self, stream: HostStream, pipe: Pipe, blocks: list[tuple[bytes, int, list[Piece]]]) -> bool:
         """Add blocks of records (each with the time of the read that completed it, and the bytes that
-        read brought, for the echo) to the pending batch; False when the writer is behind. Blocks
+        read brought, for the echo) to the pending batch; False when the writer is behind. Small blocks
         that follow one another are matched at once: many small reads cost what one large does."""
         batch = self._pending
-        for (block, stamp, raw), (hits, count, crlf) in zip(pieces, self._matched([block for block, _, _ in pieces]),
+        for (block, stamp, raw), (hits, count, crlf) in zip(blocks, self._matched([block for block, _, _ in blocks]),
                                                             strict=True):
             self._add(stream, pipe, block, stamp, raw, hits, count, crlf)
         if batch.text_bytes >= FLUSH_BYTES or batch.point_count >= FLUSH_POINTS:
@@ -403,14 +423,17 @@ class Ingestor(threading.Thread):
         return True
 
     def _matched(self, blocks: list[bytes]) -> list[tuple[Hits, int, bool | None]]:
-        """Each block's points and records, the blocks matched together (those between which a
-        record may not run on: each ends with a break, but a record cut at MAX_RECORD_BYTES)."""
+        """Each block's points and records, small blocks matched together up to JOIN_BYTES (those
+        between which a record may not run on: each ends with a break, but a record cut at
+        MAX_RECORD_BYTES); a larger block is matched on its own, not copied again."""
         extractor = self.extractor
         found: list[tuple[Hits, int, bool | None]] = []
         start = 0
         while start < len(blocks):
-            end = start + 1
-            while end < len(blocks) and (not blocks[end - 1] or ends_record(blocks[end - 1][-1:], extractor.mode)):
+            end, size = start + 1, len(blocks[start])
+            while (end < len(blocks) and size + len(blocks[end]) <= JOIN_BYTES
+                   and (not blocks[end - 1] or ends_record(blocks[end - 1][-1:], extractor.mode))):
+                size += len(blocks[end])
                 end += 1
             group = blocks[start:end]
             joined = _joined(group)
@@ -421,7 +444,7 @@ class Ingestor(threading.Thread):
             start = end
         return found
 
-    def _add(self, stream: HostStream, pipe: Pipe, block: bytes, stamp: int, raw: bytes, hits: Hits,
+    def _add(self, stream: HostStream, pipe: Pipe, block: bytes, stamp: int, raw: list[Piece], hits: Hits,
              count: int, crlf: bool | None) -> None:
         """One block of records (``count`` of them, holding ``hits``) into the pending batch."""
         if not block:

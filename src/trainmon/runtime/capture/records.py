@@ -13,6 +13,27 @@ from ...parsing.framing import Mode, last_break_end
 MAX_RECORD_BYTES = 16 << 20
 
 
+Piece = tuple[bytes, int, int]
+"""A read's bytes as ``buffer[start:end]``: a run of spooled reads is read back at once, and each read
+is a piece of that, never copied on its own."""
+
+
+def piece_bytes(pieces: list[Piece]) -> int:
+    return sum(end - start for _, start, end in pieces)
+
+
+def _views(pieces: list[Piece]) -> list[memoryview]:
+    return [memoryview(buffer)[start:end] for buffer, start, end in pieces if start < end]
+
+
+def _last_break_end(buffer: bytes, start: int, end: int, splits_on_cr: bool) -> int:
+    """Index just past the last record break in ``buffer[start:end]`` (``start`` when it holds none)."""
+    newline = buffer.rfind(b"\n", start, end)
+    if splits_on_cr:
+        newline = max(newline, buffer.rfind(b"\r", max(newline + 1, start), end))
+    return max(newline + 1, start)
+
+
 def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | memoryview:
     """A block of whole records as a log chunk holds them: joined by "\\n" (a "\\r" or "\\r\\n" break is
     one too in the modes that split there), without the last record's break (a view: no copy).
@@ -64,6 +85,42 @@ class RecordCutter:
             self._skip_newline = True  # the read ended on "\r": a "\n" may follow in the next one
         return block
 
+    def feed_pieces(self, pieces: list[Piece]) -> bytes:
+        """:meth:`feed` of the pieces one after another (the reads of a millisecond), joined once: the
+        whole records they complete, with what was pending before them. The caller feeds read by read
+        instead where a record might reach MAX_RECORD_BYTES (:meth:`might_cut`)."""
+        if self._skip_newline:
+            for index, (buffer, start, end) in enumerate(pieces):
+                if start < end:
+                    self._skip_newline = False
+                    if buffer[start] == 10:  # the second half of a "\r\n" split across two reads
+                        pieces = [*pieces[:index], (buffer, start + 1, end), *pieces[index + 1:]]
+                    break
+        splits_on_cr = self.mode.splits_on_cr
+        for last in range(len(pieces) - 1, -1, -1):
+            buffer, start, end = pieces[last]
+            cut = _last_break_end(buffer, start, end, splits_on_cr)
+            if cut > start:
+                break
+        else:
+            rest = [bytes(view) for view in _views(pieces)]
+            self._pending.extend(rest)
+            self.pending_bytes += sum(map(len, rest))
+            return b""
+        if not self._pending and last == 0 and start == 0 and cut == len(buffer):
+            block = buffer  # a whole read in memory, ending with a break
+        else:
+            block = b"".join([*self._pending, *_views(pieces[:last]), memoryview(buffer)[start:cut]])
+        self._pending = [bytes(view) for view in _views([(buffer, cut, end), *pieces[last + 1:]])]
+        self.pending_bytes = sum(map(len, self._pending))
+        if splits_on_cr and not self._pending and block[-1:] == b"\r":
+            self._skip_newline = True  # the reads ended on "\r": a "\n" may follow in the next one
+        return block
+
+    def might_cut(self, size: int) -> bool:
+        """Whether ``size`` more bytes could make the record in progress reach MAX_RECORD_BYTES."""
+        return self.pending_bytes + size >= MAX_RECORD_BYTES
+
     def finish(self) -> bytes:
         block = b"".join(self._pending)
         self._pending, self.pending_bytes = [], 0
@@ -95,26 +152,33 @@ class Echo:
         self._write(is_stderr, "".join(f"{host} | {record}\n" for record in records).encode())
         self.flush_points()
 
-    def passthrough(self, is_stderr: bool, data: bytes) -> None:
-        """One host: the bytes as the job wrote them; points go after the last complete line."""
-        cut = data.rfind(b"\n") + 1
-        if cut:
-            self._write(is_stderr, data[:cut])
-            if not is_stderr:
-                self._at_line_start = True
+    def passthrough(self, is_stderr: bool, pieces: list[Piece]) -> None:
+        """One host: the bytes as the job wrote them (the pieces of its reads, one after another);
+        points go after the last complete line."""
+        for last in range(len(pieces) - 1, -1, -1):
+            buffer, start, end = pieces[last]
+            cut = buffer.rfind(b"\n", start, end) + 1
+            if cut > start:
+                self._write(is_stderr, _views([*pieces[:last], (buffer, start, cut)]))
+                if not is_stderr:
+                    self._at_line_start = True
+                pieces = [(buffer, cut, end), *pieces[last + 1:]]
+                break
         self.flush_points()
-        if cut < len(data):
-            self._write(is_stderr, data[cut:])
+        rest = _views(pieces)
+        if rest:
+            self._write(is_stderr, rest)
             if not is_stderr:
                 self._at_line_start = False
 
-    def _write(self, is_stderr: bool, data: bytes) -> None:
+    def _write(self, is_stderr: bool, data: bytes | list[memoryview]) -> None:
         if self.closed:
             return
         target = sys.stderr if is_stderr else sys.stdout
         try:
             target.flush()
-            target.buffer.write(data)
+            for part in [data] if isinstance(data, bytes) else data:
+                target.buffer.write(part)
             target.flush()
         except (OSError, ValueError):
             self.closed = True  # a closed terminal must not stop the capture
