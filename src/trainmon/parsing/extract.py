@@ -345,12 +345,10 @@ class Extractor:
             np.greater(breaks[1:], carriage[:-1], out=breaks[1:])  # the "\n" of a "\r\n" is no break of its own
             self._crlf = (block, bool(np.count_nonzero(breaks) < newlines))
             np.logical_or(breaks, carriage, out=breaks)
-        edges = [0, *starts.tolist(), len(data)]
-        before = np.cumsum([np.count_nonzero(breaks[start:end]) for start, end in zip(edges, edges[1:], strict=False)])
+        numbers, total = _set_before(breaks, starts)
         last = block[-1:]
         ends_with_break = last == b"\n" or (last == b"\r" and self._split_cr)
-        total = int(before[-1])
-        return before[:-1], total if ends_with_break else total + 1
+        return numbers, total if ends_with_break else total + 1
 
     def _scan_small(self, block: bytes) -> Hits:
         """:meth:`scan_columns` for a few records (what a job printing a line at a time gives): plain
@@ -505,6 +503,20 @@ class Extractor:
 
     def reset_stats(self) -> None:
         self.stats = [DefinitionStats(s.name, s.literal) for s in self.stats]
+
+
+def _set_before(mask: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, int]:
+    """How many of ``mask`` are set before each of ``positions``, and in all: the mask packed into
+    64-bit words, their bits counted once and summed, then each position's word counted up to it."""
+    packed = np.packbits(mask, bitorder="little")
+    if len(packed) % 8:
+        packed = np.concatenate((packed, np.zeros(8 - len(packed) % 8, np.uint8)))
+    words = packed.view("<u8")
+    before_word = np.zeros(len(words) + 1, np.int64)
+    np.cumsum(np.bitwise_count(words), out=before_word[1:])
+    word = positions >> 6
+    below = np.left_shift(np.uint64(1), (positions & 63).astype(np.uint64)) - np.uint64(1)
+    return before_word[word] + np.bitwise_count(words[word] & below), int(before_word[-1])
 
 
 def _bounds_around(block: bytes, positions: list[int], split_cr: bool) -> tuple[np.ndarray, np.ndarray]:
