@@ -4,6 +4,8 @@ points, and the bytes fetched for it (see server.py's docstring)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from .common import Served, running_server, table
@@ -118,9 +120,32 @@ def live_in_chart(server: Served, work: Path, count: int, interval_ms: float) ->
     return arrivals
 
 
-def measure(work: Path, points: int) -> dict[str, tuple[float, int, float]]:
-    from playwright.sync_api import sync_playwright
+WRITING_OPENINGS = 3  # the comparison while jobs write: the median of this many openings
+POINTS_REQUEST = f"points of {COMPARED} jobs, one request"
 
+
+def _points_request(server: Served) -> tuple[float, int]:
+    """The median of WRITING_OPENINGS fetches of the comparison's points, as its page asks for them
+    (a bucket per 3 pixels of a 1,104-pixel chart, no records, times as deltas): seconds, bytes sent."""
+    import httpx
+
+    params = {"jobs": ",".join(f"big-{n}" for n in range(COMPARED)), "width": 368, "records": 0, "times": "delta"}
+    times = []
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=120) as client:
+        for _ in range(WRITING_OPENINGS):
+            started = time.perf_counter()
+            answer = client.get("/api/metrics/loss/points", params=params)
+            answer.raise_for_status()
+            times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2], answer.num_bytes_downloaded
+
+
+def measure(work: Path, points: int, writing: Callable[[Served], AbstractContextManager[object]] | None = None,
+            while_writing: str = "") -> dict[str, tuple[float, int, float]]:
+    """Per page: (seconds to a painted chart, bytes fetched, seconds for the page without a chart).
+    With ``writing`` (jobs that write while it is held), the comparison again while they write:
+    the median of WRITING_OPENINGS openings, labelled with ``while_writing``."""
+    from playwright.sync_api import sync_playwright
 
     home = work / "console-home"
     _jobs(home, points)
@@ -151,6 +176,23 @@ def measure(work: Path, points: int) -> dict[str, tuple[float, int, float]]:
                 results[label] = (painted, fetched, baseline)
                 if not shown:
                     raise AssertionError(f"{label}: the chart shows no points")
+            if writing is not None:
+                label = f"compare {COMPARED} jobs {while_writing}"
+                path = "/compare?jobs=" + ",".join(f"big-{n}" for n in range(COMPARED))
+                quiet = _points_request(server)
+                with writing(server):
+                    openings = sorted(_open(fresh(), server.url + path, CHART_READY, "section.chart[data-metric=loss]")
+                                      for _ in range(WRITING_OPENINGS))
+                    loaded = _points_request(server)
+                results[POINTS_REQUEST + " " + while_writing] = (loaded[0], loaded[1], quiet[0])
+                rows.append([f"{POINTS_REQUEST} (the server's part), no job writing", f"{quiet[0] * 1e3:.0f}",
+                             "-", f"{quiet[1]:,}"])
+                rows.append([f"{POINTS_REQUEST} {while_writing}", f"{loaded[0] * 1e3:.0f}", "-", f"{loaded[1]:,}"])
+                painted, fetched, data = openings[len(openings) // 2]
+                rows.append([f"{label}, {points:,} points each (median of {WRITING_OPENINGS}: "
+                             + ", ".join(f"{o[0] * 1e3:.0f}" for o in openings) + ")",
+                             f"{painted * 1e3:.0f}", f"{fetched:,}", f"{data:,}"])
+                results[label] = (painted, fetched, baseline)
         finally:
             browser.close()
     table(["page", "ms to painted chart", "bytes fetched (all)", "bytes of points"], rows)

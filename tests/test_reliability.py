@@ -71,6 +71,43 @@ def start_run(started: list, name: str, train: Path, *extra: str, env: dict[str,
 # -- 1. the orphan reaper signals only processes it can prove are the job's ----------------------
 
 
+@pytest.mark.parametrize("ends", ["reaped", "zombie"])
+def test_a_live_supervisor_is_watched_once_proved_and_its_job_reaped_by_the_first_read_after_it_ends(
+        home: Path, monkeypatch: pytest.MonkeyPatch, ends: str) -> None:
+    """Readers reap at every read (a server's every request): a job's live supervisor is proved from
+    /proc once, then watched (a pidfd), so that the reads after cost no /proc reads; once it has
+    exited (reaped by its parent, or a zombie still), the first read reaps its job."""
+    from trainmon.api.sagemaker import register_job
+    from trainmon.runtime.job import orphans
+
+    proofs: list[int] = []
+    proved = orphans.alive
+    monkeypatch.setattr(orphans, "alive", lambda supervisor: proofs.append(supervisor["pid"]) or proved(supervisor))
+    stand_in = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])
+    store = open_store(home)
+    try:
+        register_job(store, {"TrainingJobName": "watched", "ProfilerConfig": {"DisableProfiler": True},
+                             "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}},
+                     supervisor=orphans.identity(stand_in.pid))
+        for _ in range(5):
+            assert orphans.reap_orphans(store) == []
+        assert proofs == [stand_in.pid] * 2  # proved before its pidfd was opened, and again after
+        assert store.get_job("watched").status == "InProgress"
+        stand_in.kill()
+        if ends == "zombie":  # exited, not yet waited for by its parent
+            os.waitid(os.P_PID, stand_in.pid, os.WEXITED | os.WNOWAIT)
+        else:
+            stand_in.wait()
+        assert orphans.reap_orphans(store) == ["watched"]
+        doc = store.get_job("watched").doc
+        assert doc["TrainingJobStatus"] == "Failed" and "supervising process" in doc["FailureReason"]
+        assert orphans.reap_orphans(store) == []
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+        store.close()
+
+
 def test_the_reaper_never_kills_a_process_it_cannot_prove_is_the_jobs(home: Path, script, tmp_path: Path) -> None:
     """A job's supervisor is killed -9; a process that is not the job's has the id the job's process
     group had (pid reuse), in a session of its own. Reading jobs kills what is left of the job, its

@@ -542,3 +542,92 @@ def test_chunks_are_sealed_and_read_by_many_threads_at_once() -> None:
     for thread in threads:
         thread.join()
     assert wrong == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_metrics_raw_datapoints_are_each_chunks_own_in_range_joined_in_order(store_target: StoreTarget,
+                                                                               seed: int) -> None:
+    """The datapoints statistics are computed from (a job's points, PutMetricData's datapoints of
+    several units, NaN among the points, chunks in any time order, sealed ones among them) are what
+    taking each chunk's datapoints in the range and joining them in the chunks' order gives, bit for
+    bit: runs of chunks are joined before they are filtered, which must change nothing."""
+    from trainmon.cloudwatch.model import job_metric_key
+    from trainmon.cloudwatch.statistics import Columns, concat_columns
+    from trainmon.store import codec
+    from trainmon.store.series import reads
+    from trainmon.store.series.writes import POINTS
+
+    rng = np.random.default_rng(seed)
+    store = store_target.open()
+    try:
+        job = store.create_job("mixed", {"TrainingJobName": "mixed", "TrainingJobStatus": "InProgress"}, 1000.0)
+        stream = store.add_stream(job.id, "algo-1", "mixed/algo-1-1", 1000)
+        key = job_metric_key("mixed", "loss")
+        seq = 0
+        for _ in range(int(rng.integers(20, 40))):
+            first = int(rng.integers(0, 100_000))
+            if rng.random() < 0.5:
+                count = int(rng.choice([1, 5, 200]))  # 200: stored sealed at once
+                values = rng.normal(1, 1, count)
+                values[rng.random(count) < 0.1] = np.nan
+                store.write_batch(Batch(job.id, points=[
+                    ("loss", first + i, None if math.isnan(v) else float(v), "algo-1", stream.id, seq + i)
+                    for i, v in enumerate(values.tolist())]))
+                seq += count
+            else:
+                unit = str(rng.choice(["None", "Seconds", "Count"]))
+                store.put_samples([(key, 1, [Sample(first + i, 1.0, v, v, v, v, unit)
+                                             for i, v in enumerate(rng.normal(5, 1, int(rng.integers(1, 6))).tolist())])])
+        start, end = 20_000, 80_000
+        found = store.metric_columns(key, start, end)
+
+        def each_chunk(sql: Sql) -> dict[str, Columns]:
+            (series, _), parts = reads.series_id(sql, key), {}
+            for row in reads._chunk_rows(sql, "series_id = ?", (series,), start, end):
+                columns = codec.unpack(bytes(row[7]))
+                inside = (columns[0] >= start) & (columns[0] < end)
+                if row[1] == POINTS:
+                    stamps, values, _ = (column[inside] for column in columns)
+                    stamps, values = stamps[np.isfinite(values)], values[np.isfinite(values)]
+                    part = Columns(stamps, np.ones(len(stamps)), values, values, values, values)
+                else:
+                    stamps, values, counts, sums, lows, highs = (column[inside] for column in columns)
+                    part = Columns(stamps, counts, sums, lows, highs, values)
+                parts.setdefault(row[4], []).append(part)
+            return {unit: concat_columns(unit_parts) for unit, unit_parts in parts.items()}
+
+        expected = store._reading(each_chunk)  # type: ignore[attr-defined]
+        assert list(found) == list(expected) and len(expected) > 1
+        for unit, columns in expected.items():
+            assert all(_same(a, b) for a, b in zip(found[unit], columns, strict=True)), unit
+    finally:
+        store.close()
+
+
+def test_decoded_chunks_are_kept_by_their_bytes_within_a_budget() -> None:
+    """A chunk read again is taken as it was decoded (the same columns, read-only); other bytes
+    are decoded anew; what is kept stays within the budget, the least recently read given up
+    first, and a chunk too large for it is decoded every time; without a budget, nothing is kept."""
+    from trainmon.store import codec
+
+    unkept = codec.Decoded()
+    plain = codec.pack([np.arange(10), np.ones(10)])
+    assert unkept(plain)[0] is not unkept(plain)[0] and not unkept._kept  # type: ignore[attr-defined]
+
+    decoded = codec.Decoded(budget=64_000)
+    rng = np.random.default_rng(3)
+    blobs = [codec.pack([np.arange(100) + n, rng.normal(0, 1, 100)]) for n in range(40)]  # about 1.6 kB each
+    first = decoded(blobs[0])
+    assert all(_same(a, b) for a, b in zip(first, unpack(blobs[0]), strict=True))
+    assert not any(column.flags.writeable for column in first)
+    again = decoded(bytes(bytearray(blobs[0])))  # the same bytes in another object
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    changed = bytearray(blobs[0])
+    changed[-1] ^= 1
+    assert not _same(decoded(bytes(changed))[1], first[1])
+    for blob in blobs:
+        decoded(blob)
+    assert decoded._held <= decoded.budget  # type: ignore[attr-defined]
+    assert blobs[-1] in decoded._kept and blobs[0] not in decoded._kept  # type: ignore[attr-defined]
+    large = codec.pack([np.arange(10_000), np.zeros(10_000)])
+    assert decoded(large)[0].tolist() == list(range(10_000)) and large not in decoded._kept  # type: ignore[attr-defined]

@@ -498,3 +498,41 @@ def test_one_request_gives_several_jobs_points_of_a_metric(http: httpx.Client, s
     assert series["no-such-job"]["Error"]["code"] == "ValidationException"
     too_many = http.get("/api/metrics/loss/points", params={"jobs": ",".join(["a"] * 51)})
     assert too_many.status_code == 400 and "1 to 50 jobs" in too_many.json()["error"]["message"]
+
+
+def test_describe_and_statistics_follow_every_write_a_reader_could_have_seen(http: httpx.Client, store: Any) -> None:
+    """What the server reads again and again (a job while it writes: its description, a metric's
+    statistics) is never an earlier answer kept: a status written is described at once, points added
+    in a new chunk are counted at once, and sealing and rolling them up into other forms changes no
+    figure."""
+    from trainmon.api.sagemaker import register_job
+    from trainmon.runtime.job.jobstate import set_status
+
+    job = register_job(store, {"TrainingJobName": "followed", "ProfilerConfig": {"DisableProfiler": True},
+                               "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"],
+                                                          "MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"}]}})
+    stream = store.add_stream(job.id, "algo-1", "followed/algo-1-1", 1000)
+    start_ms = int(job.creation_time * 1000) - 3_600_000  # an hour before: sealed by the next maintenance pass
+    statistics = {"period": 60, "stat": "Maximum", "start": start_ms}
+
+    def write(first: int, count: int) -> None:
+        store.write_batch(Batch(job.id, points=[("loss", start_ms + 10 * i, float(i), "algo-1", stream.id, i)
+                                                for i in range(first, first + count)]))
+
+    def summary() -> tuple[Any, ...]:
+        described = http.get("/api/jobs/followed").json()
+        (metric,) = described["Metrics"]["Metrics"]
+        datapoints = http.get("/api/jobs/followed/metrics/loss/statistics", params=statistics).json()["Datapoints"]
+        return (described["Job"]["TrainingJobStatus"], metric["Points"], metric["Maximum"],
+                [(point["Timestamp"], point["Maximum"]) for point in datapoints])
+
+    for round_ in range(3):  # each write a chunk of its own, read between them
+        write(round_ * 50, 50)
+        status, points, high, datapoints = summary()
+        assert (status, points, high) == ("InProgress", 50 * (round_ + 1), 50 * (round_ + 1) - 1)
+        assert [highest for _, highest in datapoints] == [50 * (round_ + 1) - 1]
+    before = summary()
+    assert store.maintain().sealed_chunks  # the three chunks are one sealed chunk now (and rolled up)
+    assert summary() == before
+    set_status(store, "followed", "Completed")
+    assert summary()[0] == "Completed"

@@ -1000,3 +1000,37 @@ def test_an_overviews_blocks_never_join_points_apart_in_time() -> None:
 
     stamps = np.concatenate([np.arange(200) * 10, 1_000_000 + np.arange(200) * 10])  # a pause after 200 points
     assert overview.blocks(stamps).tolist() == [0, 128, 200, 256, 384]
+
+
+def test_reads_go_on_while_another_thread_holds_the_sqlite_stores_connection(store: Store) -> None:
+    """A thread inside a write transaction holds the store's connection (a server's maintenance
+    pass, say): the reads of other threads meanwhile are answered on readers of their own, from what
+    is committed, and see the write once it is; the writing thread reads its own write."""
+    job = new_job(store, "held")
+    store.write_batch(Batch(job.id, points=[("loss", 1000, 0.5, "algo-1", 1, 0)]))
+    entered, release = threading.Event(), threading.Event()
+    inside: list[str] = []
+
+    def hold() -> None:
+        with store._transaction() as sql:  # type: ignore[attr-defined]
+            sql.rows("UPDATE jobs SET status = 'Stopping' WHERE id = ?", (job.id,))
+            found = store.get_job("held")
+            inside.append(found.status if found else "")
+            entered.set()
+            release.wait(60)  # (a read that waited for this transaction would be answered only then)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert entered.wait(60)
+        during = store.get_job("held")
+        summaries = store.metric_summaries(job.id)
+        listed = [row.name for row in store.list_jobs(statuses=("InProgress",))]
+    finally:
+        release.set()
+        holder.join()
+    assert inside == ["Stopping"]
+    assert during is not None and during.status == "InProgress" and listed == ["held"]
+    assert summaries == {"loss": (1, 0.5, 0.5)}
+    again = store.get_job("held")
+    assert again is not None and again.status == "Stopping"

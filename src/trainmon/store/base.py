@@ -146,6 +146,11 @@ class SqlStore(tuning.TuningJobs):
         rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?", (name,))
         return job_from_row(rows[0]) if rows else None
 
+    def supervisors(self, statuses: tuple[str, ...]) -> list[tuple[str, SupervisorIdentity | None]]:
+        where = Where().any_of("status", statuses)
+        return [(name, json.loads(supervisor) if supervisor is not None else None)
+                for name, supervisor in self._read(f"SELECT name, supervisor FROM jobs WHERE {where.sql}", where.args)]
+
     def jobs_named(self, names: Sequence[str]) -> list[JobRow]:
         """The jobs of these names that exist, in no particular order."""
         rows = [row for part in range(0, len(names), 500) for row in self._read(

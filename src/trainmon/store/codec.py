@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -150,6 +151,52 @@ def unpack(blob: bytes) -> list[np.ndarray]:
         columns.append(np.frombuffer(blob, np.int64 if kind == _INT else np.float64, rows, offset))
         offset += rows * 8
     return columns
+
+
+class Decoded:
+    """:func:`unpack` with the columns of the chunks read lately kept by their bytes, up to
+    ``budget`` bytes (theirs and their columns'), the least recently read given up first. A chunk's
+    bytes are all its decoding depends on, so a chunk read again (a running job's recent points at
+    every statistics request and live poll, a compared job's overviews at every page) is taken as
+    it was decoded, and what is rewritten (sealed, merged) is other bytes: nothing kept can be out
+    of date. The columns kept are read-only, shared by whoever reads that chunk. With a budget of
+    0 (a process's default: a job's supervisor need not hold its points twice), every chunk is
+    decoded each time; a server gives it one."""
+
+    def __init__(self, budget: int = 0) -> None:
+        self.budget = budget
+        self._kept: OrderedDict[bytes, tuple[np.ndarray, ...]] = OrderedDict()
+        self._size: dict[bytes, int] = {}
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, blob: bytes) -> list[np.ndarray]:
+        if not self.budget:
+            return unpack(blob)
+        hash(blob)  # (computed once, outside the lock: a bytes object keeps its hash)
+        with self._lock:
+            kept = self._kept.get(blob)
+            if kept is not None:
+                self._kept.move_to_end(blob)
+                return list(kept)
+        columns = unpack(blob)
+        for column in columns:
+            column.setflags(write=False)
+        size = len(blob) + sum(column.nbytes for column in columns)
+        if size > self.budget // 16:  # (a chunk this large is decoded again, not kept at others' expense)
+            return columns
+        with self._lock:
+            if blob not in self._kept:
+                self._kept[blob] = tuple(columns)
+                self._size[blob] = size
+                self._held += size
+                while self._held > self.budget:
+                    gone, _ = self._kept.popitem(last=False)
+                    self._held -= self._size.pop(gone)
+        return columns
+
+
+decoded = Decoded()  # the readers' of this process
 
 
 def _unseal(data: bytes) -> list[np.ndarray]:

@@ -62,6 +62,11 @@ class Store(Protocol):
 
     def get_job(self, name: str) -> JobRow | None: ...
 
+    def supervisors(self, statuses: tuple[str, ...]) -> list[tuple[str, SupervisorIdentity | None]]:
+        """The jobs in these statuses, each as its name and its supervisor's identity (what the
+        orphan reaper looks at, without reading the documents)."""
+        ...
+
     def jobs_named(self, names: Sequence[str]) -> list[JobRow]:
         """The jobs of these names that exist, in no particular order."""
         ...

@@ -425,6 +425,10 @@ class SqliteStore(SqlStore):
         self._lock = threading.RLock()
         self.checkpointer: Checkpointer | None = None  # a store that can write has one (its file's)
         self._released = False
+        self._readers: list[sqlite3.Connection] = []  # idle connections that reads take while _db is busy
+        self._readers_lock = threading.Lock()
+        self._reader_uri: str | None = None  # how a reader opens the file (None: it cannot: reads wait for _db)
+        self._closed = False
         deadline = time.monotonic() + OPEN_TIMEOUT_S
         private_file(self.path)  # logs and hyperparameters (passwords, say) are its user's only
         for suffix in ("-wal", "-shm"):  # SQLite gives these the database file's mode; older ones are made so
@@ -451,6 +455,7 @@ class SqliteStore(SqlStore):
                 self._db.execute(f"PRAGMA wal_autocheckpoint={SELF_CHECKPOINT_PAGES}")
                 self._db.execute("PRAGMA journal_size_limit=0")
                 migrated = self._migrate()
+                self._reader_uri = f"{self.path.resolve().as_uri()}?mode=ro"
                 self.checkpointer = Checkpointer.of(self.path)
                 if migrated:
                     self.checkpointer.wrote = True
@@ -496,6 +501,11 @@ class SqliteStore(SqlStore):
         if self.checkpointer is not None and not self._released:
             self._released = True
             last_writer = self.checkpointer.release()
+        with self._readers_lock:
+            self._closed = True
+            readers, self._readers = self._readers, []
+        for reader in readers:
+            reader.close()
         with self._lock:
             if last_writer:
                 empty_log(self._db, SETTLE_S)
@@ -545,10 +555,46 @@ class SqliteStore(SqlStore):
         if self.checkpointer is not None:
             self.checkpointer.committed()
 
-    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+    @contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        """A connection to read on: the store's own when no other thread holds it (a store used by
+        one thread at a time opens no other), else an idle reader, opened when there is none. So the
+        reads of a server's threads go on together (SQLite runs a query without Python's lock), and
+        none waits for another's query, a write transaction or a maintenance pass on the store's
+        connection. A reader sees what is committed, as a read of ``_db`` outside a transaction does;
+        a thread inside a write transaction holds ``_db`` and reads on it, its own writes too."""
+        if self._reader_uri is None:  # (a store opened read-only, on a full disk)
+            with self._lock:
+                yield self._db
+            return
+        if self._lock.acquire(blocking=False):  # (the thread that holds it takes it again)
             try:
-                return self._db.execute(sql, args).fetchall()
+                yield self._db
+            finally:
+                self._lock.release()
+            return
+        with self._readers_lock:
+            db = self._readers.pop() if self._readers else None
+        if db is None:
+            try:
+                db = sqlite3.connect(self._reader_uri, uri=True, timeout=OPEN_TIMEOUT_S, isolation_level=None,
+                                     check_same_thread=False)
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
+        try:
+            yield db
+        finally:
+            with self._readers_lock:
+                if not self._closed and not db.in_transaction:
+                    self._readers.append(db)
+                    db = None
+            if db is not None:
+                db.close()
+
+    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._reader() as db:
+            try:
+                return db.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
 
@@ -582,13 +628,13 @@ class SqliteStore(SqlStore):
     @contextmanager
     def _snapshot(self) -> Iterator[Sql]:
         """Reads that see one state of the store (a read transaction: writers go on)."""
-        with self._lock:
+        with self._reader() as db:
             try:
-                self._db.execute("BEGIN")
+                db.execute("BEGIN")
                 try:
-                    yield _Sql(self._db)
+                    yield _Sql(db)
                 finally:
-                    self._db.execute("COMMIT")
+                    db.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
 

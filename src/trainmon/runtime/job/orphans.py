@@ -20,8 +20,11 @@ Logs and metrics stored until then are kept. No daemon is needed.
 
 from __future__ import annotations
 
+import os
+import select
 import shutil
 import socket
+import threading
 import time
 from typing import Any
 
@@ -50,23 +53,90 @@ def alive(supervisor: SupervisorIdentity) -> bool:
         return False
 
 
+class _Watched:
+    """Supervisors found alive, each held as a pidfd (Linux): whether one is still alive is then a
+    poll of it, not the reads of ``/proc`` that :func:`alive` makes, so a server that reaps at every
+    request pays next to nothing for its running jobs. A pidfd is opened only after :func:`alive`
+    proved the identity, and proved again after it was opened (so the pid was not reused meanwhile);
+    it reads as ended once the process has exited (a zombie included, as :func:`alive` judges)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fds: dict[tuple[int, float], int] = {}
+        self._owner = os.getpid()
+
+    def alive(self, supervisor: SupervisorIdentity) -> bool:
+        key = (supervisor["pid"], supervisor["create_time"])
+        with self._lock:
+            self._after_fork()
+            fd = self._fds.get(key)
+            if fd is not None:
+                if not _exited(fd):
+                    return True
+                del self._fds[key]
+                os.close(fd)
+                return False
+        if not alive(supervisor):
+            return False
+        try:
+            fd = os.pidfd_open(supervisor["pid"])
+        except (AttributeError, OSError):  # (no pidfds here: alive() each time)
+            return True
+        if not alive(supervisor):
+            os.close(fd)
+            return False
+        with self._lock:
+            self._after_fork()
+            if key in self._fds:
+                os.close(fd)
+            else:
+                self._fds[key] = fd
+        return True
+
+    def keep_only(self, supervisors: set[tuple[int, float]]) -> None:
+        """The pidfds of supervisors no longer among an active job's closed (their jobs ended)."""
+        with self._lock:
+            self._after_fork()
+            for key in self._fds.keys() - supervisors:
+                os.close(self._fds.pop(key))
+
+    def _after_fork(self) -> None:
+        if self._owner != os.getpid():  # (a child holds copies of its parent's: its own from now on)
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+            self._owner = os.getpid()
+
+
+def _exited(pidfd: int) -> bool:
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+_watched = _Watched()
+
+
 def reap_orphans(store: Store) -> list[str]:
     """Reap every active job on this machine whose supervising process is gone; their names."""
     reaped: list[str] = []
     hostname = socket.gethostname()
     try:
-        active = store.list_jobs(statuses=ACTIVE)
+        active = store.supervisors(ACTIVE)
     except StoreError:
         return reaped
-    for job in active:
-        supervisor = job.supervisor
-        if not supervisor or supervisor.get("hostname") != hostname or alive(supervisor):
+    here = [(name, supervisor) for name, supervisor in active if supervisor and supervisor.get("hostname") == hostname]
+    for name, supervisor in here:
+        if _watched.alive(supervisor):
             continue
         try:
-            if _reap(store, job, supervisor):
+            job = store.get_job(name)
+            if job is not None and job.status in ACTIVE and job.supervisor == supervisor and _reap(store, job,
+                                                                                                 supervisor):
                 reaped.append(job.name)
         except StoreError:  # a full disk, a lost server: reading must still work; the next command tries again
             continue
+    _watched.keep_only({(supervisor["pid"], supervisor["create_time"]) for _, supervisor in here})
     return reaped
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -58,7 +60,7 @@ def _in_range(condition: str, args: Sequence[Any], start_ms: int | None, end_ms:
 def _decoded(rows: list[tuple[Any, ...]], start_ms: int | None, end_ms: int | None) -> list[RawChunk]:
     found = []
     for id_, kind, host, stream, unit, _, _, data, series in rows:
-        columns = codec.unpack(bytes(data))
+        columns = codec.decoded(bytes(data))
         if start_ms is not None or end_ms is not None:
             stamps = columns[0]
             keep = (stamps >= (start_ms if start_ms is not None else stamps.min())) & \
@@ -224,17 +226,25 @@ def metric_columns(sql: Sql, key: MetricKey, start_ms: int, end_ms: int) -> dict
 
 
 def _raw_columns(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str, Columns]:
+    """Per unit, the datapoints in [start_ms, end_ms) of the chunks in their order. A running job's
+    recent points are hundreds of small packed chunks (one per write), so each run of chunks of one
+    kind and unit is decoded and joined first, then filtered once: the work per chunk is its
+    unpacking alone, and the columns are those that filtering each chunk and joining them gives."""
     columns: dict[str, list[Columns]] = {}
-    for chunk in _chunks(sql, "series_id = ?", (series,), start_ms, end_ms):
-        if chunk.kind == POINTS:
-            stamps, values, _ = chunk.columns
-            finite = np.isfinite(values)
-            stamps, values = stamps[finite], values[finite]
+    rows = _chunk_rows(sql, "series_id = ?", (series,), start_ms, end_ms)
+    for (kind, unit), run in groupby(rows, key=itemgetter(1, 4)):
+        decoded = [codec.decoded(bytes(row[7])) for row in run]
+        joined = decoded[0] if len(decoded) == 1 else [np.concatenate(column) for column in zip(*decoded, strict=True)]
+        keep = (joined[0] >= start_ms) & (joined[0] < end_ms)
+        if kind == POINTS:
+            stamps, values, _ = joined
+            keep &= np.isfinite(values)
+            stamps, values = stamps[keep], values[keep]
             part = Columns(stamps, np.ones(len(stamps)), values, values, values, values)
         else:
-            stamps, values, counts, sums, lows, highs = chunk.columns
+            stamps, values, counts, sums, lows, highs = (column[keep] for column in joined)
             part = Columns(stamps, counts, sums, lows, highs, values)
-        columns.setdefault(chunk.unit, []).append(part)
+        columns.setdefault(unit, []).append(part)
     return {unit: concat_columns(parts) for unit, parts in columns.items()}
 
 
