@@ -19,7 +19,8 @@ from ddsketch import DDSketch
 
 from trainmon.cloudwatch.model import MetricKey
 from trainmon.cloudwatch.retention import CLOUDWATCH, parse
-from trainmon.cloudwatch.sketch import MAPPING, RELATIVE_ACCURACY, ZERO_KEY, Rollups, keys
+from trainmon.cloudwatch.sketch import MAPPING, RELATIVE_ACCURACY, ZERO_KEY, Rollups, concat, join, keys
+from trainmon.cloudwatch.sketch import encode as encode_sketch
 from trainmon.cloudwatch.statistics import STATISTICS, Sample
 from trainmon.errors import ValidationException
 from trainmon.runtime.watch.maintenance import Maintainer
@@ -103,6 +104,84 @@ def test_fractional_counts_keep_each_rows_percentiles_in_its_own_bins() -> None:
     assert np.all(np.abs(minutes.quantiles(0.0) - minutes.minimum) <= RELATIVE_ACCURACY * minutes.minimum)
 
 
+def _random_rollups(rng: np.random.Generator, rows: int) -> Rollups:
+    """A minute's roll-ups of random datapoints: wide and narrow values, zeros, negative ones (rows
+    without percentiles), fractional and large counts (counts stored in each width)."""
+    stamps = np.sort(rng.integers(0, 30 * 60_000, rows)).astype(np.int64)
+    values = rng.choice([np.round(rng.lognormal(0, 4, rows), 3), rng.choice([0.0, 1e-300, 5.0, 1e300], rows),
+                         rng.uniform(-0.1, 5, rows), rng.integers(0, 3, rows).astype(float)])
+    counts = rng.choice([np.ones(rows), rng.choice([0.5, 1.0, 300.0, 70_000.0, 5e9], rows)])
+    return Rollups.from_samples(stamps, counts, values, values, values, values).roll(0, 60_000)
+
+
+def _bins(rollups: Rollups, row: int) -> tuple[list[int], list[float]]:
+    mine = rollups.bin_row == row
+    return rollups.bin_key[mine].tolist(), rollups.bin_count[mine].tolist()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_sketches_of_many_rows_are_each_rows_own_encoding_and_read_back(seed: int) -> None:
+    rollups = _random_rollups(np.random.default_rng(seed), 400)
+    stored = rollups.sketches()
+    assert stored == [encode_sketch(*(np.array(part) for part in _bins(rollups, row)))
+                      if rollups.sketched[row] else None for row in range(len(rollups))]
+    back = Rollups.from_stored(rollups.timestamp_ms, rollups.count, rollups.sum, rollups.minimum, rollups.maximum,
+                               stored)
+    for name in ("sketched", "bin_row", "bin_key", "bin_count"):
+        assert getattr(back, name).tolist() == getattr(rollups, name).tolist(), name
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_rolling_many_series_at_once_is_rolling_each_alone(seed: int) -> None:
+    """A write's datapoints of many series rolled up together (``roll_groups``) and merged into the
+    stored rows (``placed``, ``merge``) are the rows each series' own roll-ups would be."""
+    rng = np.random.default_rng(seed)
+    series = [_random_rollups(rng, int(rng.integers(1, 300))) for _ in range(5)]
+    together = join(series)
+    groups = np.concatenate([np.full(len(part), number) for number, part in enumerate(series)])
+    order = np.lexsort((together.timestamp_ms, groups))  # by series, then time: what roll_groups takes
+    rolled, rolled_groups = together.take(order).roll_groups(groups[order], 300_000)
+    for number, part in enumerate(series):
+        alone = part.roll(0, 300_000)
+        mine = np.flatnonzero(rolled_groups == number)
+        assert rolled.timestamp_ms[mine].tolist() == alone.timestamp_ms.tolist()
+        assert rolled.count[mine].tolist() == alone.count.tolist()
+        assert rolled.sum[mine].tolist() == alone.sum.tolist()
+        assert rolled.sketched[mine].tolist() == alone.sketched.tolist()
+        assert [_bins(rolled, row) for row in mine] == [_bins(alone, row) for row in range(len(alone))]
+    earlier, later = series[0].roll(0, 300_000), series[1].roll(0, 300_000)
+    earlier = earlier.select(np.isin(earlier.timestamp_ms, later.timestamp_ms) & (earlier.timestamp_ms % 600_000 == 0))
+    stored = Rollups.placed(earlier, np.flatnonzero(np.isin(later.timestamp_ms, earlier.timestamp_ms)),
+                            later.timestamp_ms)  # every other period stored already, the others new
+    merged = stored.merge(later)
+    expected = concat([earlier, later]).roll(0, 300_000)
+    assert merged.timestamp_ms.tolist() == expected.timestamp_ms.tolist()
+    for name in ("count", "sum", "minimum", "maximum", "sketched"):
+        assert getattr(merged, name).tolist() == getattr(expected, name).tolist(), name
+    assert merged.sketches() == expected.sketches()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_writes_datapoints_roll_up_as_a_row_each_would(seed: int) -> None:
+    """``rolled_samples`` (a write's datapoints straight into their minutes' rows) makes the rows
+    that a row per datapoint rolled up does, statistic sets, negative values and counts included."""
+    rng = np.random.default_rng(seed)
+    size = 2000
+    groups = np.sort(rng.integers(0, 7, size))
+    stamps = np.concatenate([np.sort(rng.integers(0, 20 * 60_000, int((groups == g).sum()))) for g in range(7)])
+    values = np.round(rng.lognormal(0, 2, size), 2) * rng.choice([1, 1, 1, -1, 0], size)
+    counts = np.ones(size) if seed % 2 else rng.choice([1.0, 0.5, 3.0], size)
+    low, high = values.copy(), values.copy()
+    sets = rng.random(size) < 0.05  # statistic sets: several values (none known), or one value several times
+    high[sets] += rng.choice([0.0, 1.0], int(sets.sum()))
+    columns = (stamps.astype(np.int64), counts, values * counts, low, high, np.where(sets, np.nan, values))
+    rolled, rolled_groups = Rollups.rolled_samples(groups, 60_000, *columns)
+    expected, expected_groups = Rollups.from_samples(*columns).roll_groups(groups, 60_000)
+    assert rolled_groups.tolist() == expected_groups.tolist()
+    for name in ("timestamp_ms", "count", "sum", "minimum", "maximum", "sketched", "bin_row", "bin_key", "bin_count"):
+        assert getattr(rolled, name).tolist() == getattr(expected, name).tolist(), name
+
+
 def test_retention_policies() -> None:
     assert parse("").describe() == parse("cloudwatch").describe() == "raw=3h,1m=15d,5m=63d,1h=455d"
     assert parse(CLOUDWATCH).periods == (60, 300, 3600)
@@ -180,12 +259,15 @@ def test_statistics_come_from_the_rollups_and_match_numpy(store_target: StoreTar
         start = (now // 3600 - 6) * 3600
         stamps, values = _series(start, now)
         _put(store, stamps, values)
-        done = store.maintain(now * 1000)
-        assert done.ran and done.rolled_series == 1
         client = CloudWatchClient(store)
-        for period in (3600, 300, 60):
-            assert store.metric_rollups(KEY, start * 1000, now * 1000, period) is not None
-            _check(_statistics(client, start, now, period), _expected(stamps, values, start * 1000, now * 1000, period))
+        for maintained in (False, True):
+            for period in (3600, 300, 60):  # the writes rolled the datapoints up: no pass needed
+                assert store.metric_rollups(KEY, start * 1000, now * 1000, period) is not None
+                _check(_statistics(client, start, now, period),
+                       _expected(stamps, values, start * 1000, now * 1000, period))
+            if not maintained:
+                done = store.maintain(now * 1000)
+                assert done.ran and done.rolled_series == 0  # nothing left for maintenance to roll up
         # A datapoint older than the roll-ups arrives late: it is merged into every tier.
         client.put_metric_data(Namespace="App", MetricData=[{
             "MetricName": "Latency", "Dimensions": DIMENSIONS, "Timestamp": start + 10, "Value": 5000.0,
@@ -197,6 +279,89 @@ def test_statistics_come_from_the_rollups_and_match_numpy(store_target: StoreTar
                    _expected(stamps[order], values[order], start * 1000, now * 1000, period))
     finally:
         store.close()
+
+
+def _same_answer(first: list[dict], second: list[dict], *, sums: float = 0.0) -> None:
+    """Two answers are the same: every figure equal, Sum and Average within ``sums`` (relative)."""
+    assert [(p["Timestamp"], p["Unit"]) for p in first] == [(p["Timestamp"], p["Unit"]) for p in second]
+    for one, other in zip(first, second, strict=True):
+        assert one.keys() == other.keys()
+        for name, value in one.items():
+            assert value == (pytest.approx(other[name], rel=sums) if name in ("Sum", "Average") else other[name])
+
+
+def test_data_no_pass_has_maintained_reads_as_maintained_data(store_target: StoreTarget) -> None:
+    """Each write rolls its datapoints up: what GetMetricStatistics answers before any maintenance
+    pass is what it answers after one, and what maintenance answers once it has rolled the same data
+    up at once from the datapoints (as it did all data before writes rolled up): in every tier,
+    percentiles included, however the data came (large writes and small ones, late and out of order
+    datapoints into periods rolled up already, statistic sets, two units)."""
+    store = store_target.open(parse("forever"))  # nothing expires between the reads
+    try:
+        now = int(time.time())
+        start = (now // 3600 - 5) * 3600
+        stamps, values = _series(start, start + 3 * 3600)
+        _put(store, stamps, values, batch=5000)  # large writes, sealed at once
+        more_stamps, more_values = _series(start + 3 * 3600, start + 4 * 3600, seed=4)
+        _put(store, more_stamps, more_values, batch=90)  # small ones, each merged into the same periods
+        client = CloudWatchClient(store)
+        end = start + 4 * 3600
+        asked = [(start, end, 60), (start, end, 120), (start, end, 300), (start, end, 3600), (start, end, 7200),
+                 (start + 60, end, 300), (start, end - 1234, 3600)]  # the coarsest tier that serves; a raw tail
+
+        def answers() -> list[list[dict]]:
+            return [_statistics(client, first, last, period) for first, last, period in asked]
+
+        first = answers()
+        all_stamps, all_values = np.r_[stamps, more_stamps], np.r_[values, more_values]
+        for (low, high, period), answer in zip(asked, first, strict=True):
+            _check(answer, _expected(all_stamps, all_values, low * 1000, high * 1000, period))
+        rng = np.random.default_rng(6)
+        late = rng.permutation(len(stamps))[:3000]
+        _put(store, stamps[late] + 500, np.round(rng.lognormal(3, 0.7, 3000), 3), batch=700)  # late, out of order
+        store.put_samples([(KEY, 1, [Sample((start + 100) * 1000, 4.0, 10.0, 1.0, 4.0, None, "Milliseconds"),
+                                     Sample((start + 4000) * 1000, 1.0, 2.0, 2.0, 2.0, 2.0, "Seconds")])])
+        before = answers()
+        assert before[0] != first[0] and all(answer for answer in before)
+        done = store.maintain(now * 1000)
+        assert done.ran and done.rolled_series == 0
+        assert answers() == before
+        _as_written_by_an_earlier_trainmon(store)
+        assert store.maintain(now * 1000).rolled_series == 1  # rolled up from the datapoints, at once
+        for maintained, unmaintained in zip(answers(), before, strict=True):
+            _same_answer(maintained, unmaintained, sums=1e-12)  # (added up in another order)
+        assert store.maintain(now * 1000).rolled_series == 0
+    finally:
+        store.close()
+
+
+def test_two_writers_of_one_series_roll_up_every_datapoint_once(store_target: StoreTarget) -> None:
+    writers = store_target.open(), store_target.open()
+    try:
+        now = int(time.time())
+        start = (now // 3600 - 2) * 3600
+        stamps, values = _series(start, start + 3600)
+        failed: list[BaseException] = []
+
+        def write(store: Store, every: slice) -> None:
+            try:
+                _put(store, stamps[every], values[every], batch=60)  # 30 writes each, into the same periods
+            except BaseException as exc:
+                failed.append(exc)
+
+        threads = [threading.Thread(target=write, args=(store, slice(half, None, 2)))
+                   for half, store in enumerate(writers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failed == []
+        for period in (60, 3600):
+            _check(_statistics(CloudWatchClient(writers[0]), start, start + 3600, period),
+                   _expected(stamps, values, start * 1000, (start + 3600) * 1000, period))
+    finally:
+        for store in writers:
+            store.close()
 
 
 def test_negative_values_have_no_percentiles_after_rollup(store_target: StoreTarget) -> None:
@@ -453,6 +618,7 @@ def test_maintenance_goes_on_when_a_job_is_deleted_during_a_pass(store_target: S
         now = int(time.time())
         job_id, _ = _job_with_points(store, 1000, (now - 7200) * 1000)
         _put(store, *_series(now - 7200, now - 3600))
+        _as_written_by_an_earlier_trainmon(store)  # (the put metric too, so that the pass has two to roll up)
         opened = 0
 
         @contextmanager
@@ -470,6 +636,14 @@ def test_maintenance_goes_on_when_a_job_is_deleted_during_a_pass(store_target: S
         assert store.metric_rollups(KEY, (now // 3600 - 2) * 3600_000, now * 1000, 3600) is not None
     finally:
         store.close()
+
+
+def _as_written_by_an_earlier_trainmon(store: Store) -> None:
+    """The store as a trainmon whose writes left roll-ups to maintenance leaves it: no roll-ups,
+    every series rolled up to time 0."""
+    with store._transaction() as sql:  # type: ignore[attr-defined]
+        sql.rows("DELETE FROM rollups")
+        sql.rows("UPDATE series SET rolled_ms = 0")
 
 
 def test_two_maintainers_sealing_one_series_at_once_keep_each_point_once(store_target: StoreTarget) -> None:

@@ -13,12 +13,15 @@ seals a series' chunks into compressed ones of up to ``SEAL_POINTS`` points, onc
 touched them for ``SEAL_AFTER_MS``.
 
 ``rollups`` holds, per series, tier period, period start and unit, a statistic set and a
-quantile sketch (:mod:`trainmon.cloudwatch.sketch`). Maintenance rolls the raw data of whole
-coarsest-tier periods up into every tier (each tier from the finer one), then moves
-``rolled_ms`` on. A write older than ``rolled_ms`` (PutMetricData accepts two weeks back) is
-merged into the roll-ups it belongs to in the same transaction, so they stay exact.
-GetMetricStatistics reads the coarsest tier that divides its period for the rolled part of its
-range and rolls the rest up from the raw data on the fly.
+quantile sketch (:mod:`trainmon.cloudwatch.sketch`). A write merges the datapoints it stores
+older than the series' ``rolled_ms`` into the roll-up rows of the periods they fall in, every
+tier, in its own transaction (``writes.roll_up``). PutMetricData's series are made with
+``rolled_ms`` = ``ROLLED_ALL``, so each write rolls up all it stores and their roll-ups hold every
+datapoint from its commit on. A job's points are rolled up by maintenance, as a flood of them
+would pay more for it than for storing them: whole coarsest-tier periods, each tier from the
+finer one, once they have ended, moving ``rolled_ms`` on; a later write older than that is
+merged by the write. GetMetricStatistics reads the coarsest tier that divides its period and
+start for the rolled part of its range, and rolls the rest up from the raw data on the fly.
 
 Maintenance works in one short transaction per series and step, so writers wait milliseconds
 at most and readers not at all; one process at a time does it, under a lease in ``maintenance``.

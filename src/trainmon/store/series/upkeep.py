@@ -1,5 +1,6 @@
-"""Maintenance of metric series: chunks sealed, whole periods rolled up into every tier, data past
-its retention expired, one short transaction per series and step, under a lease."""
+"""Maintenance of metric series: chunks sealed, whole periods of the series whose writes leave the
+roll-ups to it (a job's points) rolled up into every tier, data past its retention expired, one
+short transaction per series and step, under a lease."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Writes of metric series: a job's points and PutMetricData's datapoints, as packed chunks, with
-late writes merged into their roll-ups (the package's docstring tells the model)."""
+"""Writes of metric series: a job's points and PutMetricData's datapoints, as packed chunks, each
+write merged into the roll-ups of the periods it falls in (the package's docstring tells the model)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 
 from ...cloudwatch.datapoints import Datapoints, Metric
 from ...cloudwatch.model import MetricKey, job_metric_key
-from ...cloudwatch.sketch import Rollups, concat
-from ...cloudwatch.statistics import Columns, Sample, concat_columns
+from ...cloudwatch.sketch import Rollups, join
+from ...cloudwatch.statistics import Columns, Sample
 from .. import codec
 from ..rows import PointBlock, PointTuple
 from ..sql import Sql
@@ -23,6 +23,10 @@ NO_INTS = np.empty(0, np.int64)
 POINTS, SAMPLES = 0, 1  # chunk kinds: a job's log points; PutMetricData's datapoints
 SEAL_POINTS = 8192
 SEAL_ON_WRITE_ROWS = 128  # a write this big is stored sealed at once: the file never holds its packed form
+# series.rolled_ms of a series whose every write is merged into its roll-ups as it is stored: PutMetricData's
+# (with roll-up tiers; without, 0, for maintenance to roll up should tiers be set later). A job's points are
+# rolled up by maintenance, whole hours once they end, and a write merges only what is older.
+ROLLED_ALL = 2**62
 
 
 def digest(key: MetricKey) -> bytes:
@@ -31,8 +35,8 @@ def digest(key: MetricKey) -> bytes:
 
 _UPSERT_SERIES = """
 INSERT INTO series (namespace, name, dimensions, digest, job_id, last_ms, points, minimum, maximum,
-                    final_value, final_ms)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    final_value, final_ms, rolled_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (digest) DO UPDATE SET
     job_id = coalesce(excluded.job_id, series.job_id),
     last_ms = {greatest}(series.last_ms, excluded.last_ms),
@@ -45,7 +49,7 @@ ON CONFLICT (digest) DO UPDATE SET
                        THEN excluded.final_value ELSE series.final_value END,
     final_ms = CASE WHEN excluded.final_ms >= series.final_ms OR series.final_ms IS NULL
                     THEN excluded.final_ms ELSE series.final_ms END
-"""  # {greatest}: the backend's (Sql.greatest)
+"""  # {greatest}: the backend's (Sql.greatest); rolled_ms: a new series' (see ROLLED_ALL)
 _UPSERT = _UPSERT_SERIES + "RETURNING id, rolled_ms\n"  # a series' (id, rolled_ms), for a job's writes
 INSERT_CHUNK = (
     "INSERT INTO chunks (series_id, kind, host, stream_id, unit, resolution, first_ms, last_ms, count, sealed, data, "
@@ -138,21 +142,21 @@ def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods:
     ids: dict[str, int] = {}
     keys = {name: job_metric_key(job, name) for name in summaries}
     digests = {name: digest(key) for name, key in keys.items()}
+    rolled: list[Written] = []
     for name, summary in sorted(summaries.items(), key=lambda item: digests[item[0]]):  # one lock order
         key = keys[name]
         last = max(int(c[2].max()) for c in summary.chunks)
         final_ms, final_value = summary.final or (None, None)
         series_id, rolled_ms = sql.rows(_UPSERT.format(greatest=sql.greatest), (
             key.namespace, key.name, key.dimensions_json, digests[name], job_id, last, summary.points,
-            summary.minimum, summary.maximum, final_value, final_ms,
+            summary.minimum, summary.maximum, final_value, final_ms, 0,  # (maintenance rolls a job's points up)
         ))[0]
         ids[name] = series_id
         for _, _, stamps, values, _, _ in summary.chunks:
-            if stamps.min() < rolled_ms:
-                late = (stamps < rolled_ms) & np.isfinite(values)
-                ones = np.ones(int(late.sum()))
-                v = values[late]
-                _merge_late(sql, series_id, "None", _rollups(Columns(stamps[late], ones, v, v, v, v)), periods)
+            kept = (stamps < rolled_ms) & np.isfinite(values)
+            v = values[kept]
+            rolled.append((series_id, "None", Columns(stamps[kept], np.ones(len(v)), v, v, v, v)))
+    roll_up(sql, rolled, periods)
     for name, summary in summaries.items():  # in the batch's order
         for host, stream, _, _, _, encoded in summary.chunks:
             chunk_rows.extend((ids[name], POINTS, host, stream, "None", 1, first, last, rows, sealed, blob, summary)
@@ -301,19 +305,21 @@ def put_samples(sql: Sql, prepared: PreparedSamples, periods: Sequence[int]) -> 
         previous = upserts.get(key_digest)
         if previous is None or previous[5] < last:
             upserts[key_digest] = (key.namespace, key.name, key.dimensions_json, key_digest, None, last, 0, None, None,
-                                   None, None)
+                                   None, None, ROLLED_ALL if periods else 0)
     sql.many(_UPSERT_SERIES.format(greatest=sql.greatest), upserts.values())
     found = _series_ids(sql, list(upserts))
+    rolled: list[Written] = []
     for _, key_digest, resolution, units in prepared:
         series_id, rolled_ms = found[key_digest]
         for unit, columns, encoded in units:
             chunk_rows.extend((series_id, SAMPLES, "", 0, unit, resolution, first, last_ms, rows, sealed, blob, summary)
                               for first, last_ms, rows, sealed, blob, summary in encoded)
-            stamps = columns[0]
-            if stamps.min() < rolled_ms:
-                late = stamps < rolled_ms
-                stamp, value, count, total, low, high = (c[late] for c in columns)
-                _merge_late(sql, series_id, unit, _rollups(Columns(stamp, count, total, low, high, value)), periods)
+            stamp, value, count, total, low, high = columns
+            if stamp.max() >= rolled_ms:  # a series maintenance has yet to roll up: only what is older
+                kept = stamp < rolled_ms
+                stamp, value, count, total, low, high = (column[kept] for column in columns)
+            rolled.append((series_id, unit, Columns(stamp, count, total, low, high, value)))
+    roll_up(sql, rolled, periods)
     sql.many(INSERT_CHUNK, chunk_rows)
 
 
@@ -339,25 +345,102 @@ def _sample_columns(samples: list[Sample]) -> list[np.ndarray]:
     ]
 
 
-def _rollups(datapoints: Columns) -> Rollups:
-    """Datapoints in any order as roll-up rows, one each."""
-    return Rollups.from_samples(*concat_columns([datapoints]))
+Written = tuple[int, str, Columns]
+"""Datapoints a write rolls up: (series id, unit, the datapoints in any order)."""
+
+_UPSERT_ROLLUPS = (
+    "INSERT INTO rollups (series_id, period, timestamp_ms, unit, count, sum, minimum, maximum, sketch) "
+    "VALUES {rows} ON CONFLICT (series_id, period, timestamp_ms, unit) DO UPDATE SET "
+    "count = excluded.count, sum = excluded.sum, minimum = excluded.minimum, maximum = excluded.maximum, "
+    "sketch = excluded.sketch"
+)
+_STORED_ROLLUPS = (
+    "SELECT r.series_id, r.period, r.timestamp_ms, r.unit, r.count, r.sum, r.minimum, r.maximum, r.sketch "
+    "FROM (VALUES {rows}) AS k JOIN rollups r ON r.series_id = k.column1 AND r.period = k.column2 "
+    "AND r.timestamp_ms = k.column3 AND r.unit = k.column4"
+)
+_SLICE = 128  # roll-up rows a statement (1,152 parameters at most, under every driver's limit)
 
 
-def _merge_late(sql: Sql, series_id: int, unit: str, late: Rollups, periods: Sequence[int]) -> None:
-    """Fold datapoints older than ``rolled_ms`` into every tier's stored roll-ups."""
-    if not len(late):
-        return  # only NaN or infinite points: nothing for the statistics
-    finer = late
-    for period in periods:
-        fresh = finer.roll(0, period * 1000)
-        low, high = int(fresh.timestamp_ms[0]), int(fresh.timestamp_ms[-1]) + 1
-        stored = read_rollups(sql, series_id, period, low, high, unit).get(unit, Rollups.empty())
-        merged = concat([stored, fresh]).roll(0, period * 1000)
-        sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND unit = ? AND timestamp_ms >= ? "
-                 "AND timestamp_ms < ?", (series_id, period, unit, low, high))
-        insert_rollups(sql, series_id, period, unit, merged)
-        finer = fresh
+def roll_up(sql: Sql, written: list[Written], periods: Sequence[int]) -> None:
+    """Merge a write's datapoints into the roll-up rows of every tier, in the write's transaction,
+    so that the roll-ups hold what is stored and reads take their statistics from them, maintained
+    or not. The whole write at once, whatever the number of series: each tier rolled up from the
+    finer one (the finest from the datapoints) for all of them in a few vectorized operations, the
+    stored rows of those periods read by key, merged, and written back, many rows a statement.
+    Every write of a series first upserts its row of ``series``, which holds it to the
+    transaction's end, so two writers of one series merge in turn, never over each other."""
+    written = [part for part in written if len(part[2].timestamp_ms)]
+    if not periods or not written:
+        return
+    targets = list(dict.fromkeys((series, unit) for series, unit, _ in written))  # (series, unit) of each group
+    code = {target: number for number, target in enumerate(targets)}
+    written.sort(key=lambda part: code[part[0], part[1]])  # (stable) each group's datapoints together
+    groups = np.repeat(np.array([code[series, unit] for series, unit, _ in written], np.int64),
+                       [len(columns.timestamp_ms) for _, _, columns in written])
+    columns = _joined([columns for _, _, columns in written])
+    stamps = columns[0]
+    if not bool(((stamps[1:] >= stamps[:-1]) | (groups[1:] != groups[:-1])).all()):
+        order = np.lexsort((stamps, groups))
+        columns, groups = [column[order] for column in columns], groups[order]
+    rows, groups = Rollups.rolled_samples(groups, periods[0] * 1000, *columns)
+    tiers: list[Rollups] = []
+    keys: list[tuple[int, int, int, str]] = []
+    for period in periods:  # each tier from the finer one: sketches merge exactly
+        if period != periods[0]:
+            rows, groups = rows.roll_groups(groups, period * 1000)
+        tiers.append(rows)
+        keys.extend((targets[group][0], period, stamp, targets[group][1])
+                    for group, stamp in zip(groups.tolist(), rows.timestamp_ms.tolist(), strict=True))
+    fresh = join(tiers)  # every tier's rows together, merged and encoded at once
+    merged = _stored_rollups(sql, keys, fresh.timestamp_ms).merge(fresh)
+    rolled = [(*key, *row) for key, row in zip(keys, zip(
+        merged.count.tolist(), merged.sum.tolist(), merged.minimum.tolist(), merged.maximum.tolist(),
+        merged.sketches(), strict=True), strict=True)]
+    for part in _slices(rolled):
+        sql.rows(_UPSERT_ROLLUPS.format(rows=", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(part))),
+                 [value for row in part for value in row])
+
+
+def _slices(rows: list[Any]) -> Iterator[list[Any]]:
+    """``rows`` in slices of _SLICE, the rest in slices of powers of two: a statement of many rows
+    costs the database (and PostgreSQL's driver) much less than as many statements of one, and
+    statements of a few sizes only are each parsed once."""
+    first, size = 0, _SLICE
+    while first < len(rows):
+        while size > len(rows) - first:
+            size //= 2
+        yield rows[first:first + size]
+        first += size
+
+
+def _joined(parts: list[Columns]) -> list[np.ndarray]:
+    """The columns of ``parts`` one after the other. A column that is another one in every part (a
+    single value is its own sum, minimum and maximum) is joined once: copying 50,000 datapoints'
+    columns costs more than rolling them up."""
+    joined: list[np.ndarray] = []
+    for index in range(len(parts[0])):
+        same = next((earlier for earlier in range(index) if all(part[index] is part[earlier] for part in parts)), None)
+        joined.append(joined[same] if same is not None else np.concatenate([part[index] for part in parts]))
+    return joined
+
+
+def _stored_rollups(sql: Sql, keys: list[tuple[int, int, int, str]], stamps: np.ndarray) -> Rollups:
+    """The stored roll-up rows of ``keys`` (series id, period, start, unit), row for row: empty where
+    none is stored yet. Looked up by key, a slice of keys a query."""
+    found: list[tuple[Any, ...]] = []
+    for part in _slices(keys):
+        found.extend(sql.rows(_STORED_ROLLUPS.format(rows=", ".join(["(?, ?, ?, ?)"] * len(part))),
+                              [value for key in part for value in key]))
+    if not found:
+        return Rollups.placed(Rollups.empty(), np.zeros(0, np.int64), stamps)
+    index = {key: number for number, key in enumerate(keys)}
+    found.sort(key=lambda row: index[row[:4]])
+    _, _, _, _, counts, sums, lows, highs, blobs = zip(*found, strict=True)
+    rows = Rollups.from_stored(np.array([row[2] for row in found], np.int64), np.array(counts, np.float64),
+                               np.array(sums, np.float64), np.array(lows, np.float64), np.array(highs, np.float64),
+                               [None if blob is None else bytes(blob) for blob in blobs])
+    return Rollups.placed(rows, np.array([index[row[:4]] for row in found], np.int64), stamps)
 
 
 def insert_rollups(sql: Sql, series_id: int, period: int, unit: str, rolled: Rollups) -> None:
