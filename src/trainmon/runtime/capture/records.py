@@ -177,8 +177,7 @@ class Echo:
         target = sys.stderr if is_stderr else sys.stdout
         try:
             target.flush()
-            for part in [data] if isinstance(data, bytes) else data:
-                target.buffer.write(part)
+            target.buffer.write(data if isinstance(data, bytes) else b"".join(data))  # (one write for many reads)
             target.flush()
         except (OSError, ValueError):
             self.closed = True  # a closed terminal must not stop the capture
