@@ -405,3 +405,27 @@ def test_the_job_shares_its_supervisors_session_and_never_a_shells(tmp_path: Pat
     child.close()
     assert child.exitstatus == 3, child.before  # trainmon run's status for a job that was stopped
     assert "Training job groups: Stopped" in child.before
+
+
+def test_a_batch_of_large_texts_packs_as_each_alone_with_or_without_many_threads(monkeypatch) -> None:
+    """A flood's batch is compressed on every core at once; a zstandard build without that (its CFFI
+    backend) packs each text alone. Either way each text unpacks to itself, the small ones kept as
+    they are."""
+    from types import SimpleNamespace
+
+    import zstandard
+
+    from trainmon.store import codec
+
+    texts = [b"step %d loss=0.5\n" % i * 8000 for i in range(3)] + [b"short", "caf\u00e9 " * 30000]
+
+    def check(packed: list[tuple[bytes, int]]) -> None:
+        assert [codec.unpack_text(stored, packing) for stored, packing in packed] == \
+            [text.decode() if isinstance(text, bytes) else text for text in texts]
+        assert packed[3] == (b"short", codec.TEXT_AS_IS)
+        assert all(packing == codec.TEXT_ZSTD for _, packing in packed[:3])
+
+    check(codec.pack_texts(texts))
+    plain = SimpleNamespace(compress=zstandard.ZstdCompressor(level=1).compress)  # no multi_compress_to_buffer
+    monkeypatch.setattr(codec, "_text_compressor", lambda: plain)
+    check(codec.pack_texts(texts))

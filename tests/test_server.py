@@ -536,3 +536,19 @@ def test_describe_and_statistics_follow_every_write_a_reader_could_have_seen(htt
     assert summary() == before
     set_status(store, "followed", "Completed")
     assert summary()[0] == "Completed"
+
+
+def test_a_member_given_as_null_is_absent_at_every_operation(http: httpx.Client, store: Any) -> None:
+    """AWS's protocols take a null member as one not sent: the operation's defaults, not a refusal or
+    a failure (ListTrainingJobs refused MaxResults null; the tuning lists failed on it)."""
+    from .test_search import add_jobs
+
+    names = sorted(add_jobs(store, 3))
+    for operation, nulls in (("ListTrainingJobs", {"MaxResults": None, "SortBy": None, "NameContains": None}),
+                             ("ListHyperParameterTuningJobs", {"MaxResults": None, "SortBy": None,
+                                                               "SortOrder": None})):
+        answer = http.post(f"/api/sagemaker/{operation}", json=nulls)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == http.post(f"/api/sagemaker/{operation}", json={}).json()
+    listed = http.post("/api/sagemaker/ListTrainingJobs", json={"MaxResults": None}).json()["TrainingJobSummaries"]
+    assert sorted(job["TrainingJobName"] for job in listed) == names

@@ -216,12 +216,6 @@ def test_missing_and_busy_tuning_jobs_answer_as_sagemaker_does(store: Store) -> 
             operation(store, HyperParameterTuningJobName="nothing")
     with pytest.raises(ValidationException, match="maxResults"):
         ops.list_hyper_parameter_tuning_jobs(store, MaxResults=0)
-    # A member given as null is absent, as in AWS's JSON protocol: the defaults, not a failure.
-    assert ops.list_hyper_parameter_tuning_jobs(store, MaxResults=None, SortBy=None, SortOrder=None) == \
-        {"HyperParameterTuningJobSummaries": []}
-    with pytest.raises(ResourceNotFound):
-        ops.list_training_jobs_for_hyper_parameter_tuning_job(store, HyperParameterTuningJobName="nothing",
-                                                              MaxResults=None, SortBy=None, SortOrder=None)
 
 
 # -- decisions as plain values ------------------------------------------------------------------------

@@ -237,6 +237,13 @@ def described(row: TuningRow, summaries: list[dict[str, Any]]) -> dict[str, Any]
     return answer
 
 
+def answered(row: TuningRow, trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """DescribeHyperParameterTuningJob's answer with every trial's summary as
+    ListTrainingJobsForHyperParameterTuningJob gives them (by name), from one read of the trials."""
+    return {**_datetimes(described(row, trials)),
+            "TrainingJobSummaries": [as_datetimes(s) for s in sorted(trials, key=_TRIAL_ORDERS["Name"])]}
+
+
 def _datetimes(answer: dict[str, Any]) -> dict[str, Any]:
     out = as_datetimes(answer)
     if "BestTrainingJob" in out:
@@ -279,7 +286,6 @@ def list_hyper_parameter_tuning_jobs(
     **unsupported: Any,
 ) -> dict[str, Any]:
     refuse_unknown(unsupported, where="input")
-    MaxResults, SortBy, SortOrder = _or_defaults(MaxResults, SortBy, SortOrder)
     _check_given({"MaxResults": (Integer(1, 100), MaxResults),
                   "SortBy": (String(enum=("Name", "Status", "CreationTime")), SortBy),
                   "SortOrder": (String(enum=("Ascending", "Descending")), SortOrder),
@@ -318,12 +324,6 @@ def list_hyper_parameter_tuning_jobs(
     return result
 
 
-def _or_defaults(max_results: Any, sort_by: Any, sort_order: Any) -> tuple[Any, Any, Any]:
-    """A list's paging and order, a member given as null taken as absent (as AWS's JSON protocol has it)."""
-    return (10 if max_results is None else max_results, "Name" if sort_by is None else sort_by,
-            "Ascending" if sort_order is None else sort_order)
-
-
 def _check_given(members: dict[str, tuple[Shape, Any]]) -> None:
     """The members given (not None), each checked against its shape."""
     given = {name: value for name, (_, value) in members.items() if value is not None}
@@ -343,7 +343,6 @@ def list_training_jobs_for_hyper_parameter_tuning_job(
     """The trials, sorted; sorted by their final objective, those without one are left out (as
     SageMaker does)."""
     refuse_unknown(unsupported, where="input")
-    MaxResults, SortBy, SortOrder = _or_defaults(MaxResults, SortBy, SortOrder)
     _check_given({"MaxResults": (Integer(1, 100), MaxResults), "SortBy": (String(enum=tuple(_TRIAL_ORDERS)), SortBy),
                   "SortOrder": (String(enum=("Ascending", "Descending")), SortOrder),
                   "StatusEquals": (String(enum=("InProgress", "Completed", "Failed", "Stopping", "Stopped",

@@ -501,12 +501,9 @@ def cmd_tuning(args: argparse.Namespace) -> int:
         tuning.delete_hyper_parameter_tuning_job(db, HyperParameterTuningJobName=args.name)
         print(f"tuning job {args.name} deleted (its trials stay, as training jobs)")
         return 0
-    if args.json:  # the operations' answers
-        trials = every_page(functools.partial(tuning.list_training_jobs_for_hyper_parameter_tuning_job, db,
-                                              HyperParameterTuningJobName=args.name, MaxResults=100),
-                            "TrainingJobSummaries")
-        print_json({**tuning.describe_hyper_parameter_tuning_job(db, HyperParameterTuningJobName=args.name),
-                    "TrainingJobSummaries": trials})
+    if args.json:  # the operations' answers, from one read of the trials
+        row = tuning.tuning_job(db, args.name)
+        print_json(tuning.answered(row, tuning.trial_summaries(db, row)))
     else:
         print(render.tuning(*_tuning_now(db, args.name)))
     return 0

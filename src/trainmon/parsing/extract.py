@@ -189,8 +189,8 @@ class Extractor:
         literal_of = {index: number for number, indexes in enumerate(self._by_literal.values()) for index in indexes}
         self._literal_numbers = [literal_of.get(index) for index in range(len(self.definitions))]  # None: no literal
         self._scratch = np.empty(0, bool), np.empty(0, bool)
-        self._counted: tuple[bytes, int] | None = None  # the last block scan() counted, its records
-        self._ends: np.ndarray | None = None  # and where they end, when it bounded every one
+        # The last block scan() counted: its records, and where they end when it bounded every one.
+        self._counted: tuple[bytes, int, np.ndarray | None] | None = None
         self._crlf: tuple[bytes, bool] | None = None  # the last block bounded with "\r" in it, and if "\r\n" too
 
     @property
@@ -209,18 +209,21 @@ class Extractor:
         breaks = block.count(b"\n")
         if self._split_cr and b"\r" in block:
             breaks += block.count(b"\r") - block.count(b"\r\n")
+        return self._records_of_breaks(block, breaks)
+
+    def _records_of_breaks(self, block: bytes, breaks: int) -> int:
+        """A block's records, given its breaks: one more where the last record has no break."""
         last = block[-1:]
-        ends_with_break = last == b"\n" or (last == b"\r" and self._split_cr)
-        return breaks if ends_with_break else breaks + 1
+        return breaks if last == b"\n" or (last == b"\r" and self._split_cr) else breaks + 1
 
     def record_counts(self, block: bytes, parts: Sequence[bytes]) -> list[int]:
         """The records of each of ``parts``, joined into ``block``, each but the last ending with a
         break (no break spans two): from the bounds a scan of ``block`` just found where it did (no
         pass over the bytes again), else counted part by part."""
         counted, self._counted = self._counted, None
-        ends, self._ends = self._ends, None
         if counted is None or counted[0] is not block:
             return [self.count_records(part) for part in parts]
+        ends = counted[2]
         if len(parts) == 1:
             return [counted[1]]
         if ends is None:  # (a sparse scan counted the records, without their bounds)
@@ -290,8 +293,7 @@ class Extractor:
         if not self._always and sum(map(len, found)) * SPARSE_BYTES < len(block):
             return self._scan_sparse(block, data, found)
         starts, ends = self._bounds(block, data)
-        self._counted = (block, len(ends))  # count_records(block) next, as every caller asks
-        self._ends = ends
+        self._counted = (block, len(ends), ends)  # count_records(block) next, as every caller asks
         holding = [records_of(positions, ends) for positions in found]
         candidates = len(ends) if self._always else sum(len(records) for records in holding)
         if candidates * 2 >= len(ends):  # most records are candidates: take the text of all of them
@@ -322,8 +324,7 @@ class Extractor:
         split_cr = self._split_cr and b"\r" in block
         starts, ends = _bounds_around(block, np.unique(np.concatenate(found)).tolist(), split_cr)
         numbers, count = self._numbers(block, data, starts, split_cr)
-        self._counted = (block, count)
-        self._ends = None
+        self._counted = (block, count, None)
         if not len(starts):
             return _NO_HITS
         texts = self._texts(block, starts, ends, np.arange(len(starts)))
@@ -346,9 +347,7 @@ class Extractor:
             self._crlf = (block, bool(np.count_nonzero(breaks) < newlines))
             np.logical_or(breaks, carriage, out=breaks)
         numbers, total = _set_before(breaks, starts)
-        last = block[-1:]
-        ends_with_break = last == b"\n" or (last == b"\r" and self._split_cr)
-        return numbers, total if ends_with_break else total + 1
+        return numbers, self._records_of_breaks(block, total)
 
     def _scan_small(self, block: bytes) -> Hits:
         """:meth:`scan_columns` for a few records (what a job printing a line at a time gives): plain
@@ -357,8 +356,7 @@ class Extractor:
         if not self._always and not any(present):
             return _NO_HITS  # nothing to match (count_records counts the records itself)
         starts, ends = self._bounds(block, np.frombuffer(block, np.uint8))
-        self._counted = (block, len(ends))
-        self._ends = ends
+        self._counted = (block, len(ends), ends)
         raw = split_text(decode(block), self.mode)  # the records' text, not escaped yet (as the literals are)
         escapes = self._escapes
 

@@ -76,14 +76,14 @@ def split_bytes(data: bytes, mode: Mode) -> list[bytes]:
     return parts
 
 
-def last_break_end(data: bytes, mode: Mode) -> int:
-    """Index just past the last record break in ``data`` (0 if there is none).
+def last_break_end(data: bytes, mode: Mode, start: int = 0, end: int | None = None) -> int:
+    """Index just past the last record break in ``data[start:end]`` (``start`` if there is none).
 
     A ``\\r`` at the very end counts as a break in the splitting modes; the caller must then
     skip a ``\\n`` that may begin the next piece (see :class:`trainmon.runtime.capture.records.RecordCutter`).
     """
-    newline = data.rfind(b"\n")
-    if not mode.splits_on_cr:
-        return newline + 1
-    carriage = data.rfind(b"\r", newline + 1)
-    return max(newline, carriage) + 1
+    end = len(data) if end is None else end
+    newline = data.rfind(b"\n", start, end)
+    if mode.splits_on_cr:
+        newline = max(newline, data.rfind(b"\r", max(newline + 1, start), end))
+    return max(newline + 1, start)

@@ -472,7 +472,7 @@ async def operation(request: Request, store: Store) -> Any:
     if found is None:
         known = ", ".join(f"{s}/{o}" for s, ops in api.SERVICES.items() for o in ops)
         raise NotFound(f"there is no operation {service}/{name}; the operations are {known}.")
-    request_ = await body(request)
+    request_ = typecheck.given(await body(request))
     typecheck.check(service, name, found, request_)
     return await _call(lambda: found(store, **request_))
 

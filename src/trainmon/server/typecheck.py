@@ -35,6 +35,12 @@ _PYTHON_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 }
 
 
+def given(request: dict[str, Any]) -> dict[str, Any]:
+    """A request's members less those given as null, which AWS's protocols take as absent: the
+    operation then answers as if they were not sent (its defaults), at every door alike."""
+    return {name: value for name, value in request.items() if value is not None}
+
+
 def check(service: str, operation: str, function: Callable[..., Any], request: dict[str, Any],
           error: type[TrainmonError] = ValidationException) -> None:
     """``error`` listing every member of ``request`` that is not of its type, or that ``function``

@@ -148,8 +148,7 @@ class SqlStore(tuning.TuningJobs):
 
     def supervisors(self, statuses: tuple[str, ...]) -> list[tuple[str, SupervisorIdentity | None]]:
         where = Where().any_of("status", statuses)
-        return [(name, json.loads(supervisor) if supervisor is not None else None)
-                for name, supervisor in self._read(f"SELECT name, supervisor FROM jobs WHERE {where.sql}", where.args)]
+        return [(name, _identity(supervisor)) for name, supervisor in self._read(f"SELECT name, supervisor FROM jobs WHERE {where.sql}", where.args)]
 
     def jobs_named(self, names: Sequence[str]) -> list[JobRow]:
         """The jobs of these names that exist, in no particular order."""
@@ -698,12 +697,17 @@ def prepared_points(batch: Batch) -> Any:
 # -- rows and records ----------------------------------------------------------------------
 
 
+def _identity(supervisor: str | None) -> SupervisorIdentity | None:
+    """A job's supervisor as its row stores it (JSON), or None."""
+    return json.loads(supervisor) if supervisor else None
+
+
 def job_from_row(row: tuple[Any, ...]) -> JobRow:
     """A row of JOB_COLUMNS as a JobRow (JSON columns decoded)."""
     id_, name, status, created, modified, doc, supervisor, stop, diagnostics = row
     return JobRow(
         id_, name, status, created, modified, json.loads(doc),
-        json.loads(supervisor) if supervisor else None, stop, json.loads(diagnostics or "[]"),
+        _identity(supervisor), stop, json.loads(diagnostics or "[]"),
     )
 
 

@@ -92,7 +92,10 @@ def pack_texts(texts: Sequence[str | bytes | memoryview]) -> list[tuple[bytes, i
     large = [index for index, text in enumerate(data) if len(text) >= PARALLEL_PACK_BYTES]
     if len(large) < 2:
         return [pack_text(text) for text in data]
-    packed = _text_compressor().multi_compress_to_buffer([data[index] for index in large], threads=-1)
+    try:
+        packed = _text_compressor().multi_compress_to_buffer([data[index] for index in large], threads=-1)
+    except (AttributeError, NotImplementedError):  # (a zstandard build without it: its CFFI backend, say)
+        return [pack_text(text) for text in data]
     answers = [pack_text(text) if len(text) < PARALLEL_PACK_BYTES else (b"", 0) for text in data]
     for number, index in enumerate(large):
         segment = packed[number]
@@ -165,8 +168,7 @@ class Decoded:
 
     def __init__(self, budget: int = 0) -> None:
         self.budget = budget
-        self._kept: OrderedDict[bytes, tuple[np.ndarray, ...]] = OrderedDict()
-        self._size: dict[bytes, int] = {}
+        self._kept: OrderedDict[bytes, tuple[tuple[np.ndarray, ...], int]] = OrderedDict()  # columns, their size
         self._held = 0
         self._lock = threading.Lock()
 
@@ -178,7 +180,7 @@ class Decoded:
             kept = self._kept.get(blob)
             if kept is not None:
                 self._kept.move_to_end(blob)
-                return list(kept)
+                return list(kept[0])
         columns = unpack(blob)
         for column in columns:
             column.setflags(write=False)
@@ -187,12 +189,10 @@ class Decoded:
             return columns
         with self._lock:
             if blob not in self._kept:
-                self._kept[blob] = tuple(columns)
-                self._size[blob] = size
+                self._kept[blob] = tuple(columns), size
                 self._held += size
                 while self._held > self.budget:
-                    gone, _ = self._kept.popitem(last=False)
-                    self._held -= self._size.pop(gone)
+                    self._held -= self._kept.popitem(last=False)[1][1]
         return columns
 
 

@@ -240,6 +240,7 @@ class Tuner:
         self.store.update_tuning_job(self.name, write)
 
     def _warm_start(self) -> None:
+        orphans.reap_orphans(self.store)  # (a parent's trial whose supervisor died reads as it ended)
         added = 0
         for parent in self.doc["WarmStartConfig"]["ParentHyperParameterTuningJobs"]:
             row = self.store.get_tuning_job(parent["HyperParameterTuningJobName"])

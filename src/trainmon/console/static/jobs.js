@@ -171,11 +171,13 @@ export function mount(root) {
         try {
           if (value) await post("/api/sagemaker/AddTags", {ResourceArn: job.TrainingJobArn, Tags: [{Key: key, Value: value}]});
           else await post("/api/sagemaker/DeleteTags", {ResourceArn: job.TrainingJobArn, TagKeys: [key]});
-          const now = state.jobs.get(name) || job;
-          const tags = {...(now.Tags || {})};
-          if (value) tags[key] = value;
-          else delete tags[key];
-          state.jobs.set(name, {...now, Tags: tags}); // (a new object: its drawn row shows it)
+          const now = state.jobs.get(name); // (none: deleted, or out of the list, while the tag was written)
+          if (now) {
+            const tags = {...(now.Tags || {})};
+            if (value) tags[key] = value;
+            else delete tags[key];
+            state.jobs.set(name, {...now, Tags: tags}); // (a new object: its drawn row shows it)
+          }
           error.hidden = true;
         } catch (exc) {
           error.hidden = false;
@@ -557,9 +559,10 @@ export function mount(root) {
       if (!tr.isConnected || !tr.item) continue;
       const key = keyOf(tr.item);
       const height = tr.getBoundingClientRect().height;
-      if (heightOf(tr.item) !== height) changed = true;
+      const kind = kindOf(tr.item);
+      if (heightOf(tr.item) !== height || estimate[kind] !== height) changed = true; // (rows not drawn take the estimate)
       measured.set(key, height);
-      estimate[kindOf(tr.item)] = height;
+      estimate[kind] = height;
     }
     unmeasured.clear();
     if (changed) offsetsStale = true;

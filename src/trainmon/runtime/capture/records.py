@@ -26,14 +26,6 @@ def _views(pieces: list[Piece]) -> list[memoryview]:
     return [memoryview(buffer)[start:end] for buffer, start, end in pieces if start < end]
 
 
-def _last_break_end(buffer: bytes, start: int, end: int, splits_on_cr: bool) -> int:
-    """Index just past the last record break in ``buffer[start:end]`` (``start`` when it holds none)."""
-    newline = buffer.rfind(b"\n", start, end)
-    if splits_on_cr:
-        newline = max(newline, buffer.rfind(b"\r", max(newline + 1, start), end))
-    return max(newline + 1, start)
-
-
 def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | memoryview:
     """A block of whole records as a log chunk holds them: joined by "\\n" (a "\\r" or "\\r\\n" break is
     one too in the modes that split there), without the last record's break (a view: no copy).
@@ -96,10 +88,9 @@ class RecordCutter:
                     if buffer[start] == 10:  # the second half of a "\r\n" split across two reads
                         pieces = [*pieces[:index], (buffer, start + 1, end), *pieces[index + 1:]]
                     break
-        splits_on_cr = self.mode.splits_on_cr
         for last in range(len(pieces) - 1, -1, -1):
             buffer, start, end = pieces[last]
-            cut = _last_break_end(buffer, start, end, splits_on_cr)
+            cut = last_break_end(buffer, self.mode, start, end)
             if cut > start:
                 break
         else:
@@ -113,7 +104,7 @@ class RecordCutter:
             block = b"".join([*self._pending, *_views(pieces[:last]), memoryview(buffer)[start:cut]])
         self._pending = [bytes(view) for view in _views([(buffer, cut, end), *pieces[last + 1:]])]
         self.pending_bytes = sum(map(len, self._pending))
-        if splits_on_cr and not self._pending and block[-1:] == b"\r":
+        if self.mode.splits_on_cr and not self._pending and block[-1:] == b"\r":
             self._skip_newline = True  # the reads ended on "\r": a "\n" may follow in the next one
         return block
 
@@ -153,31 +144,27 @@ class Echo:
         self.flush_points()
 
     def passthrough(self, is_stderr: bool, pieces: list[Piece]) -> None:
-        """One host: the bytes as the job wrote them (the pieces of its reads, one after another);
-        points go after the last complete line."""
-        for last in range(len(pieces) - 1, -1, -1):
-            buffer, start, end = pieces[last]
-            cut = buffer.rfind(b"\n", start, end) + 1
-            if cut > start:
-                self._write(is_stderr, _views([*pieces[:last], (buffer, start, cut)]))
-                if not is_stderr:
-                    self._at_line_start = True
-                pieces = [(buffer, cut, end), *pieces[last + 1:]]
-                break
+        """One host: the bytes as the job wrote them (the pieces of its reads, joined once); points go
+        after the last complete line."""
+        data = b"".join(_views(pieces))
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            self._write(is_stderr, data[:cut])
+            if not is_stderr:
+                self._at_line_start = True
         self.flush_points()
-        rest = _views(pieces)
-        if rest:
-            self._write(is_stderr, rest)
+        if cut < len(data):
+            self._write(is_stderr, data[cut:])
             if not is_stderr:
                 self._at_line_start = False
 
-    def _write(self, is_stderr: bool, data: bytes | list[memoryview]) -> None:
+    def _write(self, is_stderr: bool, data: bytes) -> None:
         if self.closed:
             return
         target = sys.stderr if is_stderr else sys.stdout
         try:
             target.flush()
-            target.buffer.write(data if isinstance(data, bytes) else b"".join(data))  # (one write for many reads)
+            target.buffer.write(data)
             target.flush()
         except (OSError, ValueError):
             self.closed = True  # a closed terminal must not stop the capture

@@ -97,7 +97,7 @@ class Gateway:
         if found is None:
             return _unknown_operation(protocol, service, operation, request_id)
         try:
-            parameters = protocol.parameters(service, operation, body)
+            parameters = typecheck.given(protocol.parameters(service, operation, body))
             typecheck.check(service.api_name, operation, found, parameters)
             result = await anyio.to_thread.run_sync(lambda: found(self.store, **parameters))
         except TrainmonError as exc:

@@ -153,9 +153,10 @@ def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods:
         ))[0]
         ids[name] = series_id
         for _, _, stamps, values, _, _ in summary.chunks:
-            kept = (stamps < rolled_ms) & np.isfinite(values)
-            v = values[kept]
-            rolled.append((series_id, "None", Columns(stamps[kept], np.ones(len(v)), v, v, v, v)))
+            if stamps.min() < rolled_ms:  # (a job's points are late only where maintenance rolled up already)
+                kept = (stamps < rolled_ms) & np.isfinite(values)
+                v = values[kept]
+                rolled.append((series_id, "None", Columns(stamps[kept], np.ones(len(v)), v, v, v, v)))
     roll_up(sql, rolled, periods)
     for name, summary in summaries.items():  # in the batch's order
         for host, stream, _, _, _, encoded in summary.chunks:
