@@ -78,6 +78,15 @@ def test_maintain_seals_rolls_up_and_reports(home: Path) -> None:
     assert summary["Retention"] == "raw=3h,1m=15d,5m=63d,1h=455d"
     again = run_cli("maintain", check=True, env={"TRAINMON_RETENTION": "forever"})
     assert "retention raw=forever,1m=forever,5m=forever,1h=forever" in again.stdout
-    assert "sealed 0 points" in again.stdout
+    assert "sealed 0 points" in again.stdout and "tiers" not in again.stdout  # the same tiers, kept longer
+    changed = run_cli("maintain", check=True, env={"TRAINMON_RETENTION": "raw=3h,2m=15d,10m=63d"})
+    assert "the store's roll-up tiers changed to this policy's: rebuilt for 1 metrics" in changed.stdout
+    store = open_store(home)
+    try:  # the 10-minute tier holds the datapoints written under the other policy
+        key = store.metric_keys()[0][0]
+        rolled = store.metric_rollups(key, old // 600 * 600_000, (old // 600 + 3) * 600_000, 600, sketches=False)
+        assert rolled is not None and rolled["None"].count.sum() == 1000
+    finally:
+        store.close()
     bad = run_cli("maintain", env={"TRAINMON_RETENTION": "raw=3h,90s=1d"})
     assert bad.returncode == 2 and "multiple of 60" in bad.stderr

@@ -638,6 +638,85 @@ def test_maintenance_goes_on_when_a_job_is_deleted_during_a_pass(store_target: S
         store.close()
 
 
+JOB_KEY_TIERS = MetricKey("/aws/sagemaker/TrainingJobs", "loss", (("TrainingJobName", "tiers"),))
+
+
+def _job_statistics(client: CloudWatchClient, start_s: int, end_s: int, period: int) -> list[dict]:
+    return client.get_metric_statistics(
+        Namespace=JOB_KEY_TIERS.namespace, MetricName="loss", Dimensions=[{"Name": "TrainingJobName", "Value": "tiers"}],
+        StartTime=start_s, EndTime=end_s, Period=period, Statistics=["SampleCount", "Sum", "Minimum", "Maximum"],
+    )["Datapoints"]
+
+
+def test_roll_ups_follow_a_changed_policy_with_every_datapoint(store_target: StoreTarget) -> None:
+    """The roll-ups are the store's: a process with other tiers reads and writes the store's until
+    a maintenance pass of its own brings them to its tiers, each new one built from the finer data
+    already rolled up, so that statistics over data written before the change are whole. A pass cut
+    short is done again whole; writes while a pass builds go into both policies' tiers."""
+    hourly = store_target.open(parse("raw=forever,60s=forever,300s=forever,3600s=forever"))
+    two_hourly = store_target.open(parse("raw=forever,60s=forever,600s=forever,7200s=forever"))
+    try:
+        now = int(time.time())
+        start = (now // 7200 - 4) * 7200  # 8 hours ago, at a 2-hour boundary
+        stamps, values = _series(start, start + 5 * 3600)
+        _put(hourly, stamps, values, batch=3000)
+        job = hourly.create_job("tiers", {"TrainingJobStatus": "InProgress"}, time.time())
+        stream = hourly.add_stream(job.id, "algo-1", "tiers/algo-1-0", start * 1000)
+        job_stamps = np.arange(start, start + 5 * 3600, 7, dtype=np.int64) * 1000
+        job_values = np.round(np.random.default_rng(8).normal(1, 0.3, len(job_stamps)), 3)
+
+        def job_points(store: Store, rows: slice) -> None:
+            store.write_batch(Batch(job.id, points=[
+                ("loss", int(t), float(v), "algo-1", stream.id, int(i)) for i, t, v in
+                zip(range(len(job_stamps))[rows], job_stamps[rows], job_values[rows], strict=True)]))
+
+        first_part = job_stamps < (start + 3 * 3600) * 1000
+        job_points(hourly, slice(0, int(first_part.sum())))
+        # Rolled up to an odd hour: whole hours, but not whole periods of the new coarsest tier.
+        assert hourly.maintain((start + 3 * 3600 + 120) * 1000).rolled_series == 1
+        client = CloudWatchClient(two_hourly)
+        end = start + 5 * 3600
+        for period in (60, 600, 3600, 7200):  # before its pass, the other policy reads the store's tiers
+            _check(_statistics(client, start, end, period), _expected(stamps, values, start * 1000, end * 1000, period))
+        with two_hourly._transaction() as sql:  # type: ignore[attr-defined]
+            sql.rows("UPDATE maintenance SET building = '60,600,7200' WHERE id = 1")  # a pass cut short
+        more_stamps, more_values = _series(start + 5 * 3600, start + 6 * 3600, seed=9)
+        _put(two_hourly, more_stamps, more_values, batch=1000)  # merged into both policies' tiers
+        job_points(two_hourly, slice(int(first_part.sum()), None))
+        stamps, values, end = np.r_[stamps, more_stamps], np.r_[values, more_values], start + 6 * 3600
+
+        done = two_hourly.maintain(now * 1000)
+        assert done.retiered_series == 2 and done.rolled_series == 1
+        assert two_hourly.maintain(now * 1000).retiered_series == 0  # done once
+        for period in (60, 600, 7200):  # each from its own tier now
+            assert two_hourly.metric_rollups(KEY, start * 1000, end * 1000, period) is not None
+            _check(_statistics(client, start, end, period), _expected(stamps, values, start * 1000, end * 1000, period))
+        assert len(two_hourly.metric_rollups(KEY, start * 1000, end * 1000, 7200, sketches=False)["Milliseconds"]) == 3
+        assert _scalar(two_hourly, "SELECT count(*) FROM rollups WHERE period IN (300, 3600)") == 0
+        job_end = (now // 7200 - 1) * 7200  # what the pass rolled up of the job's points, to a 2-hour boundary
+        for period in (600, 7200):
+            inside = job_stamps < job_end * 1000
+            expected = _expected(job_stamps[inside], job_values[inside], start * 1000, job_end * 1000, period)
+            assert two_hourly.metric_rollups(JOB_KEY_TIERS, start * 1000, job_end * 1000, period) is not None
+            answer = _job_statistics(client, start, job_end, period)
+            assert [round(p["Timestamp"].timestamp() * 1000) for p in answer] == list(expected)
+            for point, data in zip(answer, expected.values(), strict=True):
+                assert (point["SampleCount"], point["Minimum"], point["Maximum"]) == (len(data), data.min(), data.max())
+                assert point["Sum"] == pytest.approx(data.sum(), rel=1e-12)
+
+        back = store_target.open(parse("raw=forever,60s=forever,300s=forever,3600s=forever"))
+        try:  # and back: the tiers left out are built again, from the 1-minute one
+            assert back.maintain(now * 1000).retiered_series == 2
+            for period in (300, 3600):
+                _check(_statistics(CloudWatchClient(back), start, end, period),
+                       _expected(stamps, values, start * 1000, end * 1000, period))
+        finally:
+            back.close()
+    finally:
+        hourly.close()
+        two_hourly.close()
+
+
 def _as_written_by_an_earlier_trainmon(store: Store) -> None:
     """The store as a trainmon whose writes left roll-ups to maintenance leaves it: no roll-ups,
     every series rolled up to time 0."""

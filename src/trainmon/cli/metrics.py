@@ -378,6 +378,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         print("another process is maintaining this store now; nothing done")
     else:
         print(f"retention {done['Retention']}")
+        if done["RetieredSeries"]:
+            print(f"the store's roll-up tiers changed to this policy's: rebuilt for {done['RetieredSeries']} metrics")
         print(f"sealed {done['SealedPoints']} points into {done['SealedChunks']} chunks; rolled up "
               f"{done['RolledSeries']} metrics ({done['RollupRows']} roll-up rows); expired {done['ExpiredChunks']} "
               f"chunks and {done['ExpiredRollups']} roll-up rows")

@@ -104,6 +104,13 @@ class SqlStore(tuning.TuningJobs):
     def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
         raise NotImplementedError
 
+    def _written_tiers(self, sql: Sql) -> tuple[int, ...]:
+        """The roll-up periods a write merges into: the store's (store.series.tiers), this
+        process's policy's where the store has none recorded yet."""
+        from .series import tiers
+
+        return tiers.written(sql, self.retention.periods)
+
     def _writer_factory(self) -> Callable[[], Writer]:
         """What opens another connection to this database, for the write-behind buffer's writes."""
         raise NotImplementedError
@@ -410,7 +417,7 @@ class SqlStore(tuning.TuningJobs):
             if points is not None:
                 from .series.writes import write_points
 
-                write_points(sql, batch.job_id, points, self.retention.periods)
+                write_points(sql, batch.job_id, points, self._written_tiers)
             sql.many(
                 "UPDATE log_streams SET records = records + ?, stored_bytes = stored_bytes + ?, "
                 "first_event_ms = coalesce(first_event_ms, ?), last_event_ms = ?, last_ingestion_ms = ? "
@@ -506,7 +513,7 @@ class SqlStore(tuning.TuningJobs):
 
         prepared = writes.prepare_samples(items)  # before the transaction, so its lock is held less
         with self._transaction() as sql:
-            writes.put_samples(sql, prepared, self.retention.periods)
+            writes.put_samples(sql, prepared, self._written_tiers)
 
     def queue_samples(self, datapoints: Datapoints) -> None:
         if self._buffer is None:
@@ -531,7 +538,7 @@ class SqlStore(tuning.TuningJobs):
 
         with self._transaction() as sql:
             if not (check_stored and writes.datapoints_stored(sql, prepared)):
-                writes.put_samples(sql, prepared, self.retention.periods)
+                writes.put_samples(sql, prepared, self._written_tiers)
 
     def metric_samples(self, key: MetricKey, start_ms: int, end_ms: int) -> list[Sample]:
         """Datapoints of one metric (exact dimension set) in [start_ms, end_ms), job points included."""

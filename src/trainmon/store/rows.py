@@ -136,6 +136,7 @@ class Maintenance:
     sealed_chunks: int = 0
     sealed_points: int = 0
     rolled_series: int = 0  # series that had data to roll up
+    retiered_series: int = 0  # series whose roll-ups were brought to a changed policy's tiers
     rollup_rows: int = 0
     expired_chunks: int = 0
     expired_rollups: int = 0

@@ -243,6 +243,9 @@ _MIGRATIONS.append(lambda db: _backfill_properties(db))
 # Hyperparameter tuning jobs (store/tuning.py); their trials are jobs.
 _MIGRATIONS.append(tuning.TABLE.format(id="INTEGER", text="TEXT", real="REAL"))
 
+# The roll-up periods the store holds and those a maintenance pass is building (store/series/tiers.py).
+_MIGRATIONS.append(lambda db: _add_tier_record(db))
+
 OPEN_TIMEOUT_S = 30.0
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass
 RELEASE_SLICES = 256  # at most 2 GB a pass; the next pass goes on
@@ -684,6 +687,15 @@ def _add_overviews(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE chunks ADD COLUMN overview BLOB")
     db.execute("CREATE INDEX chunks_without_overview ON chunks (id) WHERE kind = 0 AND sealed = 1 "
                "AND overview IS NULL AND count > 128")
+
+
+def _add_tier_record(db: sqlite3.Connection) -> None:
+    """The roll-up periods the store holds and those a maintenance pass is building, as columns of
+    its one maintenance row (a store migrated again keeps them)."""
+    present = {row[1] for row in db.execute("PRAGMA table_info(maintenance)")}
+    for column in ("periods", "building"):
+        if column not in present:
+            db.execute(f"ALTER TABLE maintenance ADD COLUMN {column} TEXT")
 
 
 def _translate(exc: sqlite3.Error, path: Path) -> StoreError:

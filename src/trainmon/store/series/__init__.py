@@ -22,6 +22,7 @@ would pay more for it than for storing them: whole coarsest-tier periods, each t
 finer one, once they have ended, moving ``rolled_ms`` on; a later write older than that is
 merged by the write. GetMetricStatistics reads the coarsest tier that divides its period and
 start for the rolled part of its range, and rolls the rest up from the raw data on the fly.
+Which tiers exist is the store's record, not each process's policy (:mod:`.tiers`).
 
 Maintenance works in one short transaction per series and step, so writers wait milliseconds
 at most and readers not at all; one process at a time does it, under a lease in ``maintenance``.

@@ -17,7 +17,7 @@ from ...cloudwatch.statistics import Columns, Sample, concat_columns
 from .. import codec
 from ..rows import JobPoints, PointColumns, PointRow
 from ..sql import Sql
-from . import overview
+from . import overview, tiers
 from .writes import CHUNK_COLUMNS, NO_INTS, POINTS, digest, read_rollups
 
 # -- reads ----------------------------------------------------------------------------------
@@ -260,6 +260,7 @@ def metric_rollups(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_
     (the caller computes from the raw datapoints). Without ``sketches``, stored rows come
     without them (no percentiles), which saves decoding them."""
     found = series_id(sql, key)
+    periods = tiers.readable(sql, periods)
     tier = max((p for p in periods if period_s % p == 0 and start_ms % (p * 1000) == 0), default=None)
     if found is None or tier is None or start_ms >= found[1]:
         return None

@@ -17,17 +17,20 @@ from ...cloudwatch.statistics import Sample
 from .. import codec
 from ..rows import Maintenance
 from ..sql import Sql, Transaction
-from . import overview
+from . import overview, tiers
 from .reads import raw_rollups
 from .writes import (
     CHUNK_COLUMNS,
     INSERT_CHUNK,
+    ROLLED_ALL,
     SAMPLES,
     SEAL_POINTS,
     insert_rollups,
+    merge_rollups,
     prepare_points,
     prepare_samples,
     put_samples,
+    read_rollups,
     sealed_pieces,
     write_points,
 )
@@ -46,7 +49,7 @@ def convert_row_tables(sql: Sql) -> None:
     for (job_id,) in sql.rows("SELECT DISTINCT job_id FROM points ORDER BY job_id"):
         rows = sql.rows("SELECT name, timestamp_ms, value, host, stream_id, seq FROM points WHERE job_id = ? "
                         "ORDER BY timestamp_ms, seq", (job_id,))
-        write_points(sql, job_id, prepare_points([tuple(row) for row in rows]), ())
+        write_points(sql, job_id, prepare_points([tuple(row) for row in rows]), lambda _: ())
     for metric, namespace, name, dimensions in sql.rows("SELECT id, namespace, name, dimensions FROM metrics"):
         rows = sql.rows("SELECT resolution, timestamp_ms, count, sum, minimum, maximum, value, unit FROM datapoints "
                         "WHERE metric_id = ? ORDER BY timestamp_ms", (metric,))
@@ -55,7 +58,7 @@ def convert_row_tables(sql: Sql) -> None:
             by_resolution.setdefault(resolution, []).append(Sample(*fields))
         key = MetricKey.from_row(namespace, name, dimensions)
         put_samples(sql, prepare_samples([(key, resolution, samples) for resolution, samples in by_resolution.items()]),
-                    ())
+                    lambda _: ())
 
 
 # -- maintenance ----------------------------------------------------------------------------
@@ -93,6 +96,7 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Mai
                     log.warning("chunk %s could not be read for its overview: %s", id_, exc)
             sql.many("UPDATE chunks SET overview = ? WHERE id = ?", given)
             done.overviews = len(given)
+        retier(transaction, retention.periods, done)
         if retention.tiers:
             with transaction() as sql:
                 to_roll = [row[0] for row in sql.rows(
@@ -150,6 +154,58 @@ def _mark(retention: Retention, now_ms: int) -> int:
     return (now_ms - ROLL_LAG_MS) // coarsest * coarsest
 
 
+def retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance) -> None:
+    """Bring the store's roll-ups to the ``target`` periods (this process's policy's) where it
+    records others (:mod:`.tiers` tells how)."""
+    with transaction() as sql:
+        complete, building = tiers.recorded(sql)
+        if complete is None:  # a store from before the record: its roll-ups are taken to be this policy's
+            sql.rows("UPDATE maintenance SET periods = ? WHERE id = 1", (tiers.text(target),))
+            return
+        if complete == target and building is None:
+            return
+        log.info("the store's roll-up tiers change from %s s to %s s", tiers.text(complete) or "none",
+                 tiers.text(target) or "none")
+        sql.rows("UPDATE maintenance SET building = ? WHERE id = 1", (tiers.text(target),))
+    with transaction() as sql:  # after the target is named: a series made since writes into it too
+        every = [row[0] for row in sql.rows("SELECT id FROM series ORDER BY id")]
+    for series in every:
+        with transaction() as sql:
+            done.rollup_rows += _rebuild(sql, series, complete, target)
+    with transaction() as sql:
+        sql.rows("UPDATE maintenance SET periods = ?, building = NULL WHERE id = 1 AND building = ?",
+                 (tiers.text(target), tiers.text(target)))
+    done.retiered_series = len(every)
+
+
+def _rebuild(sql: Sql, series: int, complete: tuple[int, ...], target: tuple[int, ...]) -> int:
+    """One series' roll-ups in the ``target`` periods, from those in the ``complete`` ones: each
+    period added from the coarsest complete one that divides it, or from the datapoints before
+    the series' ``rolled_ms`` where none does; the rows of the periods left out dropped. The
+    number of rows written."""
+    found = sql.rows("UPDATE series SET rolled_ms = rolled_ms WHERE id = ? RETURNING rolled_ms", (series,))
+    if not found:
+        return 0  # deleted with its job since the pass listed it
+    written = 0
+    for period in target:
+        if period in complete:
+            continue
+        sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ?", (series, period))
+        source = max((finer for finer in complete if period % finer == 0), default=None)
+        if source is not None:
+            rows = read_rollups(sql, series, source, -ROLLED_ALL, ROLLED_ALL)
+        else:
+            rows = raw_rollups(sql, series, -ROLLED_ALL, found[0][0])
+        for unit, finer in rows.items():
+            rolled = finer.roll(0, period * 1000)
+            insert_rollups(sql, series, period, unit, rolled)
+            written += len(rolled)
+    for period in complete:
+        if period not in target:
+            sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ?", (series, period))
+    return written
+
+
 def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
     mark = _mark(retention, now_ms)
     found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
@@ -166,7 +222,12 @@ def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Mainte
             finer = finer.roll(0, period * 1000)
             sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND unit = ? AND timestamp_ms >= ? "
                      "AND timestamp_ms < ?", (series, period, unit, low, mark))
-            insert_rollups(sql, series, period, unit, finer)
+            begun = finer.timestamp_ms < low  # a period begun before low: where the tiers changed since
+            if begun.any():  # the last pass, and low is not a whole period of each; its row holds the rest
+                merge_rollups(sql, series, period, unit, finer.select(begun))
+                insert_rollups(sql, series, period, unit, finer.select(~begun))
+            else:
+                insert_rollups(sql, series, period, unit, finer)
             done.rollup_rows += len(finer)
     done.rolled_series += bool(raw)
 

@@ -4,7 +4,8 @@ write merged into the roll-ups of the periods it falls in (the package's docstri
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,7 +133,12 @@ def prepare_points(points: list[PointTuple], blocks: Sequence[PointBlock] = ()) 
     return summaries
 
 
-def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods: Sequence[int]) -> None:
+Tiers = Callable[[Sql], Sequence[int]]
+"""The periods a write merges into (``tiers.written``, from the store's record), asked after the
+write has locked its series' rows: a maintenance pass changing them waits for it, or has changed them."""
+
+
+def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods: Tiers) -> None:
     """Store what ``prepare_points`` made of a batch."""
     found = sql.rows("SELECT name FROM jobs WHERE id = ?", (job_id,))
     if not found:
@@ -157,7 +163,8 @@ def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods:
                 kept = (stamps < rolled_ms) & np.isfinite(values)
                 v = values[kept]
                 rolled.append((series_id, "None", Columns(stamps[kept], np.ones(len(v)), v, v, v, v)))
-    roll_up(sql, rolled, periods)
+    if rolled:
+        roll_up(sql, rolled, periods(sql))
     for name, summary in summaries.items():  # in the batch's order
         for host, stream, _, _, _, encoded in summary.chunks:
             chunk_rows.extend((ids[name], POINTS, host, stream, "None", 1, first, last, rows, sealed, blob, summary)
@@ -295,18 +302,19 @@ def datapoints_stored(sql: Sql, prepared: PreparedSamples) -> bool:
         (key_digest, SAMPLES, unit, resolution, first, last, rows, blob)))
 
 
-def put_samples(sql: Sql, prepared: PreparedSamples, periods: Sequence[int]) -> None:
+def put_samples(sql: Sql, prepared: PreparedSamples, periods: Tiers) -> None:
     """A PutMetricData call's datapoints, as ``prepare_samples`` made them: the series upserted in
     one statement, looked up in another, their chunks inserted in a third, however many metrics
     the call holds."""
     chunk_rows: list[tuple[Any, ...]] = []
     upserts: dict[bytes, tuple[Any, ...]] = {}
+    fresh_rolled_ms = ROLLED_ALL if periods(sql) else 0  # a new series' (maintenance rolls it up without tiers)
     for key, key_digest, _, units in prepared:  # several resolutions (or items) of one metric: one row
         last = max(int(columns[0].max()) for _, columns, _ in units)
         previous = upserts.get(key_digest)
         if previous is None or previous[5] < last:
             upserts[key_digest] = (key.namespace, key.name, key.dimensions_json, key_digest, None, last, 0, None, None,
-                                   None, None, ROLLED_ALL if periods else 0)
+                                   None, None, fresh_rolled_ms)
     sql.many(_UPSERT_SERIES.format(greatest=sql.greatest), upserts.values())
     found = _series_ids(sql, list(upserts))
     rolled: list[Written] = []
@@ -320,7 +328,7 @@ def put_samples(sql: Sql, prepared: PreparedSamples, periods: Sequence[int]) -> 
                 kept = stamp < rolled_ms
                 stamp, value, count, total, low, high = (column[kept] for column in columns)
             rolled.append((series_id, unit, Columns(stamp, count, total, low, high, value)))
-    roll_up(sql, rolled, periods)
+    roll_up(sql, rolled, periods(sql))
     sql.many(INSERT_CHUNK, chunk_rows)
 
 
@@ -384,16 +392,31 @@ def roll_up(sql: Sql, written: list[Written], periods: Sequence[int]) -> None:
     if not bool(((stamps[1:] >= stamps[:-1]) | (groups[1:] != groups[:-1])).all()):
         order = np.lexsort((stamps, groups))
         columns, groups = [column[order] for column in columns], groups[order]
-    rows, groups = Rollups.rolled_samples(groups, periods[0] * 1000, *columns)
+    # Each tier from the coarsest finer one that divides it (sketches merge exactly); the finest
+    # from the datapoints. (A policy's tiers divide each other; while a maintenance pass changes
+    # the store's, the tiers written are two policies' together, which may not.)
+    base = math.gcd(*periods)
+    rolled: dict[int, tuple[Rollups, np.ndarray]] = {base: Rollups.rolled_samples(groups, base * 1000, *columns)}
     tiers: list[Rollups] = []
     keys: list[tuple[int, int, int, str]] = []
-    for period in periods:  # each tier from the finer one: sketches merge exactly
-        if period != periods[0]:
-            rows, groups = rows.roll_groups(groups, period * 1000)
+    for period in sorted(periods):
+        if period not in rolled:
+            finer_rows, finer_groups = rolled[max(finer for finer in rolled if period % finer == 0)]
+            rolled[period] = finer_rows.roll_groups(finer_groups, period * 1000)
+        rows, groups = rolled[period]
         tiers.append(rows)
         keys.extend((targets[group][0], period, stamp, targets[group][1])
                     for group, stamp in zip(groups.tolist(), rows.timestamp_ms.tolist(), strict=True))
-    fresh = join(tiers)  # every tier's rows together, merged and encoded at once
+    _merge_stored(sql, keys, join(tiers))  # every tier's rows together, merged and encoded at once
+
+
+def merge_rollups(sql: Sql, series_id: int, period: int, unit: str, rows: Rollups) -> None:
+    """Roll-up rows merged into those stored for the same periods (as they are where none is)."""
+    _merge_stored(sql, [(series_id, period, stamp, unit) for stamp in rows.timestamp_ms.tolist()], rows)
+
+
+def _merge_stored(sql: Sql, keys: list[tuple[int, int, int, str]], fresh: Rollups) -> None:
+    """The rows ``fresh`` (of ``keys``, row for row) merged into the stored rows of those keys."""
     merged = _stored_rollups(sql, keys, fresh.timestamp_ms).merge(fresh)
     rolled = [(*key, *row) for key, row in zip(keys, zip(
         merged.count.tolist(), merged.sum.tolist(), merged.minimum.tolist(), merged.maximum.tolist(),

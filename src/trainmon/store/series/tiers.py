@@ -1,0 +1,61 @@
+"""Which roll-up tiers a store holds: the store's record, not the policy of the process at hand.
+
+A retention policy is a process's (``TRAINMON_RETENTION``), but the roll-ups it shapes are the
+store's, written by every process that writes and read by every one that reads. So the store
+records the periods its roll-ups are complete for, in ``maintenance.periods``: writers merge into
+those and readers read those, whatever their own policy says. A store that has no record yet
+(made before there was one) takes the policy of its first writer.
+
+Only a maintenance pass changes the record, to its own policy's periods (``upkeep.retier``):
+
+1. it names them as the target (``maintenance.building``), and from then on writers merge into
+   the recorded periods and the target's alike, so every recorded period stays complete;
+2. series by series, each under its row's lock, it builds each period the target adds from the
+   coarsest recorded period that divides it (or from the datapoints, where none does) and drops
+   the rows of the periods the target leaves out;
+3. it records the target, which readers use from then on.
+
+A pass cut short leaves the target named; the next one builds it again from the start (building
+a period replaces its rows, so doing it twice changes nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..sql import Sql
+
+Periods = tuple[int, ...]
+
+
+def parsed(value: str | None) -> Periods | None:
+    return None if value is None else tuple(int(part) for part in value.split(",") if part)
+
+
+def text(periods: Sequence[int]) -> str:
+    return ",".join(str(period) for period in periods)
+
+
+def recorded(sql: Sql) -> tuple[Periods | None, Periods | None]:
+    """The periods the store's roll-ups are complete for (None: no record yet) and the target a
+    maintenance pass is building (None: none)."""
+    periods, building = sql.rows("SELECT periods, building FROM maintenance WHERE id = 1")[0]
+    return parsed(periods), parsed(building)
+
+
+def readable(sql: Sql, own: Sequence[int]) -> Periods:
+    """The periods a read takes roll-ups from (``own``, the reader's policy's, where the store has
+    no record yet)."""
+    periods, _ = recorded(sql)
+    return tuple(own) if periods is None else periods
+
+
+def written(sql: Sql, own: Sequence[int]) -> Periods:
+    """The periods a write merges its datapoints into, finest first: the recorded ones and those
+    a maintenance pass is building. A store without a record records ``own`` (the writer's
+    policy's) here."""
+    periods, building = recorded(sql)
+    if periods is None:
+        sql.rows("UPDATE maintenance SET periods = ? WHERE id = 1 AND periods IS NULL", (text(own),))
+        return tuple(own)
+    return tuple(sorted(set(periods) | set(building or ())))
