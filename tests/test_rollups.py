@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 from ddsketch import DDSketch
 
+from trainmon.clock import ManualClock
 from trainmon.cloudwatch.model import MetricKey
 from trainmon.cloudwatch.retention import CLOUDWATCH, parse
 from trainmon.cloudwatch.sketch import MAPPING, RELATIVE_ACCURACY, ZERO_KEY, Rollups, concat, join, keys
 from trainmon.cloudwatch.sketch import encode as encode_sketch
 from trainmon.cloudwatch.statistics import STATISTICS, Sample
 from trainmon.errors import ValidationException
-from trainmon.runtime.watch.maintenance import Maintainer
+from trainmon.runtime.watch.maintenance import SEAL_BUSY_EVERY_S, Maintainer
 from trainmon.sdk.clients import CloudWatchClient
 from trainmon.store import Batch, Store
 from trainmon.store.codec import pack, seal, unpack
@@ -519,6 +520,40 @@ def test_the_background_maintainer_seals_and_rolls_up(store_target: StoreTarget)
         assert maintainer.error is None and maintainer.passes[0].sealed_points == len(stamps)
         assert _scalar(store, "SELECT count(*) FROM chunks WHERE sealed = 0") == 0
     finally:
+        store.close()
+
+
+def test_the_series_writes_keep_busy_are_sealed_within_seconds(store_target: StoreTarget) -> None:
+    """A running job's recent points are a chunk a write: those of a metric with BUSY_CHUNKS
+    unsealed chunks are sealed every few seconds, however young, each point kept in its order,
+    and a metric with few chunks is left for the minute's pass."""
+    store = store_target.open()
+    clock = ManualClock()
+    maintainer = Maintainer(store, first_after_s=0, every_s=3600, clock=clock)
+    try:
+        now_ms = int(time.time() * 1000)
+        job = store.create_job("busy", {"TrainingJobStatus": "InProgress"}, time.time())
+        stream = store.add_stream(job.id, "algo-1", "busy/algo-1-0", now_ms)
+        for write in range(upkeep.BUSY_CHUNKS + 6):  # a write every 100 ms: loss in each, step in a few
+            first = write * 10
+            points = [("loss", now_ms + 10 * i, float(i % 13), "algo-1", stream.id, i) for i in range(first, first + 10)]
+            if write % 10 == 0:
+                points.append(("step", now_ms + 10 * first, float(write), "algo-1", stream.id, first))
+            store.write_batch(Batch(job.id, points=points))
+        written = store.points(job.id)
+        clock.start(maintainer)  # its first pass: the points are under a minute old, nothing sealed
+        assert maintainer.passes[0].sealed_points == 0 and maintainer.sealed_busy == 0
+        clock.advance(SEAL_BUSY_EVERY_S)
+        assert maintainer.error is None and maintainer.sealed_busy == 10 * (upkeep.BUSY_CHUNKS + 6)
+        chunks = dict(store._read(  # type: ignore[attr-defined]
+            "SELECT s.name, count(*) FROM chunks c JOIN series s ON s.id = c.series_id GROUP BY s.name"))
+        assert chunks == {"loss": 1, "step": len(range(0, upkeep.BUSY_CHUNKS + 6, 10))}
+        assert store.points(job.id) == written
+        assert store.seal_busy().sealed_points == 0  # done: nothing busy left
+        clock.advance(SEAL_BUSY_EVERY_S)
+        assert maintainer.sealed_busy == 10 * (upkeep.BUSY_CHUNKS + 6)
+    finally:
+        maintainer.stop()
         store.close()
 
 

@@ -598,6 +598,11 @@ class SqlStore(tuning.TuningJobs):
             self._release_space(done)
         return done
 
+    def seal_busy(self) -> Maintenance:
+        from .series import upkeep
+
+        return upkeep.seal_busy(self._transaction, self._read)
+
     def _release_space(self, done: Maintenance) -> None:
         """Give the space a maintenance pass freed back to the system, or make it reusable at once."""
 

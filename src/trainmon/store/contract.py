@@ -284,6 +284,11 @@ class Store(Protocol):
         nothing when another process is at it."""
         ...
 
+    def seal_busy(self) -> Maintenance:
+        """Seal the chunks of the series writes keep busy now, whatever their age (a running job's
+        recent points), so that reads of them decode a few chunks, not hundreds."""
+        ...
+
     # -- alarms
     def put_alarm(self, name: str,
                   make: Callable[[AlarmRow | None], tuple[AlarmRow, list[AlarmHistoryRow]]]) -> AlarmRow:

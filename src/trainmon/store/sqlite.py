@@ -245,6 +245,9 @@ _MIGRATIONS.append(tuning.TABLE.format(id="INTEGER", text="TEXT", real="REAL"))
 
 # The roll-up periods the store holds and those a maintenance pass is building (store/series/tiers.py).
 _MIGRATIONS.append(lambda db: _add_tier_record(db))
+# The chunks maintenance has yet to seal, by series: found at once however many sealed ones there are
+# (upkeep.seal_busy looks every few seconds).
+_MIGRATIONS.append("CREATE INDEX IF NOT EXISTS chunks_unsealed ON chunks (series_id) WHERE sealed = 0")
 
 OPEN_TIMEOUT_S = 30.0
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass

@@ -6,6 +6,8 @@ that, on its own connection to the store,
 - seals still chunks, rolls finished periods up and expires what the retention policy drops
   (:func:`trainmon.store.series.upkeep.maintain`) once a minute. When several processes run, the store's
   lease lets one of them do it at a time; the others find it taken and wait for the next minute;
+- seals the chunks of the series writes keep busy every 5 s (:func:`trainmon.store.series.upkeep.seal_busy`),
+  so that a running job's recent points are a few chunks to read, not hundreds;
 - evaluates the CloudWatch alarms that are due every 10 s, when its caller gives it the alarm pass
   (``alarm_pass``: ``trainmon server`` gives :func:`trainmon.api.alarms.evaluate_alarms`): each
   alarm once a minute, or every 10 s for a high-resolution period, as CloudWatch does. Each
@@ -37,6 +39,7 @@ from ...store import Store, open_store
 from ...store.rows import Maintenance
 
 EVERY_S = 60.0
+SEAL_BUSY_EVERY_S = 5.0
 ALARMS_EVERY_S = 10.0
 FIRST_AFTER_S = 5.0
 KEPT_PASSES = 10
@@ -89,6 +92,7 @@ class Maintainer(threading.Thread):
         self.error: Exception | None = None  # the last maintenance pass's failure, if it failed
         self.alarm_error: Exception | None = None  # the last alarm pass's failure, if it failed
         self.passes: list[Maintenance] = []
+        self.sealed_busy = 0  # points sealed between passes, for the series writes keep busy
         self.alarm_passes: list[PassDone] = []
         self._delivered = 0  # alarm actions handed to trainmon.runtime.watch.notify
 
@@ -125,7 +129,7 @@ class Maintainer(threading.Thread):
             self.error = exc
             return
         try:
-            next_maintenance = clock.monotonic()
+            next_maintenance = next_seal = clock.monotonic()
             alarm_pass = self._alarm_pass
             next_alarms = next_maintenance if alarm_pass is not None else math.inf
             while True:
@@ -135,8 +139,11 @@ class Maintainer(threading.Thread):
                     next_alarms = now + self._alarms_every_s
                 if now >= next_maintenance:
                     self._maintain(store)
-                    next_maintenance = now + self._every_s
-                if self._stop_requested.wait_until(min(next_alarms, next_maintenance)):
+                    next_maintenance, next_seal = now + self._every_s, now + SEAL_BUSY_EVERY_S
+                elif now >= next_seal:
+                    self._seal_busy(store)
+                    next_seal = now + SEAL_BUSY_EVERY_S
+                if self._stop_requested.wait_until(min(next_alarms, next_maintenance, next_seal)):
                     return
         finally:
             if self._delivered:  # their history items are written to this store once they end
@@ -151,6 +158,12 @@ class Maintainer(threading.Thread):
             del self.passes[:-KEPT_PASSES]
             self.error = None
         except Exception as exc:  # a full disk, a lost server, a bug: the job goes on; try again
+            self.error = exc
+
+    def _seal_busy(self, store: Store) -> None:
+        try:
+            self.sealed_busy += store.seal_busy().sealed_points
+        except Exception as exc:  # as above (the minute's pass clears it when it succeeds)
             self.error = exc
 
     def _evaluate(self, store: Store, alarm_pass: Callable[[Store, float], PassDone]) -> None:

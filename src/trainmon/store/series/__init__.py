@@ -10,7 +10,8 @@ Data lives in ``chunks``: a job's points (time, value, log position) per host an
 or PutMetricData's datapoints (time, value, count, sum, minimum, maximum) per unit. A write
 adds one packed chunk per series and batch (:mod:`trainmon.store.codec`); maintenance later
 seals a series' chunks into compressed ones of up to ``SEAL_POINTS`` points, once no write has
-touched them for ``SEAL_AFTER_MS``.
+touched them for ``SEAL_AFTER_MS``, or within seconds for a series writes keep busy
+(``upkeep.seal_busy``: a running job's recent points would otherwise be hundreds of chunks to read).
 
 ``rollups`` holds, per series, tier period, period start and unit, a statistic set and a
 quantile sketch (:mod:`trainmon.cloudwatch.sketch`). A write merges the datapoints it stores

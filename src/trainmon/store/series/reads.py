@@ -260,9 +260,11 @@ def metric_rollups(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_
     (the caller computes from the raw datapoints). Without ``sketches``, stored rows come
     without them (no percentiles), which saves decoding them."""
     found = series_id(sql, key)
+    if found is None or start_ms >= found[1]:
+        return None
     periods = tiers.readable(sql, periods)
     tier = max((p for p in periods if period_s % p == 0 and start_ms % (p * 1000) == 0), default=None)
-    if found is None or tier is None or start_ms >= found[1]:
+    if tier is None:
         return None
     series, rolled_ms = found
     cut = min(rolled_ms, end_ms // (tier * 1000) * tier * 1000)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from .writes import (
 
 log = logging.getLogger(__name__)
 SEAL_AFTER_MS = 60_000
+BUSY_CHUNKS = 32  # unsealed chunks that make a series busy: sealed within seconds (seal_busy)
 ROLL_LAG_MS = 60_000  # roll a period up this long after it ends, when late writes have landed
 LEASE_MS = 600_000
 EXPIRE_BATCH = 200  # series expired per transaction (index seeks each; writers wait a few ms at most)
@@ -84,7 +86,7 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Mai
                 (now_ms - SEAL_AFTER_MS,))]
         for series in to_seal:
             with transaction() as sql:
-                _seal(sql, series, now_ms, done)
+                _seal(sql, series, now_ms - SEAL_AFTER_MS, done)
         with transaction() as sql:  # chunks sealed before overviews were: a batch a pass
             older = sql.rows("SELECT id, data FROM chunks WHERE kind = 0 AND sealed = 1 AND overview IS NULL "
                              f"AND count > {overview.BLOCK} ORDER BY id LIMIT {OVERVIEW_BACKFILL}")
@@ -118,7 +120,24 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Mai
     return done
 
 
-def _seal(sql: Sql, series: int, now_ms: int, done: Maintenance) -> None:
+def seal_busy(transaction: Transaction, read: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]) -> Maintenance:
+    """Seal now, whatever their age, the chunks of the series that writes keep busy (BUSY_CHUNKS
+    unsealed ones or more), without waiting for the minute's pass: a running job's recent points
+    are a chunk a write, ten a second or more, and every read of them pays per chunk. No lease:
+    sealing a series locks its row first, so two processes at it seal it in turn, and the second
+    finds too few left to bother."""
+    done = Maintenance()
+    busy = read("SELECT series_id FROM chunks WHERE sealed = 0 GROUP BY series_id HAVING count(*) >= ? "
+                "ORDER BY series_id", (BUSY_CHUNKS,))
+    for (series,) in busy:
+        with transaction() as sql:
+            _seal(sql, series, ROLLED_ALL, done, least=BUSY_CHUNKS)
+    return done
+
+
+def _seal(sql: Sql, series: int, before_ms: int, done: Maintenance, least: int = 1) -> None:
+    """Seal the series' unsealed chunks that end before ``before_ms`` with its sealed chunks that
+    have room, if there are ``least`` unsealed ones at least."""
     # Lock the series row first (SQLite's write lock already serializes): a second maintainer
     # (the lease ran out, or the same process) then reads the chunks after this one committed,
     # instead of deleting the same ones and inserting their points again.
@@ -127,8 +146,10 @@ def _seal(sql: Sql, series: int, now_ms: int, done: Maintenance) -> None:
     rows = sql.rows(
         f"SELECT {CHUNK_COLUMNS} FROM chunks WHERE series_id = ? AND ((sealed = 0 AND last_ms < ?) "
         "OR (sealed = 1 AND count < ?)) ORDER BY id",
-        (series, now_ms - SEAL_AFTER_MS, SEAL_POINTS),
+        (series, before_ms, SEAL_POINTS),
     )
+    if sum(not row[6] for row in rows) < least:
+        return
     groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
     for row in rows:
         groups.setdefault((row[1], row[2], row[3], row[4], row[5]), []).append(row)
