@@ -8,6 +8,7 @@ ddsketch library it follows.
 from __future__ import annotations
 
 import math
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -130,6 +131,66 @@ def test_sketches_of_many_rows_are_each_rows_own_encoding_and_read_back(seed: in
                                stored)
     for name in ("sketched", "bin_row", "bin_key", "bin_count"):
         assert getattr(back, name).tolist() == getattr(rollups, name).tolist(), name
+
+
+def _as_first_stored(bin_keys: np.ndarray, counts: np.ndarray) -> bytes:
+    """A sketch as trainmon stored them before zero's flag, bitmaps and half bytes: the same
+    header, every key (zero's too) as a step from the one before, counts of a byte at least."""
+    steps = np.diff(bin_keys)
+    high = int(steps.max()) if len(steps) else 0
+    step_width = 0 if high < 2**8 else 1 if high < 2**16 else 2
+    whole = len(counts) and bool(np.all(counts == np.floor(counts))) and counts.max() < 2**32
+    high = int(counts.max()) if whole else 0
+    count_width = (0 if high < 2**8 else 1 if high < 2**16 else 2) if whole else 3
+    types = (np.uint8, np.uint16, np.uint32, np.float64)
+    return (struct.pack("<IiBB", len(bin_keys), int(bin_keys[0]) if len(bin_keys) else 0, step_width, count_width)
+            + steps.astype(types[step_width]).tobytes() + counts.astype(types[count_width]).tobytes())
+
+
+EDGE_SKETCHES = [  # (keys, counts): zero's bin alone, with others, keys far apart, counts of every kind
+    ([ZERO_KEY], [3.0]), ([5], [1.0]), ([ZERO_KEY, 7], [2.0, 20.0]), ([1, 300, 70_000], [1.0, 2.0, 3.0]),
+    (list(range(-50, 50)), [1.0] * 100), ([ZERO_KEY, *range(10, 15)], [1.0, 2, 3, 4, 5, 6]), ([ZERO_KEY], [0.5]),
+    ([-3, -2, 0, 4], [1.5, 2.0, 1.0, 9.0]), ([ZERO_KEY, -40_000, 40_000], [1e10, 1.0, 2.0]), ([], []),
+]
+
+
+def _rows_of(sketches: list[tuple[list[int], list[float]]]) -> Rollups:
+    rows = len(sketches)
+    return Rollups(np.arange(rows, dtype=np.int64), np.ones(rows), np.ones(rows), np.ones(rows), np.ones(rows),
+                   np.ones(rows, bool), np.repeat(np.arange(rows), [len(keys) for keys, _ in sketches]),
+                   np.array([key for keys, _ in sketches for key in keys], np.int64),
+                   np.array([count for _, counts in sketches for count in counts], np.float64))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_sketches_of_every_shape_are_their_own_encoding_and_read_back(reverse: bool) -> None:
+    sketches = EDGE_SKETCHES[::-1] if reverse else EDGE_SKETCHES
+    rollups = _rows_of(sketches)
+    stored = rollups.sketches()
+    assert stored == [encode_sketch(np.array(keys, np.int64), np.array(counts)) for keys, counts in sketches]
+    back = Rollups.from_stored(rollups.timestamp_ms, rollups.count, rollups.sum, rollups.minimum, rollups.maximum,
+                               stored)
+    for name in ("bin_row", "bin_key", "bin_count"):
+        assert getattr(back, name).tolist() == getattr(rollups, name).tolist(), name
+    # sketches stored by an earlier trainmon read back the same, among new ones
+    older = [_as_first_stored(np.array(keys, np.int64), np.array(counts)) for keys, counts in sketches]
+    mixed = [old if row % 2 else new for row, (old, new) in enumerate(zip(older, stored, strict=True))]
+    back = Rollups.from_stored(rollups.timestamp_ms, rollups.count, rollups.sum, rollups.minimum, rollups.maximum,
+                               mixed)
+    for name in ("bin_row", "bin_key", "bin_count"):
+        assert getattr(back, name).tolist() == getattr(rollups, name).tolist(), name
+
+
+def test_a_minutes_sketch_of_mostly_zeros_takes_a_third_of_its_first_form() -> None:
+    """A throughput printed every 100 ms, idle 70% of the time: its zeros no longer widen every
+    key step, its keys are a bitmap, and its counts half bytes where small."""
+    rng = np.random.default_rng(2)
+    values = np.where(rng.random(600) < 0.7, 0, rng.lognormal(15, 1.5, 600)).round(0)
+    minute = Rollups.from_samples(np.arange(600, dtype=np.int64) * 100, np.ones(600), values, values, values,
+                                  values).roll(0, 60_000)
+    (stored,) = minute.sketches()
+    assert stored is not None
+    assert len(stored) * 3 <= len(_as_first_stored(minute.bin_key, minute.bin_count))
 
 
 @pytest.mark.parametrize("seed", range(10))

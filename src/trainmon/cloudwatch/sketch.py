@@ -31,10 +31,15 @@ MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 _MULTIPLIER = 1 / math.log1p(2 * RELATIVE_ACCURACY / (1 - RELATIVE_ACCURACY)) * math.log(2)
 _LN2 = math.log(2)
 ZERO_KEY = np.iinfo(np.int32).min  # values too small to tell from zero (DDSketch's zero bin)
-_BLOB = struct.Struct("<IiBB")  # bins, first key, key-step width, count width
-_HEADER = np.dtype([("size", "<u4"), ("first", "<i4"), ("step_width", "u1"), ("count_width", "u1")])  # _BLOB's
+# A stored sketch: a header (_BLOB), the keys, then the counts (see :func:`encode`).
+_BLOB = struct.Struct("<IiBB")  # bins, first key, how the keys are written, how the counts are (zero's: above)
+_HEADER = np.dtype([("size", "<u4"), ("first", "<i4"), ("keys", "u1"), ("counts", "u1")])  # _BLOB's
 _UINTS = (np.uint8, np.uint16, np.uint32)
-_STEP_SIZES, _COUNT_SIZES = np.array([1, 2, 4]), np.array([1, 2, 4, 8])  # bytes of each width (3: float64)
+_STEP_SIZES = np.array([1, 2, 4])  # bytes of a key step of each width (keys codes 0, 1, 2)
+_BITMAP = 3  # keys code: a bit for each key from the first on
+_ZERO = 0x10  # keys flag: the first bin is zero's (ZERO_KEY), its count apart; the keys are the others'
+_COUNT_SIZES = np.array([1, 2, 4, 8, 0])  # bytes of a count of each code (3: float64, 4: half a byte)
+_NIBBLES = 4  # counts code: whole counts under 16, two a byte (the lower half first)
 
 
 def keys(values: np.ndarray) -> np.ndarray:
@@ -108,7 +113,7 @@ class Rollups:
                     maximum: np.ndarray, sketches: list[bytes | None]) -> Rollups:
         """Rows read back from the store, their sketches as ``encode`` wrote them: all decoded
         together (a write reads back hundreds), their bytes joined and cut up by numpy, a few
-        operations for each pair of widths found."""
+        operations for each way of writing keys and counts found."""
         sketched = np.array([blob is not None for blob in sketches], bool)
         blobs = [blob for blob in sketches if blob is not None]
         if not blobs:
@@ -119,17 +124,16 @@ class Rollups:
         offsets = np.cumsum(lengths) - lengths
         header = data[offsets[:, None] + np.arange(_BLOB.size)].view(_HEADER)[:, 0]
         sizes = header["size"].astype(np.int64)
-        widths = header["step_width"].astype(np.int64) * 4 + header["count_width"]
-        parts = [_no_bins()]
-        for pair in np.unique(widths[sizes > 0]).tolist():
-            members = np.flatnonzero((widths == pair) & (sizes > 0))
-            parts.append(_decoded(data, offsets[members], sizes[members], header["first"][members].astype(np.int64),
-                                  pair // 4, pair % 4, rows[members]))
-        bin_row, bin_key, bin_count = (np.concatenate(column) for column in zip(*parts, strict=True))
-        if len(parts) > 2:
-            order = _by_row_and_key(bin_row, bin_key)
-            bin_row, bin_key, bin_count = bin_row[order], bin_key[order], bin_count[order]
-        return cls(timestamp_ms, count, total, minimum, maximum, sketched, bin_row, bin_key, bin_count)
+        codes = header["keys"].astype(np.int64) * 256 + header["counts"]
+        bin_key, bin_count = np.empty(int(sizes.sum()), np.int64), np.empty(int(sizes.sum()))
+        placed = np.cumsum(sizes) - sizes  # each row's first bin: rows in order, each one's bins sorted by key
+        for code in np.unique(codes[sizes > 0]).tolist():
+            members = np.flatnonzero((codes == code) & (sizes > 0))
+            slots = _ranges(placed[members], sizes[members])
+            bin_key[slots], bin_count[slots] = _decoded(data, offsets[members], lengths[members], sizes[members],
+                                                        header["first"][members].astype(np.int64), code // 256,
+                                                        code % 256)
+        return cls(timestamp_ms, count, total, minimum, maximum, sketched, np.repeat(rows, sizes), bin_key, bin_count)
 
     def select(self, rows: np.ndarray) -> Rollups:
         """The rows where the boolean mask ``rows`` is true."""
@@ -223,38 +227,75 @@ class Rollups:
     def sketches(self) -> list[bytes | None]:
         """Each row's sketch as stored (None for rows without percentiles): what :func:`encode`
         makes of each, made for all rows together (a write stores hundreds) in one buffer that
-        numpy fills, a few operations for each pair of widths found, then cut up."""
-        bounds = np.searchsorted(self.bin_row, np.arange(len(self) + 1))
-        sizes = np.diff(bounds)
-        steps = np.diff(self.bin_key, prepend=0)
-        steps[bounds[:-1][sizes > 0]] = 0  # a row's first key is written whole, not as a step
-        step_width = _widths(_per_row(np.maximum, steps, bounds, 0))
-        counts = self.bin_count
-        whole = _per_row(np.logical_and, counts == np.floor(counts), bounds, False)
-        high = _per_row(np.maximum, counts, bounds, 0.0)
-        count_width = np.where(whole & (high < 2**32), _widths(high), 3)
+        numpy fills, a few operations for each way of writing keys and counts found, then cut up."""
         rows = np.flatnonzero(self.sketched)
-        size, first = sizes[rows], np.zeros(len(rows), np.int64)
-        first[size > 0] = self.bin_key[bounds[rows][size > 0]]
-        step_size, count_size = _STEP_SIZES[step_width[rows]], _COUNT_SIZES[count_width[rows]]
-        step_bytes, count_bytes = np.maximum(size - 1, 0) * step_size, size * count_size
-        ends = np.cumsum(_BLOB.size + step_bytes + count_bytes)
-        starts = ends - (_BLOB.size + step_bytes + count_bytes)
-        out = np.empty(int(ends[-1]) if len(ends) else 0, np.uint8)
+        bounds = np.searchsorted(self.bin_row, np.arange(len(self) + 1))
+        size = np.diff(bounds)[rows]
+        begin = bounds[:-1][rows]  # each sketched row's first bin
+        keys, counts = self.bin_key, self.bin_count
+        zero = np.zeros(len(rows), bool)
+        zero[size > 0] = keys[begin[size > 0]] == ZERO_KEY
+        others = size - zero  # bins of keys other than zero's
+        first, last = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
+        first[others > 0] = keys[(begin + zero)[others > 0]]
+        last[others > 0] = keys[(begin + size - 1)[others > 0]]
+        # the keys after each row's first other one, as steps from the key before
+        stepped = np.ones(len(keys), bool)
+        stepped[(begin + zero)[others > 0]] = False
+        stepped[begin[zero]] = False
+        steps = np.diff(keys, prepend=0)
+        steps[~stepped] = 0
+        step_width = _widths(_per_row(np.maximum, steps, bounds, 0)[rows])
+        step_bytes = np.maximum(others - 1, 0) * _STEP_SIZES[step_width]
+        bitmap_bytes = (last - first + 8) // 8 * (others > 0)
+        key_code = np.where(bitmap_bytes < step_bytes, _BITMAP, step_width)
+        key_bytes = np.where(key_code == _BITMAP, bitmap_bytes, step_bytes)
+        is_zero = keys == ZERO_KEY  # (zero's count is written apart, in a code of its own)
+        whole = _per_row(np.logical_and, (counts == np.floor(counts)) | is_zero, bounds, True)[rows]
+        high = _per_row(np.maximum, np.where(is_zero, 0.0, counts), bounds, 0.0)[rows]
+        count_code = np.where(whole & (high < 16), _NIBBLES, np.where(whole & (high < 2**32), _widths(high), 3))
+        other_bytes = np.where(count_code == _NIBBLES, (others + 1) // 2, others * _COUNT_SIZES[count_code])
+        zero_count = np.where(zero, counts[np.where(zero, begin, 0)] if len(counts) else 0.0, 0.0)
+        zero_code = np.where((zero_count == np.floor(zero_count)) & (zero_count < 2**32), _widths(zero_count), 3) \
+            * zero  # (none: 0)
+        zero_bytes = _COUNT_SIZES[zero_code] * zero
+        ends = np.cumsum(_BLOB.size + key_bytes + zero_bytes + other_bytes)
+        starts = ends - (_BLOB.size + key_bytes + zero_bytes + other_bytes)
+        out = np.zeros(int(ends[-1]) if len(ends) else 0, np.uint8)
         header = np.empty(len(rows), _HEADER)
         header["size"], header["first"] = size, first
-        header["step_width"], header["count_width"] = step_width[rows], count_width[rows]
+        header["keys"], header["counts"] = key_code + np.where(zero, _ZERO, 0), count_code + zero_code * 16
         out[starts[:, None] + np.arange(_BLOB.size)] = header.view(np.uint8).reshape(-1, _BLOB.size)
-        pairs = step_width[rows] * 4 + count_width[rows]
-        for pair in np.unique(pairs).tolist():
-            members = pairs == pair
-            step_type = _UINTS[pair // 4]
-            count_type = _UINTS[pair % 4] if pair % 4 < 3 else np.float64
-            mine = rows[members]
-            out[_ranges(starts[members] + _BLOB.size, step_bytes[members])] = \
-                steps[_ranges(bounds[mine] + 1, np.maximum(size[members] - 1, 0))].astype(step_type).view(np.uint8)
-            out[_ranges(starts[members] + _BLOB.size + step_bytes[members], count_bytes[members])] = \
-                counts[_ranges(bounds[mine], size[members])].astype(count_type).view(np.uint8)
+        key_start = starts + _BLOB.size
+        zero_start = key_start + key_bytes
+        count_start = zero_start + zero_bytes
+        for code in np.unique(key_code[others > 1]).tolist():  # (a row of one other key has it in the header)
+            members = (key_code == code) & (others > 1)
+            mine = _ranges(begin[members] + zero[members] + 1, others[members] - 1)
+            if code == _BITMAP:  # every member's bits one after the other, packed at once
+                bits_before = np.cumsum(key_bytes[members] * 8) - key_bytes[members] * 8
+                bits = np.zeros(int(key_bytes[members].sum()) * 8, np.uint8)
+                bits[bits_before] = 1  # each first key's own bit
+                bits[keys[mine] - np.repeat(first[members] - bits_before, others[members] - 1)] = 1
+                out[_ranges(key_start[members], key_bytes[members])] = np.packbits(bits, bitorder="little")
+            else:
+                out[_ranges(key_start[members], key_bytes[members])] = steps[mine].astype(_UINTS[code]).view(np.uint8)
+        for code in np.unique(zero_code[zero]).tolist():
+            members = zero & (zero_code == code)
+            out[_ranges(zero_start[members], zero_bytes[members])] = \
+                zero_count[members].astype(_UINTS[code] if code < 3 else np.float64).view(np.uint8)
+        for code in np.unique(count_code[others > 0]).tolist():
+            members = (count_code == code) & (others > 0)
+            mine = _ranges(begin[members] + zero[members], others[members])
+            if code == _NIBBLES:  # every member's halves one after the other (each row's an even number)
+                halves = np.zeros(int(other_bytes[members].sum()) * 2, np.uint8)
+                halves[_ranges(2 * (np.cumsum(other_bytes[members]) - other_bytes[members]), others[members])] = \
+                    counts[mine]
+                out[_ranges(count_start[members], other_bytes[members])] = halves[0::2] | halves[1::2] << 4
+            else:
+                count_type = _UINTS[code] if code < 3 else np.float64
+                out[_ranges(count_start[members], other_bytes[members])] = \
+                    counts[mine].astype(count_type).view(np.uint8)
         data = out.tobytes()
         found: list[bytes | None] = [None] * len(self)
         for row, start, end in zip(rows.tolist(), starts.tolist(), ends.tolist(), strict=True):
@@ -263,15 +304,44 @@ class Rollups:
 
 
 def encode(bin_keys: np.ndarray, counts: np.ndarray) -> bytes:
-    """Sorted keys as steps and counts, each in the narrowest unsigned type that holds them."""
-    steps = np.diff(bin_keys)
+    """One sketch's bins (keys sorted) as stored: a header (the number of bins, the first key
+    other than zero's, how the keys and the counts are written), then the keys, then the counts.
+
+    Zero's bin (ZERO_KEY), if any, is flagged in the header and its count comes first, so that the
+    other keys are written apart from its far-off key: from the first one (in the header) on,
+    either as steps in the narrowest unsigned type that holds them, or, where fewer bytes, as a
+    bitmap of every key from the first one on. Zero's count comes after the keys, in the
+    narrowest unsigned type that holds it (float64 if not whole; its code in the counts byte's
+    upper half); the others' counts last, half a byte each where all are whole and under 16, else
+    in the narrowest unsigned type, else float64. (Sketches stored before zero's flag, bitmaps and
+    half bytes are the same header with steps from zero's key, and read the same way.) :meth:`Rollups.sketches` makes this of many rows at once."""
+    zero = bool(len(bin_keys)) and int(bin_keys[0]) == ZERO_KEY
+    others = bin_keys[1:] if zero else bin_keys
+    first = int(others[0]) if len(others) else 0
+    steps = np.diff(others)
     step_width = _width(steps)
-    whole = len(counts) and bool(np.all(counts == np.floor(counts))) and counts.max() < 2**32
-    count_width = _width(counts.astype(np.int64)) if whole else 3
-    first = int(bin_keys[0]) if len(bin_keys) else 0
-    counts_bytes = counts.astype(_UINTS[count_width]).tobytes() if count_width < 3 else counts.astype(np.float64).tobytes()
-    return _BLOB.pack(len(bin_keys), first, step_width, count_width) + \
-        steps.astype(_UINTS[step_width]).tobytes() + counts_bytes
+    key_code, key_bytes = step_width, steps.astype(_UINTS[step_width]).tobytes()
+    if len(others) and (int(others[-1]) - first + 8) // 8 < len(key_bytes):
+        bits = np.zeros(int(others[-1]) - first + 1, np.uint8)
+        bits[others - first] = 1
+        key_code, key_bytes = _BITMAP, np.packbits(bits, bitorder="little").tobytes()
+    zero_code, zero_bytes = 0, b""
+    if zero:
+        zero_code = _width(counts[:1].astype(np.int64)) if counts[0] == np.floor(counts[0]) and counts[0] < 2**32 else 3
+        zero_bytes = counts[:1].astype(_UINTS[zero_code] if zero_code < 3 else np.float64).tobytes()
+        counts = counts[1:]
+    whole = bool(np.all(counts == np.floor(counts))) and (not len(counts) or counts.max() < 2**32)
+    if whole and (not len(counts) or counts.max() < 16):
+        halves = np.zeros(len(counts) + len(counts) % 2, np.uint8)
+        halves[:len(counts)] = counts
+        count_code, count_bytes = _NIBBLES, (halves[0::2] | halves[1::2] << 4).tobytes()
+    elif whole:
+        count_code = _width(counts.astype(np.int64))
+        count_bytes = counts.astype(_UINTS[count_code]).tobytes()
+    else:
+        count_code, count_bytes = 3, counts.astype(np.float64).tobytes()
+    return (_BLOB.pack(len(bin_keys), first, key_code | (_ZERO if zero else 0), count_code | zero_code << 4)
+            + key_bytes + zero_bytes + count_bytes)
 
 
 def _width(values: np.ndarray) -> int:
@@ -295,24 +365,56 @@ def _per_row(ufunc: np.ufunc, values: np.ndarray, bounds: np.ndarray, empty: obj
     return out
 
 
-def _decoded(data: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, firsts: np.ndarray, step_width: int,
-             count_width: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The bins (row, key, count) of sketches of one pair of widths, stored at ``offsets`` in
-    ``data`` (all sketches' bytes), each of ``sizes`` bins."""
-    step_type = _UINTS[step_width]
-    count_type = _UINTS[count_width] if count_width < 3 else np.float64
-    step_bytes = (sizes - 1) * np.dtype(step_type).itemsize
-    steps = data[_ranges(offsets + _BLOB.size, step_bytes)].view(step_type)
-    counts = data[_ranges(offsets + _BLOB.size + step_bytes, sizes * np.dtype(count_type).itemsize)].view(count_type)
-    starts = np.cumsum(sizes) - sizes
-    increments = np.empty(int(sizes.sum()), np.int64)
-    not_first = np.ones(len(increments), bool)
-    not_first[starts] = False
-    increments[not_first] = steps
-    increments[starts] = firsts
-    running = np.cumsum(increments)
-    return (np.repeat(rows, sizes), running - np.repeat(running[starts] - increments[starts], sizes),
-            counts.astype(np.float64))
+def _decoded(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, sizes: np.ndarray, firsts: np.ndarray,
+             key_code: int, count_code: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bins (keys and counts, row after row) of sketches written one way (``key_code``, with its zero flag,
+    and ``count_code``, with zero's in its upper half), stored at ``offsets`` in ``data`` (all
+    sketches' bytes), ``lengths`` bytes each, each of ``sizes`` bins."""
+    zero = int(bool(key_code & _ZERO))
+    key_code &= ~_ZERO
+    zero_code, count_code = count_code >> 4, count_code & 15
+    others = sizes - zero
+    have = others > 0
+    count_bytes = (others + 1) // 2 if count_code == _NIBBLES else others * _COUNT_SIZES[count_code]
+    count_start = offsets + lengths - count_bytes
+    if count_code == _NIBBLES:
+        halves = data[_ranges(count_start, count_bytes)]
+        pairs = np.stack([halves & 15, halves >> 4], axis=1).reshape(-1)
+        kept = _ranges(2 * (np.cumsum(count_bytes) - count_bytes), others)  # (an odd row's last half is padding)
+        other_counts = pairs[kept].astype(np.float64)
+    else:
+        count_type = _UINTS[count_code] if count_code < 3 else np.float64
+        other_counts = data[_ranges(count_start, count_bytes)].view(count_type).astype(np.float64)
+    zero_bytes = int(_COUNT_SIZES[zero_code]) * zero
+    if zero:
+        zero_type = _UINTS[zero_code] if zero_code < 3 else np.float64
+        zero_counts = data[_ranges(count_start - zero_bytes, np.full(len(sizes), zero_bytes))].view(zero_type)
+    if key_code == _BITMAP:
+        key_bytes = count_start - zero_bytes - offsets - _BLOB.size
+        bits = np.unpackbits(data[_ranges(offsets + _BLOB.size, key_bytes)], bitorder="little")
+        set_bits = np.flatnonzero(bits)
+        row_start = np.cumsum(key_bytes * 8) - key_bytes * 8  # each row's first bit among ``bits``
+        row_of = np.searchsorted(row_start, set_bits, side="right") - 1
+        other_keys = firsts[row_of] + (set_bits - row_start[row_of])
+    else:
+        step_type = _UINTS[key_code]
+        step_bytes = np.maximum(others - 1, 0) * np.dtype(step_type).itemsize
+        steps = data[_ranges(offsets + _BLOB.size, step_bytes)].view(step_type)
+        starts = np.cumsum(others) - others
+        increments = np.empty(int(others.sum()), np.int64)
+        not_first = np.ones(len(increments), bool)
+        not_first[starts[have]] = False
+        increments[not_first] = steps
+        increments[starts[have]] = firsts[have]
+        running = np.cumsum(increments)
+        other_keys = running - np.repeat(running[starts[have]] - increments[starts[have]], others[have])
+    keys = np.full(int(sizes.sum()), ZERO_KEY, np.int64)
+    counts = np.empty(int(sizes.sum()))
+    placed = _ranges(np.cumsum(sizes) - sizes + zero, others)
+    keys[placed], counts[placed] = other_keys, other_counts
+    if zero:
+        counts[np.cumsum(sizes) - sizes] = zero_counts
+    return keys, counts
 
 
 def _no_bins() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -359,11 +461,6 @@ def _summed(bin_row: np.ndarray, bin_key: np.ndarray, bin_count: np.ndarray,
         np.add.reduceat(bin_count[order], first)
     kept = combined[first]
     return kept >> _KEY_BITS, (kept & ((1 << _KEY_BITS) - 1)) + ZERO_KEY, counts
-
-
-def _by_row_and_key(bin_row: np.ndarray, bin_key: np.ndarray) -> np.ndarray:
-    """The order that sorts bins by row, then key (one sort of one integer)."""
-    return np.argsort(bin_row << _KEY_BITS | (bin_key - ZERO_KEY), kind="stable")
 
 
 def concat(parts: list[Rollups]) -> Rollups:
