@@ -1034,3 +1034,41 @@ def test_reads_go_on_while_another_thread_holds_the_sqlite_stores_connection(sto
     assert summaries == {"loss": (1, 0.5, 0.5)}
     again = store.get_job("held")
     assert again is not None and again.status == "Stopping"
+
+
+def test_a_sqlite_store_keeps_a_few_idle_readers_however_many_threads_read_at_once(store: Store) -> None:
+    """Readers are opened as threads need them while the store's connection is held, and at most
+    KEPT_READERS stay open once those threads are done."""
+    from trainmon.store.sqlite import KEPT_READERS
+
+    threads = KEPT_READERS + 4
+    all_in = threading.Barrier(threads + 1)
+    entered, release = threading.Event(), threading.Event()
+    opened: list[object] = []
+
+    def hold() -> None:
+        with store._transaction():  # type: ignore[attr-defined]
+            entered.set()
+            release.wait(60)
+
+    def read() -> None:
+        with store._reader() as db:  # type: ignore[attr-defined]
+            opened.append(db)
+            assert db.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+            all_in.wait(60)  # every thread holds a reader at once
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert entered.wait(60)
+    readers = [threading.Thread(target=read) for _ in range(threads)]
+    try:
+        for thread in readers:
+            thread.start()
+        all_in.wait(60)
+        for thread in readers:
+            thread.join()
+    finally:
+        release.set()
+        holder.join()
+    assert len({id(db) for db in opened}) == threads  # a connection each, none waited for another's
+    assert len(store._readers) == KEPT_READERS  # type: ignore[attr-defined]

@@ -250,6 +250,7 @@ _MIGRATIONS.append(lambda db: _add_tier_record(db))
 _MIGRATIONS.append("CREATE INDEX IF NOT EXISTS chunks_unsealed ON chunks (series_id) WHERE sealed = 0")
 
 OPEN_TIMEOUT_S = 30.0
+KEPT_READERS = 8  # idle read-only connections a store keeps for its threads' reads (more are closed after use)
 RELEASE_PAGES = 2048  # 8 MB of 4 KiB pages returned per transaction after a maintenance pass
 RELEASE_SLICES = 256  # at most 2 GB a pass; the next pass goes on
 CHECKPOINT_BYTES = 4 << 20  # a write-ahead log this large is copied into the file by the checkpointing thread
@@ -567,7 +568,7 @@ class SqliteStore(SqlStore):
         one thread at a time opens no other), else an idle reader, opened when there is none. So the
         reads of a server's threads go on together (SQLite runs a query without Python's lock), and
         none waits for another's query, a write transaction or a maintenance pass on the store's
-        connection. A reader sees what is committed, as a read of ``_db`` outside a transaction does;
+        connection; up to KEPT_READERS idle ones are kept. A reader sees what is committed, as a read of ``_db`` outside a transaction does;
         a thread inside a write transaction holds ``_db`` and reads on it, its own writes too."""
         if self._reader_uri is None:  # (a store opened read-only, on a full disk)
             with self._lock:
@@ -591,7 +592,7 @@ class SqliteStore(SqlStore):
             yield db
         finally:
             with self._readers_lock:
-                if not self._closed and not db.in_transaction:
+                if not self._closed and not db.in_transaction and len(self._readers) < KEPT_READERS:
                     self._readers.append(db)
                     db = None
             if db is not None:
