@@ -429,3 +429,47 @@ def test_a_batch_of_large_texts_packs_as_each_alone_with_or_without_many_threads
     plain = SimpleNamespace(compress=zstandard.ZstdCompressor(level=1).compress)  # no multi_compress_to_buffer
     monkeypatch.setattr(codec, "_text_compressor", lambda: plain)
     check(codec.pack_texts(texts))
+
+
+def test_a_job_printing_a_line_at_a_time_is_ingested_a_batch_a_step(tmp_path: Path) -> None:
+    """Reads that trickle in (a line every few milliseconds) are taken a few at a step, steps
+    STEP_GAP_S apart at least, not one step a read; every line is stored, with its read's time."""
+    from trainmon.parsing.extract import Extractor
+    from trainmon.runtime.capture.ingestor import STEP_GAP_S, HostStream, Ingestor, Pipe
+    from trainmon.store import SqliteStore
+
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        job = store.create_job("trickle", {"TrainingJobStatus": "InProgress"}, 1000.0)
+        stream = store.add_stream(job.id, "algo-1", "trickle/algo-1-1", 0)
+        wake = threading.Event()
+        output = _output(tmp_path / "algo-1-stdout", wake)
+        definitions = validate_definitions([{"Name": "loss", "Regex": r"loss=(\S+)"}])
+        ingestor = Ingestor(store, job.id, [HostStream("algo-1", stream.id, [Pipe(output, RecordCutter(Mode.TERMINAL),
+                                                                                  False)])],
+                            Extractor(definitions, Mode.TERMINAL), wake, on_error=lambda message: None)
+        steps: list[float] = []
+        step = ingestor._step
+
+        def counted(*, final: bool) -> None:
+            steps.append(time.monotonic())
+            step(final=final)
+
+        ingestor._step = counted  # type: ignore[method-assign]
+        ingestor.start()
+        began = time.monotonic()
+        for line in range(40):  # the job's pace, not a wait for a result
+            output.unspooled(b"loss=%d\n" % line, 1000 + line, 0)
+            time.sleep(0.005)
+        elapsed = time.monotonic() - began
+        output.ended()
+        ingestor.finish()
+        ingestor.close()
+        assert [e.message for e in store.events(stream.id, limit=100)] == [f"loss={line}" for line in range(40)]
+        assert [e.timestamp_ms for e in store.events(stream.id, limit=100)] == [1000 + line for line in range(40)]
+        assert [p.value for p in store.points(job.id)] == [float(line) for line in range(40)]
+        during = [at for at in steps if at < began + elapsed]
+        assert len(during) <= elapsed / STEP_GAP_S + 2, (len(during), elapsed)
+        assert all(later - earlier >= STEP_GAP_S * 0.9 for earlier, later in zip(during, during[1:], strict=False))
+    finally:
+        store.close()

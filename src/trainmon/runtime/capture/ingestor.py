@@ -49,6 +49,9 @@ JOIN_BYTES = 256 << 10  # blocks of records are matched together up to this much
 SPAN_SLACK_BYTES = 64 << 10  # a run's spooled reads are read back at once unless they lie further apart
 
 
+STEP_GAP_S = BATCH_WAIT_S  # steps this far apart at least: a job printing a line at a time costs a step a batch, not one a line
+
+
 def _split_hits(hits: Hits, counts: list[int]) -> list[tuple[Hits, int]]:
     """The points of blocks matched together, block by block (``counts``: each block's records),
     their records counted from each block's first."""
@@ -146,8 +149,9 @@ class Ingestor(threading.Thread):
         self.release_spools = release_spools  # free the spools' blocks as their records are stored
         self.on_error = on_error or (lambda message: print(f"trainmon: {message}", file=sys.stderr))
         self._finishing = threading.Event()
+        self._stepped_at = 0.0  # (time.monotonic) when the last step began
         self._pending = Batch(job_id)
-        self._pending_since: float | None = None  # when the pending batch took its first block (monotonic)
+        self._pending_since: float | None = None  # when the pending batch's first read was made (monotonic)
         self.writer = BatchWriter(store, self.on_error)
         self.failure: BaseException | None = None
         self.loss = Loss()  # what was given up (a disk that stayed full after the job)
@@ -231,6 +235,10 @@ class Ingestor(threading.Thread):
                 raise self.writer.failure
             if self.release_spools:
                 self._release()
+            gap = self._stepped_at + STEP_GAP_S - time.monotonic()
+            if gap > 0:  # a trickle of reads (a step takes a flood's longer than this): a few a step
+                self._finishing.wait(gap)
+            self._stepped_at = time.monotonic()
             done = self._finishing.is_set() and all(pipe.reader.eof.is_set() for pipe in pipes)
             self._step(final=done)
             if done and not any(pipe.reader.chunks for pipe in pipes):  # (a step the writer held up left some)
@@ -316,8 +324,10 @@ class Ingestor(threading.Thread):
     def _step(self, *, final: bool) -> None:
         horizon = now_ms() - NOTE_SLACK_MS  # every read made before this was noted by now: this step takes it
         took = False
+        first_read_ms = None  # (runs come in read-time order)
         for stream, pipe, chunks in self._runs():
             took = True
+            first_read_ms = chunks[0].timestamp_ms if first_read_ms is None else first_read_ms
             if not self._ingest_run(stream, pipe, chunks):
                 return  # the writer is behind: the rest waits in the readers' queues
         if final:
@@ -330,8 +340,9 @@ class Ingestor(threading.Thread):
         if took or final:
             self._pending.diagnostics = [s.to_json() for s in self.extractor.stats]
             self._note_progress()
-        if self._pending and self._pending_since is None:
-            self._pending_since = time.monotonic()
+        if self._pending and self._pending_since is None:  # a batch waits from its first read, not from this step
+            waited_s = max(0.0, (now_ms() - first_read_ms) / 1000) if first_read_ms is not None else 0.0
+            self._pending_since = time.monotonic() - waited_s
         if not self._pending:
             self.writer.stored_through(horizon)
         elif final or self._batch_wait_s() <= 0:

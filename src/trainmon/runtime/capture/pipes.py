@@ -39,7 +39,7 @@ SPOOL_RETRY_MS = spooler.RETRY_MS  # a spool that could not be written is tried 
 NOTES_READ_BYTES = 1 << 20
 
 
-NOTES_NAP_S = 0.01  # after a read of a few notes, the next ones gather this long (a wake-up for many, not each)
+NOTES_NAP_S = 0.025  # after a read of a few notes, the next ones gather this long (a wake-up for many, not each)
 
 
 NOTES_FEW_BYTES = 64 * NOTE.size
