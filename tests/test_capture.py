@@ -433,7 +433,8 @@ def test_a_batch_of_large_texts_packs_as_each_alone_with_or_without_many_threads
 
 def test_a_job_printing_a_line_at_a_time_is_ingested_a_batch_a_step(tmp_path: Path) -> None:
     """Reads that trickle in (a line every few milliseconds) are taken a few at a step, steps
-    STEP_GAP_S apart at least, not one step a read; every line is stored, with its read's time."""
+    STEP_GAP_S apart at least, not one step a read, and a batch a step goes to the writer (not one
+    a step later); every line is stored, with its read's time."""
     from trainmon.parsing.extract import Extractor
     from trainmon.runtime.capture.ingestor import STEP_GAP_S, HostStream, Ingestor, Pipe
     from trainmon.store import SqliteStore
@@ -456,6 +457,14 @@ def test_a_job_printing_a_line_at_a_time_is_ingested_a_batch_a_step(tmp_path: Pa
             step(final=final)
 
         ingestor._step = counted  # type: ignore[method-assign]
+        batches: list[float] = []
+        put = ingestor.writer.put
+
+        def noted(batch: object, horizon_ms: int | None = None) -> None:
+            batches.append(time.monotonic())
+            put(batch, horizon_ms)  # type: ignore[arg-type]
+
+        ingestor.writer.put = noted  # type: ignore[method-assign]
         ingestor.start()
         began = time.monotonic()
         for line in range(40):  # the job's pace, not a wait for a result
@@ -471,5 +480,31 @@ def test_a_job_printing_a_line_at_a_time_is_ingested_a_batch_a_step(tmp_path: Pa
         during = [at for at in steps if at < began + elapsed]
         assert len(during) <= elapsed / STEP_GAP_S + 2, (len(during), elapsed)
         assert all(later - earlier >= STEP_GAP_S * 0.9 for earlier, later in zip(during, during[1:], strict=False))
+        assert len([at for at in batches if at < began + elapsed]) <= len(during)
+    finally:
+        store.close()
+
+
+def test_a_batch_waits_for_more_reads_from_its_first_read_not_from_the_step_that_took_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainmon.parsing.extract import Extractor
+    from trainmon.runtime.capture import ingestor as ingestion
+    from trainmon.runtime.capture.spool import now_ms
+    from trainmon.store import SqliteStore
+
+    monkeypatch.setattr(ingestion, "BATCH_WAIT_S", 3600.0)  # (so that the batch stays pending here)
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        job = store.create_job("waits", {"TrainingJobStatus": "InProgress"}, 1000.0)
+        stream = store.add_stream(job.id, "algo-1", "waits/algo-1-1", 0)
+        output = _output(tmp_path / "algo-1-stdout")
+        pipe = ingestion.Pipe(output, RecordCutter(Mode.TERMINAL), False)
+        ingestor = ingestion.Ingestor(store, job.id, [ingestion.HostStream("algo-1", stream.id, [pipe])],
+                                      Extractor(validate_definitions([]), Mode.TERMINAL), threading.Event(),
+                                      on_error=lambda message: None)
+        output.unspooled(b"read ten seconds ago\n", now_ms() - 10_000, 0)
+        ingestor._step(final=False)  # (in this thread: the ingestor is not started)
+        assert ingestor._pending and ingestor._pending_since is not None
+        assert ingestor._pending_since <= time.monotonic() - 9.9  # pending since the read, not the step
     finally:
         store.close()

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ from trainmon.store.rows import Maintenance
 from trainmon.store.series import upkeep
 from trainmon.store.sql import Sql
 
-from .conftest import StoreTarget
+from .conftest import StoreTarget, wait_for
 
 KEY = MetricKey("App", "Latency", (("Service", "api"),))
 DIMENSIONS = [{"Name": "Service", "Value": "api"}]
@@ -781,9 +782,12 @@ def test_roll_ups_follow_a_changed_policy_with_every_datapoint(store_target: Sto
         job_points(two_hourly, slice(int(first_part.sum()), None))
         stamps, values, end = np.r_[stamps, more_stamps], np.r_[values, more_values], start + 6 * 3600
 
-        done = two_hourly.maintain(now * 1000)
-        assert done.retiered_series == 2 and done.rolled_series == 1
-        assert two_hourly.maintain(now * 1000).retiered_series == 0  # done once
+        done = two_hourly.maintain(now * 1000)  # a background pass leaves the store's tiers as they are
+        assert done.retiered_series == 0 and done.rolled_series == 1
+        assert two_hourly.metric_rollups(KEY, start * 1000, end * 1000, 7200, sketches=False)["Milliseconds"] \
+            .count.sum() == len(stamps)  # (read from the 1-hour tier: 7,200 s is whole hours)
+        assert two_hourly.maintain(now * 1000, retier=True).retiered_series == 2  # trainmon maintain's does
+        assert two_hourly.maintain(now * 1000, retier=True).retiered_series == 0  # once
         for period in (60, 600, 7200):  # each from its own tier now
             assert two_hourly.metric_rollups(KEY, start * 1000, end * 1000, period) is not None
             _check(_statistics(client, start, end, period), _expected(stamps, values, start * 1000, end * 1000, period))
@@ -802,7 +806,7 @@ def test_roll_ups_follow_a_changed_policy_with_every_datapoint(store_target: Sto
 
         back = store_target.open(parse("raw=forever,60s=forever,300s=forever,3600s=forever"))
         try:  # and back: the tiers left out are built again, from the 1-minute one
-            assert back.maintain(now * 1000).retiered_series == 2
+            assert back.maintain(now * 1000, retier=True).retiered_series == 2
             for period in (300, 3600):
                 _check(_statistics(CloudWatchClient(back), start, end, period),
                        _expected(stamps, values, start * 1000, end * 1000, period))
@@ -811,6 +815,41 @@ def test_roll_ups_follow_a_changed_policy_with_every_datapoint(store_target: Sto
     finally:
         hourly.close()
         two_hourly.close()
+
+
+def test_a_series_made_while_the_tiers_change_gets_the_new_ones_too(postgres_url: str, tmp_path: Path) -> None:
+    """PostgreSQL: a write that read the store's tiers before a pass named new ones, and is making a
+    new series, is waited for before the pass lists the series to build, so its series is built
+    too (on SQLite, write transactions take turns, so it cannot happen)."""
+    from trainmon.store import open_store
+    from trainmon.store.series import writes
+
+    before = open_store(tmp_path, database_url=postgres_url, retention=parse("raw=forever,60s=forever,300s=forever"))
+    after = open_store(tmp_path, database_url=postgres_url, retention=parse("raw=forever,60s=forever,600s=forever"))
+    watcher = open_store(tmp_path, database_url=postgres_url)
+    try:
+        now = int(time.time())
+        before.put_samples([(MetricKey("App", "old", ()), 60, [Sample(now * 1000, 1.0, 1.0, 1.0, 1.0, 1.0, "None")])])
+        new = MetricKey("App", "new", ())
+        prepared = writes.prepare_samples([(new, 60, [Sample((now - 3600 + i) * 1000, 1.0, 1.0, 1.0, 1.0, 1.0, "None")
+                                                      for i in range(100)])])
+        passes: list[Maintenance] = []
+        with before._transaction() as sql:  # type: ignore[attr-defined]
+            writes.put_samples(sql, prepared, before._written_tiers)  # type: ignore[attr-defined]  # (60 s, 300 s)
+            changing = threading.Thread(target=lambda: passes.append(after.maintain(now * 1000, retier=True)))
+            changing.start()
+            wait_for(lambda: not changing.is_alive() or bool(watcher._read(  # type: ignore[attr-defined]
+                "SELECT 1 FROM pg_locks WHERE NOT granted AND relation = 'series'::regclass")),
+                "the pass to wait for the write, or to end")
+        changing.join(60)
+        assert passes and passes[0].retiered_series == 2
+        rolled = after.metric_rollups(new, (now - 3600) // 600 * 600_000, now * 1000, 600, sketches=False)
+        assert rolled is not None and rolled["None"].count.sum() == 100
+        assert after._read("SELECT DISTINCT period FROM rollups ORDER BY period") == [(60,), (600,)]  # type: ignore[attr-defined]
+    finally:
+        before.close()
+        after.close()
+        watcher.close()
 
 
 def _as_written_by_an_earlier_trainmon(store: Store) -> None:

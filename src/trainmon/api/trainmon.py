@@ -327,9 +327,10 @@ def list_rule_findings(store: Store, *, TrainingJobName: Any = None, RuleConfigu
 
 
 def maintain_store(store: Store, **unsupported: Any) -> dict[str, Any]:
-    """Seal, roll up and expire now; ``Ran`` is false when another process was at it."""
+    """Seal, roll up and expire now, the store's roll-up tiers brought to this process's policy
+    first; ``Ran`` is false when another process was at it."""
     refuse_unknown(unsupported, where="input")
-    done = store.maintain()
+    done = store.maintain(retier=True)
     return {"Retention": store.retention.describe(),
             **{"".join(part.title() for part in k.split("_")): v for k, v in dataclasses.asdict(done).items()}}
 

@@ -283,7 +283,7 @@ class Rollups:
         for code in np.unique(zero_code[zero]).tolist():
             members = zero & (zero_code == code)
             out[_ranges(zero_start[members], zero_bytes[members])] = \
-                zero_count[members].astype(_UINTS[code] if code < 3 else np.float64).view(np.uint8)
+                zero_count[members].astype(_count_type(code)).view(np.uint8)
         for code in np.unique(count_code[others > 0]).tolist():
             members = (count_code == code) & (others > 0)
             mine = _ranges(begin[members] + zero[members], others[members])
@@ -293,7 +293,7 @@ class Rollups:
                     counts[mine]
                 out[_ranges(count_start[members], other_bytes[members])] = halves[0::2] | halves[1::2] << 4
             else:
-                count_type = _UINTS[code] if code < 3 else np.float64
+                count_type = _count_type(code)
                 out[_ranges(count_start[members], other_bytes[members])] = \
                     counts[mine].astype(count_type).view(np.uint8)
         data = out.tobytes()
@@ -307,14 +307,16 @@ def encode(bin_keys: np.ndarray, counts: np.ndarray) -> bytes:
     """One sketch's bins (keys sorted) as stored: a header (the number of bins, the first key
     other than zero's, how the keys and the counts are written), then the keys, then the counts.
 
-    Zero's bin (ZERO_KEY), if any, is flagged in the header and its count comes first, so that the
-    other keys are written apart from its far-off key: from the first one (in the header) on,
-    either as steps in the narrowest unsigned type that holds them, or, where fewer bytes, as a
-    bitmap of every key from the first one on. Zero's count comes after the keys, in the
-    narrowest unsigned type that holds it (float64 if not whole; its code in the counts byte's
-    upper half); the others' counts last, half a byte each where all are whole and under 16, else
-    in the narrowest unsigned type, else float64. (Sketches stored before zero's flag, bitmaps and
-    half bytes are the same header with steps from zero's key, and read the same way.) :meth:`Rollups.sketches` makes this of many rows at once."""
+    Zero's bin (ZERO_KEY), if any, is flagged in the header, so that the other keys are written
+    apart from its far-off key: from the first one (in the header) on, either as steps in the
+    narrowest unsigned type that holds them, or, where fewer bytes, as a bitmap of every key from
+    the first one on. Zero's count comes after the keys, in the narrowest unsigned type that holds
+    it (float64 if not whole; its code in the counts byte's upper half); the others' counts last,
+    half a byte each where all are whole and under 16, else in the narrowest unsigned type, else
+    float64. (Sketches stored before zero's flag, bitmaps and half bytes are the same header with
+    steps from zero's key, and read the same way; a trainmon from before reads none of the new
+    ones, and refuses the store, whose schema is newer.) :meth:`Rollups.sketches` makes this of
+    many rows at once."""
     zero = bool(len(bin_keys)) and int(bin_keys[0]) == ZERO_KEY
     others = bin_keys[1:] if zero else bin_keys
     first = int(others[0]) if len(others) else 0
@@ -328,7 +330,7 @@ def encode(bin_keys: np.ndarray, counts: np.ndarray) -> bytes:
     zero_code, zero_bytes = 0, b""
     if zero:
         zero_code = _width(counts[:1].astype(np.int64)) if counts[0] == np.floor(counts[0]) and counts[0] < 2**32 else 3
-        zero_bytes = counts[:1].astype(_UINTS[zero_code] if zero_code < 3 else np.float64).tobytes()
+        zero_bytes = counts[:1].astype(_count_type(zero_code)).tobytes()
         counts = counts[1:]
     whole = bool(np.all(counts == np.floor(counts))) and (not len(counts) or counts.max() < 2**32)
     if whole and (not len(counts) or counts.max() < 16):
@@ -342,6 +344,11 @@ def encode(bin_keys: np.ndarray, counts: np.ndarray) -> bytes:
         count_code, count_bytes = 3, counts.astype(np.float64).tobytes()
     return (_BLOB.pack(len(bin_keys), first, key_code | (_ZERO if zero else 0), count_code | zero_code << 4)
             + key_bytes + zero_bytes + count_bytes)
+
+
+def _count_type(code: int) -> type[np.generic]:
+    """The type of counts written with ``code`` (0 to 2: unsigned integers, 3: float64)."""
+    return _UINTS[code] if code < 3 else np.float64
 
 
 def _width(values: np.ndarray) -> int:
@@ -383,11 +390,11 @@ def _decoded(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, sizes: 
         kept = _ranges(2 * (np.cumsum(count_bytes) - count_bytes), others)  # (an odd row's last half is padding)
         other_counts = pairs[kept].astype(np.float64)
     else:
-        count_type = _UINTS[count_code] if count_code < 3 else np.float64
+        count_type = _count_type(count_code)
         other_counts = data[_ranges(count_start, count_bytes)].view(count_type).astype(np.float64)
     zero_bytes = int(_COUNT_SIZES[zero_code]) * zero
     if zero:
-        zero_type = _UINTS[zero_code] if zero_code < 3 else np.float64
+        zero_type = _count_type(zero_code)
         zero_counts = data[_ranges(count_start - zero_bytes, np.full(len(sizes), zero_bytes))].view(zero_type)
     if key_code == _BITMAP:
         key_bytes = count_start - zero_bytes - offsets - _BLOB.size

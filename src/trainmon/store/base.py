@@ -588,12 +588,12 @@ class SqlStore(tuning.TuningJobs):
         return [(MetricKey.from_row(ns, metric, dimensions), last, (ns, metric, id_))
                 for ns, metric, dimensions, last, id_ in rows]
 
-    def maintain(self, now_ms: int | None = None) -> Maintenance:
+    def maintain(self, now_ms: int | None = None, *, retier: bool = False) -> Maintenance:
         from .series import upkeep
 
         self._flush_for_read()
         done = upkeep.maintain(self._transaction, self.retention,
-                               now_ms if now_ms is not None else int(time.time() * 1000))
+                               now_ms if now_ms is not None else int(time.time() * 1000), retier=retier)
         if done.ran:
             self._release_space(done)
         return done

@@ -279,9 +279,11 @@ class Store(Protocol):
         ...
 
     # -- maintenance
-    def maintain(self, now_ms: int | None = None) -> Maintenance:
+    def maintain(self, now_ms: int | None = None, *, retier: bool = False) -> Maintenance:
         """Seal still chunks, roll up whole periods, expire what the retention policy drops; does
-        nothing when another process is at it."""
+        nothing when another process is at it. With ``retier``, the store's roll-up tiers become
+        the policy's first (store.series.tiers): what ``trainmon maintain`` asks, never a
+        background pass."""
         ...
 
     def seal_busy(self) -> Maintenance:

@@ -430,6 +430,7 @@ class PostgresStore(SqlStore):
 
 class _Sql:
     greatest = "GREATEST"
+    series_writes_wait = "LOCK TABLE series IN SHARE MODE"
 
     def __init__(self, db: psycopg.Connection[Any]) -> None:
         self.db = db

@@ -16,6 +16,10 @@ class Sql(Protocol):
     """One transaction of a backend; SQL with ``?`` placeholders."""
 
     greatest: str  # the two-argument maximum: SQLite's max, PostgreSQL's GREATEST
+    # A statement that waits for every transaction that wrote to ``series`` to end and holds off new
+    # ones until this one's end (PostgreSQL's LOCK TABLE); empty where write transactions take
+    # turns already (SQLite's).
+    series_writes_wait: str
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 

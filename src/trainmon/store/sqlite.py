@@ -660,6 +660,7 @@ def _existing(path: Path, home: Path, retention: Retention) -> SqliteStore:
 
 class _Sql:
     greatest = "max"
+    series_writes_wait = ""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db

@@ -6,17 +6,25 @@ records the periods its roll-ups are complete for, in ``maintenance.periods``: w
 those and readers read those, whatever their own policy says. A store that has no record yet
 (made before there was one) takes the policy of its first writer.
 
-Only a maintenance pass changes the record, to its own policy's periods (``upkeep.retier``):
+Only ``trainmon maintain`` changes the record, to its own policy's periods (``upkeep._retier``),
+never a background pass: processes sharing a store may run with other policies (a job started
+in a shell without the variable), and each would undo the other's tiers, each time with only what
+the finer tier still keeps. It:
 
-1. it names them as the target (``maintenance.building``), and from then on writers merge into
-   the recorded periods and the target's alike, so every recorded period stays complete;
-2. series by series, each under its row's lock, it builds each period the target adds from the
-   coarsest recorded period that divides it (or from the datapoints, where none does) and drops
-   the rows of the periods the target leaves out;
-3. it records the target, which readers use from then on.
+1. names them as the target (``maintenance.building``), and from then on writers merge into
+   the recorded periods and the target's alike, and so do maintenance's roll-up passes, so every
+   recorded period stays complete;
+2. waits for the writers that read the record before (PostgreSQL: one may be making a series
+   that the pass's list of series would miss), then, series by series, each under its row's lock, builds each
+   period the target adds from the coarsest recorded period that divides it (or from the
+   datapoints, where none does) and drops the rows of the others;
+3. waits for the writers again, records the target, which readers use from then on, and drops
+   what writers left in the periods it leaves out meanwhile.
 
-A pass cut short leaves the target named; the next one builds it again from the start (building
-a period replaces its rows, so doing it twice changes nothing).
+A new tier holds what its source kept: a 10-minute tier built from a 1-minute tier kept 15 days
+starts 15 days back. A pass cut short leaves the target named; the next one builds it again (or
+another target) from the start (building a period replaces its rows, so doing it twice changes
+nothing).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ short transaction per series and step, under a lease."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from .reads import raw_rollups
 from .writes import (
     CHUNK_COLUMNS,
     INSERT_CHUNK,
+    POINTS,
     ROLLED_ALL,
     SAMPLES,
     SEAL_POINTS,
@@ -66,10 +68,12 @@ def convert_row_tables(sql: Sql) -> None:
 # -- maintenance ----------------------------------------------------------------------------
 
 
-def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Maintenance:
+def maintain(transaction: Transaction, retention: Retention, now_ms: int, *, retier: bool = False) -> Maintenance:
     """Seal, roll up and expire what needs it, in short transactions (one per series to seal or
     roll up, one per EXPIRE_BATCH series to expire); nothing when another process holds the
-    maintenance lease."""
+    maintenance lease. Roll-ups go into the tiers the store records (:mod:`.tiers`); with
+    ``retier`` (``trainmon maintain``: a person's choice, never a background pass's, as processes
+    may run with other policies) the store's tiers become this policy's first."""
     holder = f"{socket.gethostname()}:{os.getpid()}"
     with transaction() as sql:
         taken = sql.rows("UPDATE maintenance SET holder = ?, until_ms = ? WHERE id = 1 AND (until_ms < ? OR holder = ?) "
@@ -98,22 +102,32 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Mai
                     log.warning("chunk %s could not be read for its overview: %s", id_, exc)
             sql.many("UPDATE chunks SET overview = ? WHERE id = ?", given)
             done.overviews = len(given)
-        retier(transaction, retention.periods, done)
-        if retention.tiers:
+        if retier:
+            _retier(transaction, retention.periods, done)
+        with transaction() as sql:
+            complete, building = tiers.recorded(sql)
+            if complete is None:  # a store from before the record: its roll-ups are taken to be this policy's
+                sql.rows("UPDATE maintenance SET periods = ? WHERE id = 1 AND periods IS NULL",
+                         (tiers.text(retention.periods),))
+                complete, building = tiers.recorded(sql)
+        assert complete is not None
+        periods = tuple(sorted(set(complete) | set(building or ())))  # (what writers merge into too)
+        if periods:
+            mark = _mark(periods, now_ms)
             with transaction() as sql:
                 to_roll = [row[0] for row in sql.rows(
-                    "SELECT id FROM series WHERE rolled_ms < ? AND last_ms >= rolled_ms ORDER BY id",
-                    (_mark(retention, now_ms),))]
+                    "SELECT id FROM series WHERE rolled_ms < ? AND last_ms >= rolled_ms ORDER BY id", (mark,))]
             for series in to_roll:
                 with transaction() as sql:
-                    _roll(sql, series, retention, now_ms, done)
-        if retention.raw_s is not None or any(kept is not None for _, kept in retention.tiers):
+                    _roll(sql, series, periods, mark, done)
+        kept = [(period, kept_s) for period, kept_s in retention.tiers if period in complete]
+        if retention.raw_s is not None or any(kept_s is not None for _, kept_s in kept):
             with transaction() as sql:
                 every = [row[0] for row in sql.rows("SELECT id FROM series ORDER BY id")]
             for first in range(0, len(every), EXPIRE_BATCH):
                 with transaction() as sql:
                     for series in every[first:first + EXPIRE_BATCH]:
-                        _expire(sql, series, retention, now_ms, done)
+                        _expire(sql, series, retention.raw_s, kept, bool(periods), now_ms, done)
     finally:
         with transaction() as sql:
             sql.rows("UPDATE maintenance SET until_ms = 0 WHERE id = 1 AND holder = ?", (holder,))
@@ -123,28 +137,31 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int) -> Mai
 def seal_busy(transaction: Transaction, read: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]) -> Maintenance:
     """Seal now, whatever their age, the chunks of the series that writes keep busy (BUSY_CHUNKS
     unsealed ones or more), without waiting for the minute's pass: a running job's recent points
-    are a chunk a write, ten a second or more, and every read of them pays per chunk. No lease:
-    sealing a series locks its row first, so two processes at it seal it in turn, and the second
-    finds too few left to bother."""
+    are a chunk a write, ten a second or more, and every read of them pays per chunk. A job's
+    points only: PutMetricData's are read from their roll-ups, and a write of them tried again
+    (its reply lost) looks for its first chunk as written, which sealing would have replaced. No
+    lease: sealing a series locks its row first, so two processes at it seal it in turn, and the
+    second finds too few left to bother."""
     done = Maintenance()
-    busy = read("SELECT series_id FROM chunks WHERE sealed = 0 GROUP BY series_id HAVING count(*) >= ? "
-                "ORDER BY series_id", (BUSY_CHUNKS,))
+    busy = read("SELECT series_id FROM chunks WHERE sealed = 0 AND kind = ? GROUP BY series_id HAVING count(*) >= ? "
+                "ORDER BY series_id", (POINTS, BUSY_CHUNKS))
     for (series,) in busy:
         with transaction() as sql:
-            _seal(sql, series, ROLLED_ALL, done, least=BUSY_CHUNKS)
+            _seal(sql, series, ROLLED_ALL, done, least=BUSY_CHUNKS, kind=POINTS)
     return done
 
 
-def _seal(sql: Sql, series: int, before_ms: int, done: Maintenance, least: int = 1) -> None:
+def _seal(sql: Sql, series: int, before_ms: int, done: Maintenance, least: int = 1, kind: int | None = None) -> None:
     """Seal the series' unsealed chunks that end before ``before_ms`` with its sealed chunks that
-    have room, if there are ``least`` unsealed ones at least."""
+    have room (of one ``kind``, if given), if there are ``least`` unsealed ones at least."""
     # Lock the series row first (SQLite's write lock already serializes): a second maintainer
     # (the lease ran out, or the same process) then reads the chunks after this one committed,
     # instead of deleting the same ones and inserting their points again.
     if not sql.rows("UPDATE series SET rolled_ms = rolled_ms WHERE id = ? RETURNING id", (series,)):
         return  # deleted with its job since the pass listed it
+    of_kind = "" if kind is None else f" AND kind = {int(kind)}"
     rows = sql.rows(
-        f"SELECT {CHUNK_COLUMNS} FROM chunks WHERE series_id = ? AND ((sealed = 0 AND last_ms < ?) "
+        f"SELECT {CHUNK_COLUMNS} FROM chunks WHERE series_id = ?{of_kind} AND ((sealed = 0 AND last_ms < ?) "
         "OR (sealed = 1 AND count < ?)) ORDER BY id",
         (series, before_ms, SEAL_POINTS),
     )
@@ -169,33 +186,31 @@ def _seal(sql: Sql, series: int, before_ms: int, done: Maintenance, least: int =
         done.sealed_points += len(columns[0])
 
 
-def _mark(retention: Retention, now_ms: int) -> int:
-    """Where roll-ups end after this pass: the last whole coarsest period that ended ROLL_LAG_MS ago."""
-    coarsest = retention.periods[-1] * 1000
-    return (now_ms - ROLL_LAG_MS) // coarsest * coarsest
-
-
-def retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance) -> None:
+def _retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance) -> None:
     """Bring the store's roll-ups to the ``target`` periods (this process's policy's) where it
     records others (:mod:`.tiers` tells how)."""
     with transaction() as sql:
         complete, building = tiers.recorded(sql)
-        if complete is None:  # a store from before the record: its roll-ups are taken to be this policy's
-            sql.rows("UPDATE maintenance SET periods = ? WHERE id = 1", (tiers.text(target),))
-            return
-        if complete == target and building is None:
-            return
+        if complete is None or (complete == target and building is None):
+            return  # (a store without a record takes this policy's as it is)
         log.info("the store's roll-up tiers change from %s s to %s s", tiers.text(complete) or "none",
                  tiers.text(target) or "none")
         sql.rows("UPDATE maintenance SET building = ? WHERE id = 1", (tiers.text(target),))
-    with transaction() as sql:  # after the target is named: a series made since writes into it too
+    with transaction() as sql:
+        if sql.series_writes_wait:  # a writer that read the record before the target was named has committed
+            sql.rows(sql.series_writes_wait)
         every = [row[0] for row in sql.rows("SELECT id FROM series ORDER BY id")]
     for series in every:
         with transaction() as sql:
             done.rollup_rows += _rebuild(sql, series, complete, target)
     with transaction() as sql:
-        sql.rows("UPDATE maintenance SET periods = ?, building = NULL WHERE id = 1 AND building = ?",
-                 (tiers.text(target), tiers.text(target)))
+        if sql.series_writes_wait:  # no writer is left that merges into the periods the target drops
+            sql.rows(sql.series_writes_wait)
+        recorded = sql.rows("UPDATE maintenance SET periods = ?, building = NULL WHERE id = 1 AND building = ? "
+                            "RETURNING 1", (tiers.text(target), tiers.text(target)))
+        if recorded:  # rows a writer made in a dropped period after its series was rebuilt
+            sql.rows(f"DELETE FROM rollups WHERE period NOT IN ({','.join('?' * len(target))})"
+                     if target else "DELETE FROM rollups", target)
     done.retiered_series = len(every)
 
 
@@ -221,14 +236,20 @@ def _rebuild(sql: Sql, series: int, complete: tuple[int, ...], target: tuple[int
             rolled = finer.roll(0, period * 1000)
             insert_rollups(sql, series, period, unit, rolled)
             written += len(rolled)
-    for period in complete:
-        if period not in target:
-            sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ?", (series, period))
+    left_out = f" AND period NOT IN ({','.join('?' * len(target))})" if target else ""
+    sql.rows(f"DELETE FROM rollups WHERE series_id = ?{left_out}", (series, *target))  # and those of a target
+    # abandoned for this one
     return written
 
 
-def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
-    mark = _mark(retention, now_ms)
+def _mark(periods: tuple[int, ...], now_ms: int) -> int:
+    """Where roll-ups end after this pass: the last whole period of every tier (their least common
+    multiple: the coarsest, for one policy's) that ended ROLL_LAG_MS ago."""
+    whole = math.lcm(*periods) * 1000
+    return (now_ms - ROLL_LAG_MS) // whole * whole
+
+
+def _roll(sql: Sql, series: int, periods: tuple[int, ...], mark: int, done: Maintenance) -> None:
     found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
     if not found or mark <= found[0][0]:
         return  # deleted with its job since the pass listed it, or rolled up to the mark
@@ -237,10 +258,13 @@ def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Mainte
     # merges into the roll-ups; one that wrote before has committed when the update returns.
     sql.rows("UPDATE series SET rolled_ms = ? WHERE id = ?", (mark, series))
     raw = raw_rollups(sql, series, low, mark)
+    base = math.gcd(*periods)
     for unit, rows in raw.items():
-        finer = rows
-        for period in retention.periods:
-            finer = finer.roll(0, period * 1000)
+        rolled = {base: rows.roll(0, base * 1000)}  # each tier from the coarsest finer one that divides it
+        for period in periods:
+            if period not in rolled:
+                rolled[period] = rolled[max(finer for finer in rolled if period % finer == 0)].roll(0, period * 1000)
+            finer = rolled[period]
             sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND unit = ? AND timestamp_ms >= ? "
                      "AND timestamp_ms < ?", (series, period, unit, low, mark))
             begun = finer.timestamp_ms < low  # a period begun before low: where the tiers changed since
@@ -253,16 +277,19 @@ def _roll(sql: Sql, series: int, retention: Retention, now_ms: int, done: Mainte
     done.rolled_series += bool(raw)
 
 
-def _expire(sql: Sql, series: int, retention: Retention, now_ms: int, done: Maintenance) -> None:
-    if retention.raw_s is not None:
+def _expire(sql: Sql, series: int, raw_s: int | None, kept_tiers: list[tuple[int, int | None]], rolled: bool,
+            now_ms: int, done: Maintenance) -> None:
+    """Expire a series' raw datapoints older than ``raw_s`` (never those not rolled up yet, where
+    the store has tiers: ``rolled``) and each tier's rows as ``kept_tiers`` say."""
+    if raw_s is not None:
         found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
         if not found:
             return  # deleted with its job since the pass listed it
-        cutoff = min(now_ms - retention.raw_s * 1000, found[0][0] if retention.tiers else now_ms)
+        cutoff = min(now_ms - raw_s * 1000, found[0][0] if rolled else now_ms)
         expired = sql.rows("DELETE FROM chunks WHERE series_id = ? AND kind = ? AND last_ms < ? RETURNING 1",
                            (series, SAMPLES, cutoff))
         done.expired_chunks += len(expired)
-    for period, kept in retention.tiers:
+    for period, kept in kept_tiers:
         if kept is not None:
             expired = sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND timestamp_ms < ? "
                                "RETURNING 1", (series, period, now_ms - kept * 1000))

@@ -134,8 +134,8 @@ def prepare_points(points: list[PointTuple], blocks: Sequence[PointBlock] = ()) 
 
 
 Tiers = Callable[[Sql], Sequence[int]]
-"""The periods a write merges into (``tiers.written``, from the store's record), asked after the
-write has locked its series' rows: a maintenance pass changing them waits for it, or has changed them."""
+"""The periods a write merges into (``tiers.written``, from the store's record), asked (again)
+after the write has locked its series' rows: a pass changing them waits for it, or has changed them."""
 
 
 def write_points(sql: Sql, job_id: int, summaries: dict[str, _Summary], periods: Tiers) -> None:
