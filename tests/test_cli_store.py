@@ -80,7 +80,8 @@ def test_maintain_seals_rolls_up_and_reports(home: Path) -> None:
     assert "retention raw=forever,1m=forever,5m=forever,1h=forever" in again.stdout
     assert "sealed 0 points" in again.stdout and "tiers" not in again.stdout  # the same tiers, kept longer
     changed = run_cli("maintain", check=True, env={"TRAINMON_RETENTION": "raw=3h,2m=15d,10m=63d"})
-    assert "the store's roll-up tiers changed to this policy's: rebuilt for 1 metrics" in changed.stdout
+    assert "the store's roll-up tiers changed to this policy's: rebuilt for 1 metrics (" in changed.stdout
+    assert "(0 roll-up rows)" in changed.stdout  # nothing left to roll up: the rows written were the rebuild's
     store = open_store(home)
     try:  # the 10-minute tier holds the datapoints written under the other policy
         key = store.metric_keys()[0][0]

@@ -379,7 +379,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     else:
         print(f"retention {done['Retention']}")
         if done["RetieredSeries"]:
-            print(f"the store's roll-up tiers changed to this policy's: rebuilt for {done['RetieredSeries']} metrics")
+            print(f"the store's roll-up tiers changed to this policy's: rebuilt for {done['RetieredSeries']} metrics "
+                  f"({done['RetieredRows']} roll-up rows)")
         print(f"sealed {done['SealedPoints']} points into {done['SealedChunks']} chunks; rolled up "
               f"{done['RolledSeries']} metrics ({done['RollupRows']} roll-up rows); expired {done['ExpiredChunks']} "
               f"chunks and {done['ExpiredRollups']} roll-up rows")

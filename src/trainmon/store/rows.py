@@ -137,6 +137,7 @@ class Maintenance:
     sealed_points: int = 0
     rolled_series: int = 0  # series that had data to roll up
     retiered_series: int = 0  # series whose roll-ups were brought to a changed policy's tiers
+    retiered_rows: int = 0  # the roll-up rows written for those tiers
     rollup_rows: int = 0
     expired_chunks: int = 0
     expired_rollups: int = 0

@@ -202,7 +202,7 @@ def _retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance
         every = [row[0] for row in sql.rows("SELECT id FROM series ORDER BY id")]
     for series in every:
         with transaction() as sql:
-            done.rollup_rows += _rebuild(sql, series, complete, target)
+            done.retiered_rows += _rebuild(sql, series, complete, target)
     with transaction() as sql:
         if sql.series_writes_wait:  # no writer is left that merges into the periods the target drops
             sql.rows(sql.series_writes_wait)
