@@ -76,7 +76,8 @@ def register(commands: Commands) -> None:
                      help="the MetricData list (or one datum) as JSON, inline or file://PATH, instead of the options")
 
     maintain = commands.add("maintain", cmd_maintain, "Seal, roll up and expire metric data now (jobs' supervisors do "
-                            "it every minute); the retention policy comes from TRAINMON_RETENTION.")
+                            "it every minute); the retention policy comes from TRAINMON_RETENTION, and the "
+                            "store's roll-up tiers become its tiers (only this command changes them).")
     maintain.add_argument("--json", action="store_true")
 
 
