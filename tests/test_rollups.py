@@ -745,11 +745,15 @@ def _job_statistics(client: CloudWatchClient, start_s: int, end_s: int, period: 
     )["Datapoints"]
 
 
-def test_roll_ups_follow_a_changed_policy_with_every_datapoint(store_target: StoreTarget) -> None:
+@pytest.mark.parametrize("rows_a_slice", [upkeep.REBUILD_SOURCE_ROWS, 7])
+def test_roll_ups_follow_a_changed_policy_with_every_datapoint(store_target: StoreTarget, rows_a_slice: int,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The roll-ups are the store's: a process with other tiers reads and writes the store's until
-    a maintenance pass of its own brings them to its tiers, each new one built from the finer data
-    already rolled up, so that statistics over data written before the change are whole. A pass cut
-    short is done again whole; writes while a pass builds go into both policies' tiers."""
+    trainmon maintain's pass brings them to its tiers, each new one built from the finer data
+    already rolled up (a slice of time a transaction), so that statistics over data written before
+    the change are whole. A pass cut short is done again whole; writes while a pass builds go into
+    both policies' tiers."""
+    monkeypatch.setattr(upkeep, "REBUILD_SOURCE_ROWS", rows_a_slice)
     hourly = store_target.open(parse("raw=forever,60s=forever,300s=forever,3600s=forever"))
     two_hourly = store_target.open(parse("raw=forever,60s=forever,600s=forever,7200s=forever"))
     try:
@@ -815,6 +819,32 @@ def test_roll_ups_follow_a_changed_policy_with_every_datapoint(store_target: Sto
     finally:
         hourly.close()
         two_hourly.close()
+
+
+def test_tiers_no_finer_tier_divides_are_built_from_the_datapoints_across_gaps(store_target: StoreTarget,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new tier that no recorded one divides (1 and 5 minutes after 2 minutes) is built from the
+    raw datapoints, a slice of time a transaction, jumping the days without data between two bursts."""
+    monkeypatch.setattr(upkeep, "REBUILD_SOURCE_ROWS", 7)
+    coarse = store_target.open(parse("raw=forever,120s=forever"))
+    fine = store_target.open(parse("raw=forever,60s=forever,300s=forever"))
+    try:
+        now = int(time.time())
+        first = (now // 3600 - 24 * 9) * 3600  # nine days ago, and again two hours ago
+        stamps, values = (np.concatenate(parts) for parts in zip(_series(first, first + 1800),
+                                                                  _series(now // 3600 * 3600 - 7200, now // 3600 * 3600 - 5400,
+                                                                          seed=5), strict=True))
+        _put(coarse, stamps, values, batch=700)
+        assert fine.maintain(now * 1000, retier=True).retiered_series == 1
+        client = CloudWatchClient(fine)
+        for low, high in ((first, first + 1800), (now // 3600 * 3600 - 7200, now // 3600 * 3600 - 5400)):
+            for period in (60, 300):
+                assert fine.metric_rollups(KEY, low * 1000, high * 1000, period) is not None
+                _check(_statistics(client, low, high, period), _expected(stamps, values, low * 1000, high * 1000, period))
+        assert _scalar(fine, "SELECT count(*) FROM rollups WHERE period = 120") == 0
+    finally:
+        coarse.close()
+        fine.close()
 
 
 def test_a_series_made_while_the_tiers_change_gets_the_new_ones_too(postgres_url: str, tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ BUSY_CHUNKS = 32  # unsealed chunks that make a series busy: sealed within secon
 ROLL_LAG_MS = 60_000  # roll a period up this long after it ends, when late writes have landed
 LEASE_MS = 600_000
 EXPIRE_BATCH = 200  # series expired per transaction (index seeks each; writers wait a few ms at most)
+REBUILD_SOURCE_ROWS = 10_000  # a tier rebuilt from a finer one (trainmon maintain): this many of its rows a transaction
 OVERVIEW_BACKFILL = 256  # chunks sealed before overviews existed given one a pass (about 0.2 s)
 
 
@@ -201,8 +202,7 @@ def _retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance
             sql.rows(sql.series_writes_wait)
         every = [row[0] for row in sql.rows("SELECT id FROM series ORDER BY id")]
     for series in every:
-        with transaction() as sql:
-            done.retiered_rows += _rebuild(sql, series, complete, target)
+        done.retiered_rows += _rebuild(transaction, series, complete, target)
     with transaction() as sql:
         if sql.series_writes_wait:  # no writer is left that merges into the periods the target drops
             sql.rows(sql.series_writes_wait)
@@ -214,32 +214,61 @@ def _retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance
     done.retiered_series = len(every)
 
 
-def _rebuild(sql: Sql, series: int, complete: tuple[int, ...], target: tuple[int, ...]) -> int:
+def _rebuild(transaction: Transaction, series: int, complete: tuple[int, ...], target: tuple[int, ...]) -> int:
     """One series' roll-ups in the ``target`` periods, from those in the ``complete`` ones: each
     period added from the coarsest complete one that divides it, or from the datapoints before
-    the series' ``rolled_ms`` where none does; the rows of the periods left out dropped. The
-    number of rows written."""
-    found = sql.rows("UPDATE series SET rolled_ms = rolled_ms WHERE id = ? RETURNING rolled_ms", (series,))
-    if not found:
-        return 0  # deleted with its job since the pass listed it
+    the series' ``rolled_ms`` where none does; the rows of the periods left out dropped. A slice of
+    time (REBUILD_SOURCE_ROWS of the source's periods, whole periods of the new one) a
+    transaction under the series' lock, so writers wait milliseconds, however long the series:
+    what they write meanwhile goes into the target's periods too, so a slice built before it
+    holds it, and one built after reads it from the source. The number of rows written."""
     written = 0
     for period in target:
         if period in complete:
             continue
-        sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ?", (series, period))
         source = max((finer for finer in complete if period % finer == 0), default=None)
-        if source is not None:
-            rows = read_rollups(sql, series, source, -ROLLED_ALL, ROLLED_ALL)
-        else:
-            rows = raw_rollups(sql, series, -ROLLED_ALL, found[0][0])
-        for unit, finer in rows.items():
-            rolled = finer.roll(0, period * 1000)
-            insert_rollups(sql, series, period, unit, rolled)
-            written += len(rolled)
-    left_out = f" AND period NOT IN ({','.join('?' * len(target))})" if target else ""
-    sql.rows(f"DELETE FROM rollups WHERE series_id = ?{left_out}", (series, *target))  # and those of a target
-    # abandoned for this one
+        span_ms = -(-(source or 60) * REBUILD_SOURCE_ROWS // period) * period * 1000  # (whole periods)
+        start_ms: int | None = -ROLLED_ALL
+        while start_ms is not None:
+            with transaction() as sql:
+                found = sql.rows("UPDATE series SET rolled_ms = rolled_ms WHERE id = ? RETURNING rolled_ms", (series,))
+                if not found:
+                    return written  # deleted with its job since the pass listed it
+                first_ms = _next_source_ms(sql, series, source, start_ms, found[0][0])
+                if first_ms is None:  # nothing left to build from: the rest of the period's rows go
+                    sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND timestamp_ms >= ?",
+                             (series, period, start_ms))
+                    break
+                low = first_ms // (period * 1000) * period * 1000
+                high = low + span_ms
+                sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND timestamp_ms >= ? "
+                         "AND timestamp_ms < ?", (series, period, start_ms, high))
+                rows = read_rollups(sql, series, source, low, high) if source is not None else \
+                    raw_rollups(sql, series, low, min(high, found[0][0]))
+                for unit, finer in rows.items():
+                    rolled = finer.roll(0, period * 1000)
+                    insert_rollups(sql, series, period, unit, rolled)
+                    written += len(rolled)
+                start_ms = high
+    with transaction() as sql:
+        left_out = f" AND period NOT IN ({','.join('?' * len(target))})" if target else ""
+        sql.rows(f"DELETE FROM rollups WHERE series_id = ?{left_out}", (series, *target))  # and those of a target
+        # abandoned for this one
     return written
+
+
+def _next_source_ms(sql: Sql, series: int, source: int | None, start_ms: int, rolled_ms: int) -> int | None:
+    """The time of the series' first roll-up row of period ``source`` from ``start_ms`` on, or with
+    no source, of its first datapoint before ``rolled_ms`` (what the roll-ups hold); None if none."""
+    if source is not None:
+        found = sql.rows("SELECT min(timestamp_ms) FROM rollups WHERE series_id = ? AND period = ? AND timestamp_ms >= ?",
+                         (series, source, start_ms))
+    else:
+        found = sql.rows("SELECT min(first_ms) FROM chunks WHERE series_id = ? AND last_ms >= ? AND first_ms < ?",
+                         (series, start_ms, rolled_ms))
+        if found and found[0][0] is not None:
+            return max(int(found[0][0]), start_ms)
+    return None if not found or found[0][0] is None else int(found[0][0])
 
 
 def _mark(periods: tuple[int, ...], now_ms: int) -> int:
