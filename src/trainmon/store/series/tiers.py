@@ -15,9 +15,10 @@ the finer tier still keeps. It:
    the recorded periods and the target's alike, and so do maintenance's roll-up passes, so every
    recorded period stays complete;
 2. waits for the writers that read the record before (PostgreSQL: one may be making a series
-   that the pass's list of series would miss), then, series by series, each under its row's lock, builds each
-   period the target adds from the coarsest recorded period that divides it (or from the
-   datapoints, where none does) and drops the rows of the others;
+   that the pass's list of series would miss), then, series by series, a slice of time a
+   transaction under the series' lock, builds each period the target adds from the coarsest
+   recorded period that divides it (or from the datapoints, where none does) and drops the rows of
+   the others;
 3. waits for the writers again, records the target, which readers use from then on, and drops
    what writers left in the periods it leaves out meanwhile.
 
