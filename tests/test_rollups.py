@@ -20,10 +20,10 @@ import pytest
 from ddsketch import DDSketch
 
 from trainmon.clock import ManualClock
+from trainmon.cloudwatch import sketch
 from trainmon.cloudwatch.model import MetricKey
 from trainmon.cloudwatch.retention import CLOUDWATCH, parse
 from trainmon.cloudwatch.sketch import MAPPING, RELATIVE_ACCURACY, ZERO_KEY, Rollups, concat, join, keys
-from trainmon.cloudwatch.sketch import encode as encode_sketch
 from trainmon.cloudwatch.statistics import STATISTICS, Sample
 from trainmon.errors import ValidationException
 from trainmon.runtime.watch.maintenance import SEAL_BUSY_EVERY_S, Maintainer
@@ -105,6 +105,44 @@ def test_fractional_counts_keep_each_rows_percentiles_in_its_own_bins() -> None:
     values = rng.uniform(1, 1000, 500).round(2)
     minutes = Rollups.from_samples(stamps, counts, values * counts, values, values, values).roll(0, 60_000)
     assert np.all(np.abs(minutes.quantiles(0.0) - minutes.minimum) <= RELATIVE_ACCURACY * minutes.minimum)
+
+
+def _width(values: np.ndarray) -> int:
+    high = int(values.max()) if len(values) else 0
+    return 0 if high < 2**8 else 1 if high < 2**16 else 2
+
+
+def encode_sketch(bin_keys: np.ndarray, counts: np.ndarray) -> bytes:
+    """One sketch, written one bin at a time as sketch.py's comment above _BLOB describes the form:
+    the reference Rollups.sketches (all rows at once, vectorized) must match byte for byte."""
+    uints = (np.uint8, np.uint16, np.uint32)
+    zero = bool(len(bin_keys)) and int(bin_keys[0]) == ZERO_KEY
+    others = bin_keys[1:] if zero else bin_keys
+    first = int(others[0]) if len(others) else 0
+    steps = np.diff(others)
+    key_code, key_bytes = _width(steps), steps.astype(uints[_width(steps)]).tobytes()
+    if len(others) and (int(others[-1]) - first + 8) // 8 < len(key_bytes):
+        bits = np.zeros(int(others[-1]) - first + 1, np.uint8)
+        bits[others - first] = 1
+        key_code, key_bytes = sketch._BITMAP, np.packbits(bits, bitorder="little").tobytes()
+    zero_code, zero_bytes = 0, b""
+    if zero:
+        whole = counts[0] == np.floor(counts[0]) and counts[0] < 2**32
+        zero_code = _width(counts[:1].astype(np.int64)) if whole else 3
+        zero_bytes = counts[:1].astype(uints[zero_code] if zero_code < 3 else np.float64).tobytes()
+        counts = counts[1:]
+    whole = bool(np.all(counts == np.floor(counts))) and (not len(counts) or counts.max() < 2**32)
+    if whole and (not len(counts) or counts.max() < 16):
+        halves = np.zeros(len(counts) + len(counts) % 2, np.uint8)
+        halves[:len(counts)] = counts
+        count_code, count_bytes = sketch._NIBBLES, (halves[0::2] | halves[1::2] << 4).tobytes()
+    elif whole:
+        count_code = _width(counts.astype(np.int64))
+        count_bytes = counts.astype(uints[count_code]).tobytes()
+    else:
+        count_code, count_bytes = 3, counts.astype(np.float64).tobytes()
+    return (struct.pack("<IiBB", len(bin_keys), first, key_code | (sketch._ZERO if zero else 0),
+                        count_code | zero_code << 4) + key_bytes + zero_bytes + count_bytes)
 
 
 def _random_rollups(rng: np.random.Generator, rows: int) -> Rollups:

@@ -31,7 +31,17 @@ MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 _MULTIPLIER = 1 / math.log1p(2 * RELATIVE_ACCURACY / (1 - RELATIVE_ACCURACY)) * math.log(2)
 _LN2 = math.log(2)
 ZERO_KEY = np.iinfo(np.int32).min  # values too small to tell from zero (DDSketch's zero bin)
-# A stored sketch: a header (_BLOB), the keys, then the counts (see :func:`encode`).
+# A stored sketch (Rollups.sketches writes them, Rollups.from_stored reads them): a header (_BLOB:
+# the number of bins, the first key other than zero's, how the keys and the counts are written),
+# then the keys, then the counts. Zero's bin (ZERO_KEY), if any, is flagged in the header, so that
+# the other keys are written apart from its far-off key: from the first one (in the header) on,
+# either as steps in the narrowest unsigned type that holds them, or, where fewer bytes, as a
+# bitmap of every key from the first one on. Zero's count comes after the keys, in the narrowest
+# unsigned type that holds it (float64 if not whole; its code in the counts byte's upper half); the
+# others' counts last, half a byte each where all are whole and under 16, else in the narrowest
+# unsigned type, else float64. Sketches stored before zero's flag, bitmaps and half bytes are the
+# same header with steps from zero's key, and read the same way (a trainmon from before reads none
+# of the new ones, and refuses the store, whose schema is newer).
 _BLOB = struct.Struct("<IiBB")  # bins, first key, how the keys are written, how the counts are (zero's: above)
 _HEADER = np.dtype([("size", "<u4"), ("first", "<i4"), ("keys", "u1"), ("counts", "u1")])  # _BLOB's
 _UINTS = (np.uint8, np.uint16, np.uint32)
@@ -111,7 +121,7 @@ class Rollups:
     @classmethod
     def from_stored(cls, timestamp_ms: np.ndarray, count: np.ndarray, total: np.ndarray, minimum: np.ndarray,
                     maximum: np.ndarray, sketches: list[bytes | None]) -> Rollups:
-        """Rows read back from the store, their sketches as ``encode`` wrote them: all decoded
+        """Rows read back from the store, their sketches as :meth:`sketches` wrote them: all decoded
         together (a write reads back hundreds), their bytes joined and cut up by numpy, a few
         operations for each way of writing keys and counts found."""
         sketched = np.array([blob is not None for blob in sketches], bool)
@@ -225,8 +235,8 @@ class Rollups:
         return out
 
     def sketches(self) -> list[bytes | None]:
-        """Each row's sketch as stored (None for rows without percentiles): what :func:`encode`
-        makes of each, made for all rows together (a write stores hundreds) in one buffer that
+        """Each row's sketch as stored (None for rows without percentiles; the form is described
+        above _BLOB), made for all rows together (a write stores hundreds) in one buffer that
         numpy fills, a few operations for each way of writing keys and counts found, then cut up."""
         rows = np.flatnonzero(self.sketched)
         bounds = np.searchsorted(self.bin_row, np.arange(len(self) + 1))
@@ -303,57 +313,9 @@ class Rollups:
         return found
 
 
-def encode(bin_keys: np.ndarray, counts: np.ndarray) -> bytes:
-    """One sketch's bins (keys sorted) as stored: a header (the number of bins, the first key
-    other than zero's, how the keys and the counts are written), then the keys, then the counts.
-
-    Zero's bin (ZERO_KEY), if any, is flagged in the header, so that the other keys are written
-    apart from its far-off key: from the first one (in the header) on, either as steps in the
-    narrowest unsigned type that holds them, or, where fewer bytes, as a bitmap of every key from
-    the first one on. Zero's count comes after the keys, in the narrowest unsigned type that holds
-    it (float64 if not whole; its code in the counts byte's upper half); the others' counts last,
-    half a byte each where all are whole and under 16, else in the narrowest unsigned type, else
-    float64. (Sketches stored before zero's flag, bitmaps and half bytes are the same header with
-    steps from zero's key, and read the same way; a trainmon from before reads none of the new
-    ones, and refuses the store, whose schema is newer.) :meth:`Rollups.sketches` makes this of
-    many rows at once."""
-    zero = bool(len(bin_keys)) and int(bin_keys[0]) == ZERO_KEY
-    others = bin_keys[1:] if zero else bin_keys
-    first = int(others[0]) if len(others) else 0
-    steps = np.diff(others)
-    step_width = _width(steps)
-    key_code, key_bytes = step_width, steps.astype(_UINTS[step_width]).tobytes()
-    if len(others) and (int(others[-1]) - first + 8) // 8 < len(key_bytes):
-        bits = np.zeros(int(others[-1]) - first + 1, np.uint8)
-        bits[others - first] = 1
-        key_code, key_bytes = _BITMAP, np.packbits(bits, bitorder="little").tobytes()
-    zero_code, zero_bytes = 0, b""
-    if zero:
-        zero_code = _width(counts[:1].astype(np.int64)) if counts[0] == np.floor(counts[0]) and counts[0] < 2**32 else 3
-        zero_bytes = counts[:1].astype(_count_type(zero_code)).tobytes()
-        counts = counts[1:]
-    whole = bool(np.all(counts == np.floor(counts))) and (not len(counts) or counts.max() < 2**32)
-    if whole and (not len(counts) or counts.max() < 16):
-        halves = np.zeros(len(counts) + len(counts) % 2, np.uint8)
-        halves[:len(counts)] = counts
-        count_code, count_bytes = _NIBBLES, (halves[0::2] | halves[1::2] << 4).tobytes()
-    elif whole:
-        count_code = _width(counts.astype(np.int64))
-        count_bytes = counts.astype(_UINTS[count_code]).tobytes()
-    else:
-        count_code, count_bytes = 3, counts.astype(np.float64).tobytes()
-    return (_BLOB.pack(len(bin_keys), first, key_code | (_ZERO if zero else 0), count_code | zero_code << 4)
-            + key_bytes + zero_bytes + count_bytes)
-
-
 def _count_type(code: int) -> type[np.generic]:
     """The type of counts written with ``code`` (0 to 2: unsigned integers, 3: float64)."""
     return _UINTS[code] if code < 3 else np.float64
-
-
-def _width(values: np.ndarray) -> int:
-    high = int(values.max()) if len(values) else 0
-    return 0 if high < 2**8 else 1 if high < 2**16 else 2
 
 
 def _widths(highs: np.ndarray) -> np.ndarray:

@@ -30,7 +30,8 @@ nothing).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 
 from ..sql import Sql
 
@@ -52,6 +53,17 @@ def recorded(sql: Sql) -> tuple[Periods | None, Periods | None]:
     return parsed(periods), parsed(building)
 
 
+def settled(sql: Sql, own: Sequence[int]) -> tuple[Periods, Periods | None]:
+    """:func:`recorded`, a store without a record recording ``own`` (the caller's policy's) first:
+    its roll-ups are taken to be that policy's."""
+    periods, building = recorded(sql)
+    if periods is None:
+        sql.rows("UPDATE maintenance SET periods = ? WHERE id = 1 AND periods IS NULL", (text(own),))
+        periods, building = recorded(sql)  # (another writer's, if it recorded first)
+    assert periods is not None
+    return periods, building
+
+
 def readable(sql: Sql, own: Sequence[int]) -> Periods:
     """The periods a read takes roll-ups from (``own``, the reader's policy's, where the store has
     no record yet)."""
@@ -60,11 +72,28 @@ def readable(sql: Sql, own: Sequence[int]) -> Periods:
 
 
 def written(sql: Sql, own: Sequence[int]) -> Periods:
-    """The periods a write merges its datapoints into, finest first: the recorded ones and those
-    a maintenance pass is building. A store without a record records ``own`` (the writer's
-    policy's) here."""
-    periods, building = recorded(sql)
-    if periods is None:
-        sql.rows("UPDATE maintenance SET periods = ? WHERE id = 1 AND periods IS NULL", (text(own),))
-        return tuple(own)
+    """The periods a write (or a roll-up pass) merges its datapoints into, finest first: the
+    recorded ones and those a maintenance pass is building."""
+    periods, building = settled(sql, own)
     return tuple(sorted(set(periods) | set(building or ())))
+
+
+def coarsest_divisor(period: int, candidates: Iterable[int]) -> int | None:
+    """The coarsest of ``candidates`` that divides ``period`` (what a tier is rolled up from:
+    sketches merge exactly), None if none does."""
+    return max((finer for finer in candidates if period % finer == 0), default=None)
+
+
+def chain(periods: Sequence[int]) -> tuple[int, list[tuple[int, int]]]:
+    """How every tier of ``periods`` is rolled up: a base period (their greatest common divisor,
+    from the datapoints) and, finest first, each period with the one it is rolled up from: the
+    coarsest one before it that divides it. (A policy's tiers divide each other; while a pass
+    changes the store's, the tiers written are two policies' together, which may not.)"""
+    base = math.gcd(*periods)
+    steps: list[tuple[int, int]] = []
+    for period in sorted(periods):
+        if period != base:
+            source = coarsest_divisor(period, [base, *(done for done, _ in steps)])
+            assert source is not None  # (the base divides every period)
+            steps.append((period, source))
+    return base, steps

@@ -106,12 +106,7 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int, *, ret
         if retier:
             _retier(transaction, retention.periods, done)
         with transaction() as sql:
-            complete, building = tiers.recorded(sql)
-            if complete is None:  # a store from before the record: its roll-ups are taken to be this policy's
-                sql.rows("UPDATE maintenance SET periods = ? WHERE id = 1 AND periods IS NULL",
-                         (tiers.text(retention.periods),))
-                complete, building = tiers.recorded(sql)
-        assert complete is not None
+            complete, building = tiers.settled(sql, retention.periods)
         periods = tuple(sorted(set(complete) | set(building or ())))  # (what writers merge into too)
         if periods:
             mark = _mark(periods, now_ms)
@@ -155,10 +150,9 @@ def seal_busy(transaction: Transaction, read: Callable[[str, Sequence[Any]], lis
 def _seal(sql: Sql, series: int, before_ms: int, done: Maintenance, least: int = 1, kind: int | None = None) -> None:
     """Seal the series' unsealed chunks that end before ``before_ms`` with its sealed chunks that
     have room (of one ``kind``, if given), if there are ``least`` unsealed ones at least."""
-    # Lock the series row first (SQLite's write lock already serializes): a second maintainer
-    # (the lease ran out, or the same process) then reads the chunks after this one committed,
+    # Lock the series row first: a second sealer then reads the chunks after this one committed,
     # instead of deleting the same ones and inserting their points again.
-    if not sql.rows("UPDATE series SET rolled_ms = rolled_ms WHERE id = ? RETURNING id", (series,)):
+    if _locked(sql, series) is None:
         return  # deleted with its job since the pass listed it
     of_kind = "" if kind is None else f" AND kind = {int(kind)}"
     rows = sql.rows(
@@ -185,6 +179,14 @@ def _seal(sql: Sql, series: int, before_ms: int, done: Maintenance, least: int =
         sql.many(INSERT_CHUNK, new)
         done.sealed_chunks += len(new)
         done.sealed_points += len(columns[0])
+
+
+def _locked(sql: Sql, series: int) -> int | None:
+    """Lock a series' row to the transaction's end (SQLite's write lock already serializes): its
+    ``rolled_ms``, or None for a series deleted (with its job) since a pass listed it. Writers of
+    the series wait meanwhile, as they upsert the row first."""
+    found = sql.rows("UPDATE series SET rolled_ms = rolled_ms WHERE id = ? RETURNING rolled_ms", (series,))
+    return found[0][0] if found else None
 
 
 def _retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance) -> None:
@@ -226,15 +228,15 @@ def _rebuild(transaction: Transaction, series: int, complete: tuple[int, ...], t
     for period in target:
         if period in complete:
             continue
-        source = max((finer for finer in complete if period % finer == 0), default=None)
+        source = tiers.coarsest_divisor(period, complete)
         span_ms = -(-(source or 60) * REBUILD_SOURCE_ROWS // period) * period * 1000  # (whole periods)
         start_ms: int | None = -ROLLED_ALL
         while start_ms is not None:
             with transaction() as sql:
-                found = sql.rows("UPDATE series SET rolled_ms = rolled_ms WHERE id = ? RETURNING rolled_ms", (series,))
-                if not found:
+                rolled_ms = _locked(sql, series)
+                if rolled_ms is None:
                     return written  # deleted with its job since the pass listed it
-                first_ms = _next_source_ms(sql, series, source, start_ms, found[0][0])
+                first_ms = _next_source_ms(sql, series, source, start_ms, rolled_ms)
                 if first_ms is None:  # nothing left to build from: the rest of the period's rows go
                     sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND timestamp_ms >= ?",
                              (series, period, start_ms))
@@ -244,7 +246,7 @@ def _rebuild(transaction: Transaction, series: int, complete: tuple[int, ...], t
                 sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND timestamp_ms >= ? "
                          "AND timestamp_ms < ?", (series, period, start_ms, high))
                 rows = read_rollups(sql, series, source, low, high) if source is not None else \
-                    raw_rollups(sql, series, low, min(high, found[0][0]))
+                    raw_rollups(sql, series, low, min(high, rolled_ms))
                 for unit, finer in rows.items():
                     rolled = finer.roll(0, period * 1000)
                     insert_rollups(sql, series, period, unit, rolled)
@@ -287,12 +289,12 @@ def _roll(sql: Sql, series: int, periods: tuple[int, ...], mark: int, done: Main
     # merges into the roll-ups; one that wrote before has committed when the update returns.
     sql.rows("UPDATE series SET rolled_ms = ? WHERE id = ?", (mark, series))
     raw = raw_rollups(sql, series, low, mark)
-    base = math.gcd(*periods)
+    base, steps = tiers.chain(periods)
     for unit, rows in raw.items():
-        rolled = {base: rows.roll(0, base * 1000)}  # each tier from the coarsest finer one that divides it
+        rolled = {base: rows.roll(0, base * 1000)}
+        for period, source in steps:
+            rolled[period] = rolled[source].roll(0, period * 1000)
         for period in periods:
-            if period not in rolled:
-                rolled[period] = rolled[max(finer for finer in rolled if period % finer == 0)].roll(0, period * 1000)
             finer = rolled[period]
             sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND unit = ? AND timestamp_ms >= ? "
                      "AND timestamp_ms < ?", (series, period, unit, low, mark))

@@ -4,7 +4,6 @@ write merged into the roll-ups of the periods it falls in (the package's docstri
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,7 @@ from ...cloudwatch.statistics import Columns, Sample
 from .. import codec
 from ..rows import PointBlock, PointTuple
 from ..sql import Sql
-from . import overview
+from . import overview, tiers
 
 NO_INTS = np.empty(0, np.int64)
 POINTS, SAMPLES = 0, 1  # chunk kinds: a job's log points; PutMetricData's datapoints
@@ -374,8 +373,8 @@ _SLICE = 128  # roll-up rows a statement (1,152 parameters at most, under every 
 def roll_up(sql: Sql, written: list[Written], periods: Sequence[int]) -> None:
     """Merge a write's datapoints into the roll-up rows of every tier, in the write's transaction,
     so that the roll-ups hold what is stored and reads take their statistics from them, maintained
-    or not. The whole write at once, whatever the number of series: each tier rolled up from the
-    finer one (the finest from the datapoints) for all of them in a few vectorized operations, the
+    or not. The whole write at once, whatever the number of series: each tier rolled up from a
+    finer one (:func:`tiers.chain`) for all of them in a few vectorized operations, the
     stored rows of those periods read by key, merged, and written back, many rows a statement.
     Every write of a series first upserts its row of ``series``, which holds it to the
     transaction's end, so two writers of one series merge in turn, never over each other."""
@@ -392,22 +391,18 @@ def roll_up(sql: Sql, written: list[Written], periods: Sequence[int]) -> None:
     if not bool(((stamps[1:] >= stamps[:-1]) | (groups[1:] != groups[:-1])).all()):
         order = np.lexsort((stamps, groups))
         columns, groups = [column[order] for column in columns], groups[order]
-    # Each tier from the coarsest finer one that divides it (sketches merge exactly); the finest
-    # from the datapoints. (A policy's tiers divide each other; while a maintenance pass changes
-    # the store's, the tiers written are two policies' together, which may not.)
-    base = math.gcd(*periods)
+    base, steps = tiers.chain(periods)
     rolled: dict[int, tuple[Rollups, np.ndarray]] = {base: Rollups.rolled_samples(groups, base * 1000, *columns)}
-    tiers: list[Rollups] = []
+    for period, source in steps:
+        rolled[period] = rolled[source][0].roll_groups(rolled[source][1], period * 1000)
+    rows_of: list[Rollups] = []
     keys: list[tuple[int, int, int, str]] = []
     for period in sorted(periods):
-        if period not in rolled:
-            finer_rows, finer_groups = rolled[max(finer for finer in rolled if period % finer == 0)]
-            rolled[period] = finer_rows.roll_groups(finer_groups, period * 1000)
         rows, groups = rolled[period]
-        tiers.append(rows)
+        rows_of.append(rows)
         keys.extend((targets[group][0], period, stamp, targets[group][1])
                     for group, stamp in zip(groups.tolist(), rows.timestamp_ms.tolist(), strict=True))
-    _merge_stored(sql, keys, join(tiers))  # every tier's rows together, merged and encoded at once
+    _merge_stored(sql, keys, join(rows_of))  # every tier's rows together, merged and encoded at once
 
 
 def merge_rollups(sql: Sql, series_id: int, period: int, unit: str, rows: Rollups) -> None:
