@@ -485,14 +485,14 @@ def test_a_job_printing_a_line_at_a_time_is_ingested_a_batch_a_step(tmp_path: Pa
         store.close()
 
 
-def test_a_batch_waits_for_more_reads_from_its_first_read_not_from_the_step_that_took_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_steps_reads_go_to_the_writer_as_one_batch_at_its_end(tmp_path: Path) -> None:
+    """Steps are STEP_GAP_S apart at least, so each step's reads are a batch handed to the writer as
+    the step ends: a read is never left pending for a later step."""
     from trainmon.parsing.extract import Extractor
     from trainmon.runtime.capture import ingestor as ingestion
     from trainmon.runtime.capture.spool import now_ms
     from trainmon.store import SqliteStore
 
-    monkeypatch.setattr(ingestion, "BATCH_WAIT_S", 3600.0)  # (so that the batch stays pending here)
     store = SqliteStore(tmp_path / "trainmon.db")
     try:
         job = store.create_job("waits", {"TrainingJobStatus": "InProgress"}, 1000.0)
@@ -502,9 +502,11 @@ def test_a_batch_waits_for_more_reads_from_its_first_read_not_from_the_step_that
         ingestor = ingestion.Ingestor(store, job.id, [ingestion.HostStream("algo-1", stream.id, [pipe])],
                                       Extractor(validate_definitions([]), Mode.TERMINAL), threading.Event(),
                                       on_error=lambda message: None)
-        output.unspooled(b"read ten seconds ago\n", now_ms() - 10_000, 0)
+        put: list[object] = []
+        ingestor.writer.put = lambda batch, horizon_ms=None: put.append(batch)  # type: ignore[method-assign]
+        output.unspooled(b"read just now\n", now_ms(), 0)
         ingestor._step(final=False)  # (in this thread: the ingestor is not started)
-        assert ingestor._pending and ingestor._pending_since is not None
-        assert ingestor._pending_since <= time.monotonic() - 9.9  # pending since the read, not the step
+        assert not ingestor._pending and len(put) == 1
+        assert [chunk[-1] for chunk in put[0].chunks] == [b"read just now"]  # type: ignore[attr-defined]
     finally:
         store.close()

@@ -29,7 +29,7 @@ from .loss import Loss, count_block
 from .pipes import Chunk, MemoryBudget
 from .records import Echo, Piece, RecordCutter, ends_record, piece_bytes, stored_text
 from .spool import FRAME, RELEASE_BYTES, now_ms, pipe_name, release_spool
-from .writer import BATCH_WAIT_S, FLUSH_BYTES, FLUSH_POINTS, LEAVE_WAIT_S, BatchWriter, batch_loss, yield_to_the_job
+from .writer import FLUSH_BYTES, FLUSH_POINTS, LEAVE_WAIT_S, BatchWriter, batch_loss, yield_to_the_job
 
 STDERR_TAIL_RECORDS = 20
 
@@ -49,7 +49,8 @@ JOIN_BYTES = 256 << 10  # blocks of records are matched together up to this much
 SPAN_SLACK_BYTES = 64 << 10  # a run's spooled reads are read back at once unless they lie further apart
 
 
-STEP_GAP_S = BATCH_WAIT_S  # steps this far apart at least: a job printing a line at a time costs a step a batch, not one a line
+STEP_GAP_S = 0.05  # steps this far apart at least, each a batch: a job printing a line at a time costs a
+# transaction every 50 ms, not one a line, and its points are still stored within a fraction of a second
 
 
 def _split_hits(hits: Hits, counts: list[int]) -> list[tuple[Hits, int]]:
@@ -151,7 +152,6 @@ class Ingestor(threading.Thread):
         self._finishing = threading.Event()
         self._stepped_at = 0.0  # (time.monotonic) when the last step began
         self._pending = Batch(job_id)
-        self._pending_since: float | None = None  # when the pending batch's first read was made (monotonic)
         self.writer = BatchWriter(store, self.on_error)
         self.failure: BaseException | None = None
         self.loss = Loss()  # what was given up (a disk that stayed full after the job)
@@ -217,9 +217,11 @@ class Ingestor(threading.Thread):
     def _loop(self) -> None:
         pipes = [pipe for stream in self.streams for pipe in stream.pipes]
         while True:
-            if not any(pipe.reader.chunks for pipe in pipes):  # (work put back while the writer was behind: at once)
-                wait_s = self._batch_wait_s()  # a pending batch goes when it is due, reads or not
-                self.wake.wait(0.25 if wait_s <= 0 else min(0.25, wait_s))
+            if not any(pipe.reader.chunks for pipe in pipes):
+                self.wake.wait(0.25)
+            gap = self._stepped_at + STEP_GAP_S - time.monotonic()
+            if gap > 0:  # a trickle of reads (a flood's step takes longer than this): a few a step, a batch a step
+                self._finishing.wait(gap)
             self.wake.clear()
             if self.left:
                 return
@@ -235,9 +237,6 @@ class Ingestor(threading.Thread):
                 raise self.writer.failure
             if self.release_spools:
                 self._release()
-            gap = self._stepped_at + STEP_GAP_S - time.monotonic()
-            if gap > 0:  # a trickle of reads (a step takes a flood's longer than this): a few a step
-                self._finishing.wait(gap)
             self._stepped_at = time.monotonic()
             done = self._finishing.is_set() and all(pipe.reader.eof.is_set() for pipe in pipes)
             self._step(final=done)
@@ -262,7 +261,7 @@ class Ingestor(threading.Thread):
         """The job has ended and the store stays full: count what is left as lost, and stop."""
         reason = self.writer.loss.reason or "the store refused the writes"
         self.loss.add(batch_loss(self._pending, reason))
-        self._pending, self._pending_since = Batch(self.job_id), None
+        self._pending = Batch(self.job_id)
         for _, pipe, chunks in self._runs():
             for chunk in chunks:
                 if chunk.cut:
@@ -324,10 +323,8 @@ class Ingestor(threading.Thread):
     def _step(self, *, final: bool) -> None:
         horizon = now_ms() - NOTE_SLACK_MS  # every read made before this was noted by now: this step takes it
         took = False
-        first_read_ms = None  # (runs come in read-time order)
         for stream, pipe, chunks in self._runs():
             took = True
-            first_read_ms = chunks[0].timestamp_ms if first_read_ms is None else first_read_ms
             if not self._ingest_run(stream, pipe, chunks):
                 return  # the writer is behind: the rest waits in the readers' queues
         if final:
@@ -340,21 +337,10 @@ class Ingestor(threading.Thread):
         if took or final:
             self._pending.diagnostics = [s.to_json() for s in self.extractor.stats]
             self._note_progress()
-        if self._pending and self._pending_since is None:  # a batch waits from its first read, not from this step
-            waited_s = max(0.0, (now_ms() - first_read_ms) / 1000) if first_read_ms is not None else 0.0
-            self._pending_since = time.monotonic() - waited_s
-        if not self._pending:
-            self.writer.stored_through(horizon)
-        elif final or self._batch_wait_s() <= 0:
+        if self._pending:  # a batch a step (a job printing a line at a time: a transaction every STEP_GAP_S)
             self._flush(horizon)
-
-    def _batch_wait_s(self) -> float:
-        """How long the pending batch may still wait for more reads: a job printing a line at a time
-        costs a transaction every BATCH_WAIT_S, not one a line, and its points are still stored
-        within a fraction of a second."""
-        if self._pending_since is None:
-            return 0.0
-        return self._pending_since + BATCH_WAIT_S - time.monotonic()
+        else:
+            self.writer.stored_through(horizon)
 
     def _ingest_run(self, stream: HostStream, pipe: Pipe, chunks: list[Chunk]) -> bool:
         """Consecutive reads of one pipe, cut into records and matched together. The reads of a
@@ -503,7 +489,6 @@ class Ingestor(threading.Thread):
         if self._pending:
             self.writer.put(self._pending, horizon_ms)
             self._pending = Batch(self.job_id)
-        self._pending_since = None
         return self.writer.waiting() <= 1
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """The ingestor's writes: :class:`BatchWriter` stores batches of records and points, one transaction
-each, gathering small ones (``BATCH_WAIT_S``) and flushing large ones (``FLUSH_BYTES``,
-``FLUSH_POINTS``); a batch the store refuses is written again with backoff, and one it could not
+each, a batch for each of the ingestor's steps (at least ``ingestor.STEP_GAP_S`` apart) and more
+for large ones (``FLUSH_BYTES``, ``FLUSH_POINTS``); a batch the store refuses is written again with backoff, and one it could not
 take when the supervisor stops waiting is counted as lost (:func:`batch_loss`). The threads that
 store and judge the output run ``NICER`` than the job.
 """
@@ -25,8 +25,6 @@ FLUSH_POINTS = 50_000
 
 LEAVE_WAIT_S = 15.0  # for a write in progress when the supervisor stops waiting for the store
 
-
-BATCH_WAIT_S = 0.05  # a batch of a few reads waits this long for more before it is stored (one transaction)
 
 
 class BatchWriter(threading.Thread):
