@@ -76,7 +76,11 @@ def pack_text(text: str | bytes | memoryview) -> tuple[bytes, int]:
     data = text.encode("utf-8") if isinstance(text, str) else text
     if len(data) < PACK_TEXT_BYTES:
         return bytes(data), TEXT_AS_IS
-    packed: bytes = _text_compressor().compress(data)
+    return _smaller(data, _text_compressor().compress(data))
+
+
+def _smaller(data: bytes | memoryview, packed: bytes) -> tuple[bytes, int]:
+    """A text as stored: its compressed form if that is smaller, else the text as it is."""
     return (packed, TEXT_ZSTD) if len(packed) < len(data) else (bytes(data), TEXT_AS_IS)
 
 
@@ -98,9 +102,7 @@ def pack_texts(texts: Sequence[str | bytes | memoryview]) -> list[tuple[bytes, i
         return [pack_text(text) for text in data]
     answers = [pack_text(text) if len(text) < PARALLEL_PACK_BYTES else (b"", 0) for text in data]
     for number, index in enumerate(large):
-        segment = packed[number]
-        answers[index] = (segment.tobytes(), TEXT_ZSTD) if len(segment) < len(data[index]) else (bytes(data[index]),
-                                                                                                  TEXT_AS_IS)
+        answers[index] = _smaller(data[index], packed[number].tobytes())
     return answers
 
 

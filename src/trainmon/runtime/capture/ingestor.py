@@ -265,8 +265,7 @@ class Ingestor(threading.Thread):
         for _, pipe, chunks in self._runs():
             for chunk in chunks:
                 if chunk.cut:
-                    block = pipe.cutter.finish()
-                    pipe.cutter.restart(after_cr=chunk.after_cr)
+                    block = pipe.cutter.dropped(after_cr=chunk.after_cr)
                 else:
                     block = pipe.cutter.feed(_whole(self._piece(pipe, chunk, None)))
                 self.loss.add(count_block(self.extractor, block))
@@ -348,8 +347,7 @@ class Ingestor(threading.Thread):
         line at a time costs a block per millisecond, not one per line, and a flood's bytes are copied
         once, into the block."""
         if chunks[0].cut:  # output was dropped here, so the record in progress ends (alone in its run)
-            block = pipe.cutter.finish()
-            pipe.cutter.restart(after_cr=chunks[0].after_cr)
+            block = pipe.cutter.dropped(after_cr=chunks[0].after_cr)
             return self._ingest(stream, pipe, [(block, chunks[0].timestamp_ms, [])])
         spooled = self._spooled(pipe, chunks)
         reads: list[tuple[int, list[Piece]]] = []  # (time, the pieces read then)

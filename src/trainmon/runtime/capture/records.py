@@ -117,6 +117,13 @@ class RecordCutter:
         self._pending, self.pending_bytes = [], 0
         return block
 
+    def dropped(self, *, after_cr: bool) -> bytes:
+        """Output was dropped here: the record in progress ends (what is pending, its block), and
+        the next starts afresh, just after a "\\r" when ``after_cr``."""
+        block = self.finish()
+        self.restart(after_cr=after_cr)
+        return block
+
     def restart(self, *, after_cr: bool = False) -> None:
         """Start again at the beginning of a record, what is pending dropped (as a new cutter would);
         ``after_cr``: just after a "\\r", so a "\\n" that comes first is no record break."""
