@@ -56,31 +56,17 @@ class RecordCutter:
         return self._skip_newline
 
     def feed(self, data: bytes) -> bytes:
-        if self._skip_newline and data:
-            self._skip_newline = False
-            if data[:1] == b"\n":  # the second half of a "\r\n" split across two reads
-                data = data[1:]
-        cut = last_break_end(data, self.mode)
-        if cut == 0:
-            self._pending.append(data)
-            self.pending_bytes += len(data)
-            if self.pending_bytes < MAX_RECORD_BYTES:
-                return b""
+        """The whole records one read completes, with what was pending before it (:meth:`feed_pieces`
+        of the read alone); a record that reaches MAX_RECORD_BYTES without a break is cut there."""
+        block = self.feed_pieces([(data, 0, len(data))])
+        if not block and self.pending_bytes >= MAX_RECORD_BYTES:
             return self.finish()
-        if not self._pending and cut == len(data):
-            block, rest = data, b""
-        else:  # one copy: the records' bytes are joined from a view of the read
-            block, rest = b"".join([*self._pending, memoryview(data)[:cut]]), data[cut:]
-        self._pending = [rest] if rest else []
-        self.pending_bytes = len(rest)
-        if self.mode.splits_on_cr and not rest and block[-1:] == b"\r":
-            self._skip_newline = True  # the read ended on "\r": a "\n" may follow in the next one
         return block
 
     def feed_pieces(self, pieces: list[Piece]) -> bytes:
-        """:meth:`feed` of the pieces one after another (the reads of a millisecond), joined once: the
-        whole records they complete, with what was pending before them. The caller feeds read by read
-        instead where a record might reach MAX_RECORD_BYTES (:meth:`might_cut`)."""
+        """The whole records the pieces complete one after another (the reads of a millisecond), with
+        what was pending before them, joined once. Records are never cut here at MAX_RECORD_BYTES:
+        the caller feeds read by read (:meth:`feed`) where one might reach it (:meth:`might_cut`)."""
         if self._skip_newline:
             for index, (buffer, start, end) in enumerate(pieces):
                 if start < end:
