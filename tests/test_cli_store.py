@@ -80,7 +80,8 @@ def test_maintain_seals_rolls_up_and_reports(home: Path) -> None:
     assert "retention raw=forever,1m=forever,5m=forever,1h=forever" in again.stdout
     assert "sealed 0 points" in again.stdout and "tiers" not in again.stdout  # the same tiers, kept longer
     changed = run_cli("maintain", check=True, env={"TRAINMON_RETENTION": "raw=3h,2m=15d,10m=63d"})
-    assert "the store's roll-up tiers changed to this policy's: rebuilt for 1 metrics (" in changed.stdout
+    assert "the store's roll-up tiers changed from 1m, 5m, 1h to this policy's: rebuilt for 1 metrics (" \
+        in changed.stdout
     assert "(0 roll-up rows)" in changed.stdout  # nothing left to roll up: the rows written were the rebuild's
     store = open_store(home)
     try:  # the 10-minute tier holds the datapoints written under the other policy
@@ -91,3 +92,4 @@ def test_maintain_seals_rolls_up_and_reports(home: Path) -> None:
         store.close()
     bad = run_cli("maintain", env={"TRAINMON_RETENTION": "raw=3h,90s=1d"})
     assert bad.returncode == 2 and "multiple of 60" in bad.stderr
+    assert "a tier of 90s is not a whole number of minutes" in bad.stderr

@@ -15,6 +15,7 @@ from ..api import cloudwatch, metric_queries, sagemaker, trainmon
 from ..api.times import as_datetime
 from ..api.trainmon import metric_host
 from ..cloudwatch.model import MetricKey, job_metric_key
+from ..cloudwatch.retention import periods_text
 from ..cloudwatch.statistics import Point, auto_period_s, check_period, least_period, period_table
 from ..errors import CloudWatchError, InvalidParameterValue, ValidationException
 from ..shapes import snake_case
@@ -380,8 +381,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     else:
         print(f"retention {done['Retention']}")
         if done["RetieredSeries"]:
-            print(f"the store's roll-up tiers changed to this policy's: rebuilt for {done['RetieredSeries']} metrics "
-                  f"({done['RetieredRows']} roll-up rows)")
+            print(f"the store's roll-up tiers changed from {periods_text(tuple(done['TiersBefore']))} to this "
+                  f"policy's: rebuilt for {done['RetieredSeries']} metrics ({done['RetieredRows']} roll-up rows)")
         print(f"sealed {done['SealedPoints']} points into {done['SealedChunks']} chunks; rolled up "
               f"{done['RolledSeries']} metrics ({done['RollupRows']} roll-up rows); expired {done['ExpiredChunks']} "
               f"chunks and {done['ExpiredRollups']} roll-up rows")

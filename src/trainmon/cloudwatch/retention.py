@@ -69,9 +69,12 @@ def parse(text: str) -> Retention:
     if not raw_given:
         raise ValidationException(f"{VARIABLE}: say how long raw datapoints are kept (raw=3h, or raw=forever)")
     tiers.sort()
-    finer = 1
+    finer = None
     for period, _ in tiers:
-        if period % 60 or period % finer or period == finer:
+        if period % 60:
+            raise ValidationException(f"{VARIABLE}: a tier of {_duration(period)} is not a whole number of minutes; "
+                                      "each tier's period is a multiple of 60 s and of the finer tier's")
+        if finer is not None and (period % finer or period == finer):
             raise ValidationException(
                 f"{VARIABLE}: a tier of {_duration(period)} cannot be rolled up from the {_duration(finer)} tier; "
                 "each tier's period is a multiple of 60 s and of the finer tier's"
@@ -86,6 +89,11 @@ def current() -> Retention:
 
 def _seconds(text: str) -> int:
     return int(text[:-1]) * _UNITS[text[-1]]
+
+
+def periods_text(periods: tuple[int, ...]) -> str:
+    """Tier periods as a person reads them: ``1m, 5m, 1h`` (``none`` for none)."""
+    return ", ".join(_duration(period) for period in periods) or "none"
 
 
 def _duration(seconds: int) -> str:

@@ -138,6 +138,7 @@ class Maintenance:
     rolled_series: int = 0  # series that had data to roll up
     retiered_series: int = 0  # series whose roll-ups were brought to a changed policy's tiers
     retiered_rows: int = 0  # the roll-up rows written for those tiers
+    tiers_before: tuple[int, ...] = ()  # the tier periods the store had before they changed (then)
     rollup_rows: int = 0
     expired_chunks: int = 0
     expired_rollups: int = 0

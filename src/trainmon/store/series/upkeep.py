@@ -213,7 +213,7 @@ def _retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance
         if recorded:  # rows a writer made in a dropped period after its series was rebuilt
             sql.rows(f"DELETE FROM rollups WHERE period NOT IN ({','.join('?' * len(target))})"
                      if target else "DELETE FROM rollups", target)
-    done.retiered_series = len(every)
+    done.retiered_series, done.tiers_before = len(every), complete
 
 
 def _rebuild(transaction: Transaction, series: int, complete: tuple[int, ...], target: tuple[int, ...]) -> int:
