@@ -251,13 +251,15 @@ def test_fast_extractor_equals_the_naive_loop(seed: int, mode: Mode, small_block
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("mode", list(Mode))
 @pytest.mark.parametrize("small_blocks", [32 << 10, 0], ids=["small-blocks-by-loop", "every-block-vectorised"])
+@pytest.mark.parametrize("sparse_bytes", [0, 1 << 40], ids=["every-record-bounded", "only-candidates-bounded"])
 def test_parts_matched_together_are_each_given_their_own_records(seed: int, mode: Mode, small_blocks: int,
-                                                                   monkeypatch) -> None:
+                                                                   sparse_bytes: int, monkeypatch) -> None:
     """The job writer matches consecutive reads joined into one block, then counts each read's
-    records from the bounds that scan found: the counts are each part's own."""
+    records from the bounds (or the breaks) that scan found: the counts are each part's own."""
     import trainmon.parsing.extract as extract
 
     monkeypatch.setattr(extract, "SMALL_BLOCK_BYTES", small_blocks)
+    monkeypatch.setattr(extract, "SPARSE_BYTES", sparse_bytes)
     rng = random.Random(seed)
     log = _random_log(rng, 300)
     breaks = rb"\n" if mode is Mode.SAGEMAKER else rb"\r\n|\r(?!\n)|\n"

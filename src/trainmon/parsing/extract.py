@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .breaks import Breaks
 from .definitions import MetricDefinition
 from .engines import TIME_LIMIT_REASON, Matcher
 from .framing import ESCAPE_TABLE, Mode, decode, escape, split_text
@@ -189,8 +190,9 @@ class Extractor:
         literal_of = {index: number for number, indexes in enumerate(self._by_literal.values()) for index in indexes}
         self._literal_numbers = [literal_of.get(index) for index in range(len(self.definitions))]  # None: no literal
         self._scratch = np.empty(0, bool), np.empty(0, bool)
-        # The last block scan() counted: its records, and where they end when it bounded every one.
-        self._counted: tuple[bytes, int, np.ndarray | None] | None = None
+        # The last block scan() counted: its records, and where they end (every record bounded) or its
+        # breaks (a sparse scan).
+        self._counted: tuple[bytes, int, np.ndarray | Breaks] | None = None
         self._crlf: tuple[bytes, bool] | None = None  # the last block bounded with "\r" in it, and if "\r\n" too
 
     @property
@@ -218,19 +220,19 @@ class Extractor:
 
     def record_counts(self, block: bytes, parts: Sequence[bytes]) -> list[int]:
         """The records of each of ``parts``, joined into ``block``, each but the last ending with a
-        break (no break spans two): from the bounds a scan of ``block`` just found where it did (no
-        pass over the bytes again), else counted part by part."""
+        break (no break spans two): from the bounds or breaks a scan of ``block`` just found (no pass
+        over the bytes again), else counted part by part."""
         counted, self._counted = self._counted, None
         if counted is None or counted[0] is not block:
             return [self.count_records(part) for part in parts]
-        ends = counted[2]
         if len(parts) == 1:
             return [counted[1]]
-        if ends is None:  # (a sparse scan counted the records, without their bounds)
-            return [self.count_records(part) for part in parts]
         edges = np.cumsum([len(part) for part in parts])  # a part's records end (at their breaks) before the next's
+        if isinstance(counted[2], Breaks):  # the records through each part but the last: the breaks before its end
+            through = counted[2].rank(edges[:-1]).tolist()
+            return np.diff([0, *through, counted[1]]).tolist()  # type: ignore[no-any-return]
         edges[-1] += 1  # the last record, without a break, ends at the block's end
-        return np.diff(np.searchsorted(ends, edges), prepend=0).tolist()  # type: ignore[no-any-return]
+        return np.diff(np.searchsorted(counted[2], edges), prepend=0).tolist()  # type: ignore[no-any-return]
 
     def holds_crlf(self, block: bytes) -> bool | None:
         """Whether a block the last scan bounded holds a "\r\n" break (None: not known; the scan of
@@ -318,36 +320,26 @@ class Extractor:
 
     def _scan_sparse(self, block: bytes, data: np.ndarray, found: list[np.ndarray]) -> Hits:
         """:meth:`scan_columns` of a block where the literals are rare (a flood of lines that hold no
-        metric): only the records that hold one are bounded, by looking for the breaks around each,
-        and their numbers come from the breaks counted between them. No array of every record's
-        bounds is made, which is most of what a block costs otherwise."""
+        metric): the breaks are marked as bits (:class:`~trainmon.parsing.breaks.Breaks`), each
+        literal's records numbered by the breaks before it, and only those records bounded. No
+        array of every record's bounds is made, which is most of what a block costs otherwise."""
         split_cr = self._split_cr and b"\r" in block
-        starts, ends = _bounds_around(block, np.unique(np.concatenate(found)).tolist(), split_cr)
-        numbers, count = self._numbers(block, data, starts, split_cr)
-        self._counted = (block, count, None)
-        if not len(starts):
-            return _NO_HITS
-        texts = self._texts(block, starts, ends, np.arange(len(starts)))
-        hits = self._points(starts, ends, (
-            (index, records, list(map(texts.__getitem__, records.tolist())))
-            for index, records in ((index, records_of(found[number], ends))
-                                   for index, number in enumerate(self._literal_numbers) if number is not None)
-            if len(records)))
-        return hits._replace(records=numbers[hits.records])
-
-    def _numbers(self, block: bytes, data: np.ndarray, starts: np.ndarray, split_cr: bool) -> tuple[np.ndarray, int]:
-        """The number (from 0 within the block) of each record that starts at ``starts`` (ascending),
-        and how many records the block holds: breaks counted between the starts, in one pass."""
-        breaks, carriage = self._masks(len(data))
-        np.equal(data, 10, out=breaks)
+        breaks = Breaks(data, split_cr, self._masks(len(data)))
         if split_cr:
-            np.equal(data, 13, out=carriage)
-            newlines = np.count_nonzero(breaks)
-            np.greater(breaks[1:], carriage[:-1], out=breaks[1:])  # the "\n" of a "\r\n" is no break of its own
-            self._crlf = (block, bool(np.count_nonzero(breaks) < newlines))
-            np.logical_or(breaks, carriage, out=breaks)
-        numbers, total = _set_before(breaks, starts)
-        return numbers, self._records_of_breaks(block, total)
+            self._crlf = (block, breaks.crlf)
+        self._counted = (block, self._records_of_breaks(block, breaks.count), breaks)
+        holding = [_distinct(breaks.rank(positions)) for positions in found]  # each literal's records
+        records = holding[0] if len(holding) == 1 else np.unique(np.concatenate(holding))
+        if not len(records):
+            return _NO_HITS
+        starts, ends = breaks.bounds(records)
+        texts = self._texts(block, starts, ends, np.arange(len(records)))
+        hits = self._points(starts, ends, (
+            (index, places, list(map(texts.__getitem__, places.tolist())))
+            for index, places in ((index, np.searchsorted(records, holding[number]))
+                                  for index, number in enumerate(self._literal_numbers) if number is not None)
+            if len(places)))
+        return hits._replace(records=records[hits.records])
 
     def _scan_small(self, block: bytes) -> Hits:
         """:meth:`scan_columns` for a few records (what a job printing a line at a time gives): plain
@@ -503,42 +495,11 @@ class Extractor:
         self.stats = [DefinitionStats(s.name, s.literal) for s in self.stats]
 
 
-def _set_before(mask: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, int]:
-    """How many of ``mask`` are set before each of ``positions``, and in all: the mask packed into
-    64-bit words, their bits counted once and summed, then each position's word counted up to it."""
-    packed = np.packbits(mask, bitorder="little")
-    if len(packed) % 8:
-        packed = np.concatenate((packed, np.zeros(8 - len(packed) % 8, np.uint8)))
-    words = packed.view("<u8")
-    before_word = np.zeros(len(words) + 1, np.int64)
-    np.cumsum(np.bitwise_count(words), out=before_word[1:])
-    word = positions >> 6
-    below = np.left_shift(np.uint64(1), (positions & 63).astype(np.uint64)) - np.uint64(1)
-    return before_word[word] + np.bitwise_count(words[word] & below), int(before_word[-1])
-
-
-def _bounds_around(block: bytes, positions: list[int], split_cr: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Where the records that hold these positions (ascending) start and end (before the break), each
-    record once: the breaks looked for on either side of each."""
-    starts: list[int] = []
-    ends: list[int] = []
-    rfind, find, size = block.rfind, block.find, len(block)
-    end = -1
-    for position in positions:
-        if position <= end:
-            continue  # in the record just bounded (or at its break)
-        start = rfind(b"\n", 0, position) + 1
-        end = find(b"\n", position)
-        if end < 0:
-            end = size
-        if split_cr:
-            start = max(start, rfind(b"\r", start, position) + 1)
-            carriage = find(b"\r", position, end)
-            if carriage >= 0:
-                end = carriage
-        starts.append(start)
-        ends.append(end)
-    return np.array(starts, np.int64), np.array(ends, np.int64)
+def _distinct(ascending: np.ndarray) -> np.ndarray:
+    """An ascending array, each value once."""
+    if len(ascending) > 1:
+        return ascending[np.concatenate(([True], ascending[1:] != ascending[:-1]))]
+    return ascending
 
 
 class ParsedPoint(NamedTuple):
