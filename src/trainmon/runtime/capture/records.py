@@ -137,27 +137,33 @@ class Echo:
         self.flush_points()
 
     def passthrough(self, is_stderr: bool, pieces: list[Piece]) -> None:
-        """One host: the bytes as the job wrote them (the pieces of its reads, joined once); points go
-        after the last complete line."""
-        data = b"".join(_views(pieces))
-        cut = data.rfind(b"\n") + 1
-        if cut:
-            self._write(is_stderr, data[:cut])
-            if not is_stderr:
-                self._at_line_start = True
+        """One host: the bytes as the job wrote them (the pieces of its reads, each written as it is,
+        never joined); points go after the last complete line."""
+        for last in range(len(pieces) - 1, -1, -1):
+            buffer, start, end = pieces[last]
+            cut = buffer.rfind(b"\n", start, end) + 1
+            if cut:
+                self._write(is_stderr, *_views([*pieces[:last], (buffer, start, cut)]))
+                if not is_stderr:
+                    self._at_line_start = True
+                rest = [(buffer, cut, end), *pieces[last + 1:]]
+                break
+        else:
+            rest = pieces
         self.flush_points()
-        if cut < len(data):
-            self._write(is_stderr, data[cut:])
+        if piece_bytes(rest):
+            self._write(is_stderr, *_views(rest))
             if not is_stderr:
                 self._at_line_start = False
 
-    def _write(self, is_stderr: bool, data: bytes) -> None:
+    def _write(self, is_stderr: bool, *parts: bytes | memoryview) -> None:
         if self.closed:
             return
         target = sys.stderr if is_stderr else sys.stdout
         try:
             target.flush()
-            target.buffer.write(data)
+            for part in parts:
+                target.buffer.write(part)
             target.flush()
         except (OSError, ValueError):
             self.closed = True  # a closed terminal must not stop the capture
