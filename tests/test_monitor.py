@@ -675,3 +675,24 @@ def test_the_real_clocks_stop_signal_ends_a_wait_and_stays_set() -> None:
     signal.set()
     assert signal.wait_until(clock.monotonic() + 3600.0) is True  # set: no wait either
     assert signal.wait_until(clock.monotonic() + 3600.0) is True
+
+
+def test_writing_a_profile_leaves_pandas_unimported(tmp_path: Path) -> None:
+    """A job's supervisor writes its profile without importing pandas (a quarter of a second of its
+    CPU), and the file reads back whole: metric names, times and values."""
+    script = (
+        "import sys\n"
+        "from trainmon.store.profiles import ProfileWriter\n"
+        f"writer = ProfileWriter({str(tmp_path / 'profiles')!r}, 'lean')\n"
+        "writer.add('algo-1', 1000, {'cpu': 1.5, 'gpu0_utilization_pct': 90.0})\n"
+        "writer.add('algo-1', 1100, {'cpu': 2.5, 'r\\u00e9seau': -1.0})\n"
+        "writer.close()\n"
+        "assert writer.failed is None, writer.failed\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+    frame = trainmon.profile("lean", str(tmp_path / "profiles")).dataframe()
+    rows = sorted((int(r.timestamp.value // 10**6), r.metric, r.value) for r in frame.itertuples())
+    assert rows == [(1000, "cpu", 1.5), (1000, "gpu0_utilization_pct", 90.0), (1100, "cpu", 2.5),
+                    (1100, "r\u00e9seau", -1.0)]
