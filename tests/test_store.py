@@ -695,6 +695,72 @@ def test_log_chunks_of_an_older_store_read_as_they_were_and_new_ones_are_packed(
         store.close()
 
 
+def test_log_chunks_of_a_store_keyed_without_rowids_are_kept_when_it_is_migrated(tmp_path: Path) -> None:
+    """A store whose log chunks were a WITHOUT ROWID table (before the migration that gives them
+    rowids) keeps every chunk, read as it was, and its chunks are then found by time as before."""
+    import sqlite3
+
+    from trainmon.store.sqlite import _MIGRATIONS as sqlite_migrations
+
+    store = SqliteStore(tmp_path / "trainmon.db")
+    job = new_job(store, "keyed")
+    stream = store.add_stream(job.id, "algo-1", "keyed/algo-1-1", 0)
+    store.close()
+    db = sqlite3.connect(tmp_path / "trainmon.db")
+    db.executescript(f"""
+        DROP TABLE log_chunks;
+        CREATE TABLE log_chunks (
+            stream_id INTEGER NOT NULL REFERENCES log_streams (id) ON DELETE CASCADE,
+            first_seq INTEGER NOT NULL, count INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL, text TEXT NOT NULL,
+            packing INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (stream_id, first_seq)) WITHOUT ROWID;
+        CREATE INDEX log_chunks_by_time ON log_chunks (stream_id, timestamp_ms);
+        PRAGMA user_version={len(sqlite_migrations) - 1};
+    """)
+    db.executemany("INSERT INTO log_chunks VALUES (?, ?, 2, ?, ?, 0)",
+                   [(stream.id, 2 * n, 1000 * n, f"line {2 * n}\nline {2 * n + 1}") for n in range(50)])
+    db.commit()
+    db.close()
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        assert [e.message for e in store.events(stream.id, limit=4)] == ["line 0", "line 1", "line 2", "line 3"]
+        assert [e.seq for e in store.events(stream.id, start_ms=30_000, limit=2)] == [60, 61]
+        assert store.log_text(stream.id)[0].count("\n") == 100
+        (schema,) = store._read("SELECT sql FROM sqlite_master WHERE name = 'log_chunks'")[0]  # type: ignore[attr-defined]
+        assert "WITHOUT ROWID" not in schema
+    finally:
+        store.close()
+
+
+def test_storing_log_chunks_reads_back_none_of_the_text_written_before(tmp_path: Path, monkeypatch) -> None:
+    """A flood's writer inserts chunk after chunk of compressed text; finding each one's place must not
+    read the texts already stored (the bytes this process reads stay a small part of what it writes)."""
+    import os
+
+    import trainmon.store.sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", 1 << 40)  # (the checkpoint reads the log: not now)
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        job = new_job(store, "flood")
+        stream = store.add_stream(job.id, "algo-1", "flood/algo-1-1", 0)
+
+        def read_bytes() -> int:
+            return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])
+
+        before = read_bytes()
+        written = 0
+        for batch in range(30):
+            texts = [os.urandom(192 << 10) for _ in range(4)]  # (random: stored as they are, 192 KiB each)
+            written += sum(map(len, texts))
+            store.write_batch(Batch(job.id, chunks=[(stream.id, 4 * batch + n, 1, batch, text)
+                                                    for n, text in enumerate(texts)],
+                                    stream_stats={stream.id: (4, sum(map(len, texts)), batch)}))
+        assert store.streams(job.id)[0].records == 120
+        assert read_bytes() - before < written / 10
+    finally:
+        store.close()
+
+
 def test_the_write_ahead_log_is_copied_into_the_file_by_the_stores_thread_and_starts_again(tmp_path: Path) -> None:
     """A commit never syncs: past CHECKPOINT_BYTES of log, a thread of the store copies it into the
     database file (the writer itself would only past 64 MB), the next commit starts the log again

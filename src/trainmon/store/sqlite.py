@@ -248,6 +248,8 @@ _MIGRATIONS.append(lambda db: _add_tier_record(db))
 # The chunks maintenance has yet to seal, by series: found at once however many sealed ones there are
 # (upkeep.seal_busy looks every few seconds).
 _MIGRATIONS.append("CREATE INDEX IF NOT EXISTS chunks_unsealed ON chunks (series_id) WHERE sealed = 0")
+# Log chunks in a table with rowids: see _log_chunks_by_rowid.
+_MIGRATIONS.append(lambda db: _log_chunks_by_rowid(db))
 
 OPEN_TIMEOUT_S = 30.0
 KEPT_READERS = 8  # idle read-only connections a store keeps for its threads' reads (more are closed after use)
@@ -692,6 +694,30 @@ def _add_overviews(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE chunks ADD COLUMN overview BLOB")
     db.execute("CREATE INDEX chunks_without_overview ON chunks (id) WHERE kind = 0 AND sealed = 1 "
                "AND overview IS NULL AND count > 128")
+
+
+def _log_chunks_by_rowid(db: sqlite3.Connection) -> None:
+    """log_chunks rebuilt as a table with rowids, its key an index beside it. A WITHOUT ROWID table
+    keeps each row whole in its key's b-tree, and SQLite reads a cell's whole payload, overflow pages
+    and all, to compare a key with it when the row overflows its page: a flood's writer read back as
+    many pages as it wrote, the texts its inserts' searches passed. The index by time holds
+    ``first_seq`` too, as the old one did through the key, so finding a chunk by its time reads no
+    text. The rows are copied once (what the store holds of logs, compressed)."""
+    db.execute("""
+        CREATE TABLE log_chunks_by_rowid (
+            stream_id INTEGER NOT NULL REFERENCES log_streams (id) ON DELETE CASCADE,
+            first_seq INTEGER NOT NULL,
+            count INTEGER NOT NULL,
+            timestamp_ms INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            packing INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (stream_id, first_seq)
+        )""")
+    db.execute("INSERT INTO log_chunks_by_rowid (stream_id, first_seq, count, timestamp_ms, text, packing) "
+               "SELECT stream_id, first_seq, count, timestamp_ms, text, packing FROM log_chunks ORDER BY stream_id, first_seq")
+    db.execute("DROP TABLE log_chunks")
+    db.execute("ALTER TABLE log_chunks_by_rowid RENAME TO log_chunks")
+    db.execute("CREATE INDEX log_chunks_by_time ON log_chunks (stream_id, timestamp_ms, first_seq)")
 
 
 def _add_tier_record(db: sqlite3.Connection) -> None:
