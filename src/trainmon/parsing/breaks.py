@@ -74,15 +74,16 @@ class Breaks:
         """Where each of these records (by number, ascending) starts and ends (before its break; the
         block's end for a last record without one)."""
         size = len(self._data)
+        ended, later = records < self.count, records > 0
+        ending = records[ended]
+        places = self.select(np.concatenate((ending, records[later] - 1)))  # its break, and the one before it
         ends = np.full(len(records), size, np.int64)
-        ended = records < self.count
-        ends[ended] = self.select(records[ended])
-        starts = np.zeros(len(records), np.int64)
-        later = records > 0
-        previous = self.select(records[later] - 1)  # the break before the record
+        ends[ended] = places[:len(ending)]
+        previous = places[len(ending):]
         after = previous + 1
         if self.crlf:  # a "\r\n" break: the record starts after its "\n"
             inside = after < size
             after[inside] += (self._data[previous[inside]] == 13) & (self._data[after[inside]] == 10)
+        starts = np.zeros(len(records), np.int64)
         starts[later] = after
         return starts, ends

@@ -13,6 +13,7 @@ Text after the last break is a record; a final break adds no empty record.
 
 from __future__ import annotations
 
+import mmap
 import re
 from enum import StrEnum
 
@@ -76,7 +77,7 @@ def split_bytes(data: bytes, mode: Mode) -> list[bytes]:
     return parts
 
 
-def last_break_end(data: bytes, mode: Mode, start: int = 0, end: int | None = None) -> int:
+def last_break_end(data: bytes | mmap.mmap, mode: Mode, start: int = 0, end: int | None = None) -> int:
     """Index just past the last record break in ``data[start:end]`` (``start`` if there is none).
 
     A ``\\r`` at the very end counts as a break in the splitting modes; the caller must then

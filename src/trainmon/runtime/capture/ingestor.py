@@ -8,6 +8,7 @@ tail of stderr for the failure reason.
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 import threading
@@ -49,6 +50,9 @@ JOIN_BYTES = 256 << 10  # blocks of records are matched together up to this much
 SPAN_SLACK_BYTES = 64 << 10  # a run's spooled reads are read back at once unless they lie further apart
 
 
+MAP_BYTES = 1 << 20  # a run's spooled reads this large are mapped from the spool, not read (a copy less)
+
+
 STEP_GAP_S = 0.05  # steps this far apart at least, each a batch: a job printing a line at a time costs a
 # transaction every 50 ms, not one a line, and its points are still stored within a fraction of a second
 
@@ -70,7 +74,7 @@ def _joined(parts: list[bytes]) -> bytes:
 
 def _whole(piece: Piece) -> bytes:
     buffer, start, end = piece
-    return buffer if start == 0 and end == len(buffer) else buffer[start:end]
+    return buffer if start == 0 and end == len(buffer) and isinstance(buffer, bytes) else buffer[start:end]
 
 
 class ChunkSource(Protocol):
@@ -304,8 +308,8 @@ class Ingestor(threading.Thread):
                 size += chunk.length
             yield stream, pipe, run
 
-    def _piece(self, pipe: Pipe, chunk: Chunk, spooled: tuple[int, bytes] | None) -> Piece:
-        """A chunk's bytes: in memory, in the run's bytes read back from the spool (``spooled``: where
+    def _piece(self, pipe: Pipe, chunk: Chunk, spooled: tuple[int, bytes | mmap.mmap] | None) -> Piece:
+        """A chunk's bytes: in memory, in the run's bytes mapped from the spool (``spooled``: where
         they start, and them), or read on their own."""
         if chunk.data is not None:
             if self.budget is not None:
@@ -384,8 +388,8 @@ class Ingestor(threading.Thread):
             for pipe in stream.pipes:
                 self._pending.spools[(stream.stream_id, pipe.name)] = pipe.consumed()
 
-    def _spooled(self, pipe: Pipe, chunks: list[Chunk]) -> tuple[int, bytes] | None:
-        """The spool's bytes under a run's spooled reads, read at once (a read per line costs a job
+    def _spooled(self, pipe: Pipe, chunks: list[Chunk]) -> tuple[int, bytes | mmap.mmap] | None:
+        """The spool's bytes under a run's spooled reads, taken at once (a read per line costs a job
         that prints a line at a time more than matching them does, and a flood's reads are then
         pieces of one buffer), and the offset they start at; None when the run holds one spooled read,
         or reads far apart (each is read on its own)."""
@@ -396,13 +400,23 @@ class Ingestor(threading.Thread):
         span = spooled[-1].start + spooled[-1].length - start
         if span > 2 * sum(chunk.length for chunk in spooled) + SPAN_SLACK_BYTES:
             return None
+        if span >= MAP_BYTES:
+            try:  # the file's cached pages, mapped: the cutter then copies each block once, from them
+                at = start - start % mmap.ALLOCATIONGRANULARITY
+                return at, mmap.mmap(self._spool(pipe).fileno(), start + span - at, prot=mmap.PROT_READ, offset=at)
+            except (OSError, ValueError):  # (a file system that cannot map it: read, as a small run is)
+                pass
         return start, self._read_span(pipe, start, span)
 
-    def _read_span(self, pipe: Pipe, start: int, length: int) -> bytes:
+    def _spool(self, pipe: Pipe) -> BinaryIO:
         if pipe.spool is None:
             pipe.spool = open(pipe.reader.spool_path, "rb")  # noqa: SIM115 - closed in close()
-        pipe.spool.seek(start)
-        return pipe.spool.read(length)
+        return pipe.spool
+
+    def _read_span(self, pipe: Pipe, start: int, length: int) -> bytes:
+        spool = self._spool(pipe)
+        spool.seek(start)
+        return spool.read(length)
 
     def _ingest(self, stream: HostStream, pipe: Pipe, blocks: list[tuple[bytes, int, list[Piece]]]) -> bool:
         """Add blocks of records (each with the time of the read that completed it, and the bytes that

@@ -6,6 +6,7 @@ completed it.
 
 from __future__ import annotations
 
+import mmap
 import sys
 
 from ...parsing.framing import Mode, last_break_end
@@ -13,9 +14,9 @@ from ...parsing.framing import Mode, last_break_end
 MAX_RECORD_BYTES = 16 << 20
 
 
-Piece = tuple[bytes, int, int]
-"""A read's bytes as ``buffer[start:end]``: a run of spooled reads is read back at once, and each read
-is a piece of that, never copied on its own."""
+Piece = tuple[bytes | mmap.mmap, int, int]
+"""A read's bytes as ``buffer[start:end]``: a run of spooled reads is mapped from the spool at once (or
+read, or held in memory), and each read is a piece of that, never copied on its own."""
 
 
 def piece_bytes(pieces: list[Piece]) -> int:
@@ -84,7 +85,7 @@ class RecordCutter:
             self._pending.extend(rest)
             self.pending_bytes += sum(map(len, rest))
             return b""
-        if not self._pending and last == 0 and start == 0 and cut == len(buffer):
+        if not self._pending and last == 0 and start == 0 and cut == len(buffer) and isinstance(buffer, bytes):
             block = buffer  # a whole read in memory, ending with a break
         else:
             block = b"".join([*self._pending, *_views(pieces[:last]), memoryview(buffer)[start:cut]])
