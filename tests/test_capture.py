@@ -297,11 +297,14 @@ def test_a_record_cut_at_the_size_limit_stays_whole_among_reads_of_its_milliseco
 
 
 @pytest.mark.parametrize("mode", list(Mode))
-def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_path: Path, mode: Mode) -> None:
+@pytest.mark.parametrize("crlf", [True, False], ids=["with-crlf", "cr-and-lf-only"])
+def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_path: Path, mode: Mode,
+                                                                            crlf: bool) -> None:
     """Many reads of one pipe, small and large (matched together by the ingestor), with "\\r", "\\r\\n"
-    and a "\\r\\n" split between two reads: every record stored as the mode cuts the whole output,
-    each with the time of the read that completed it, each point on its record. Reads of the same
-    millisecond are stored as one log chunk."""
+    and a "\\r\\n" split between two reads (or, without any "\\r\\n", reads large enough to be matched
+    on their own, stored with their "\\r" breaks as read): every record stored as the mode cuts the
+    whole output, each with the time of the read that completed it, each point on its record. Reads of
+    the same millisecond are stored as one log chunk."""
     import bisect
     import random
     import re
@@ -311,15 +314,18 @@ def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_
     from trainmon.runtime.capture.ingestor import HostStream, Ingestor, Pipe
     from trainmon.runtime.capture.records import RecordCutter
     from trainmon.runtime.capture.recovery import SpoolSource
-    from trainmon.store import SqliteStore
+    from trainmon.store import SqliteStore, codec
 
     rng = random.Random(5)
     output = bytearray()
     for index in range(30_000):
         output += rng.choice([b"step %d loss=%d.5" % (index, index % 7), b"epoch %d 50%%|###" % index, b"noise"])
-        output += rng.choice([b"\n", b"\n", b"\r", b"\r\n"])
+        output += rng.choice([b"\n", b"\n", b"\r", b"\r\n"] if crlf else [b"\n", b"\n", b"\r"])
     output += b"\n"
-    cuts = sorted(rng.sample(range(1, len(output)), 60)) + [output.index(b"\r\n") + 1]  # one "\r\n" in two reads
+    if crlf:
+        cuts = sorted(rng.sample(range(1, len(output)), 60)) + [output.index(b"\r\n") + 1]  # one "\r\n" in two reads
+    else:
+        cuts = sorted(rng.sample(range(1, len(output)), 8))  # reads of about 70 kB
     reads = [bytes(output[start:end]) for start, end in zip([0, *sorted(cuts)], [*sorted(cuts), len(output)],
                                                              strict=True)]
     spool = tmp_path / "algo-1-stdout"
@@ -348,6 +354,8 @@ def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_
         assert [e.timestamp_ms for e in events] == [stamps[read] for read in completed]  # (the last has a break)
         [(chunks,)] = store._read("SELECT count(*) FROM log_chunks")
         assert chunks <= len(set(stamps))
+        flagged = store._read("SELECT count(*) FROM log_chunks WHERE packing >= ?", (codec.TEXT_CR_BREAKS,))[0][0]
+        assert bool(flagged) == (mode.splits_on_cr and not crlf)  # "\\r" breaks kept as read where no "\\r\\n" is
         whole = Extractor(definitions, mode).scan_columns(bytes(output))  # the whole output at once
         assert [(p.seq, p.value) for p in store.points(job.id)] == list(zip(whole.records.tolist(),
                                                                            whole.values.tolist(), strict=True))
@@ -410,20 +418,24 @@ def test_the_job_shares_its_supervisors_session_and_never_a_shells(tmp_path: Pat
 def test_a_batch_of_large_texts_packs_as_each_alone_with_or_without_many_threads(monkeypatch) -> None:
     """A flood's batch is compressed on every core at once; a zstandard build without that (its CFFI
     backend) packs each text alone. Either way each text unpacks to itself, the small ones kept as
-    they are."""
+    they are, and one stored with its "\\r" breaks as read is flagged and read with each a "\\n"."""
     from types import SimpleNamespace
 
     import zstandard
 
     from trainmon.store import codec
 
-    texts = [b"step %d loss=0.5\n" % i * 8000 for i in range(3)] + [b"short", "caf\u00e9 " * 30000]
+    texts: list[codec.Text] = [b"step %d loss=0.5\n" % i * 8000 for i in range(3)] + [b"short", "caf\u00e9 " * 30000]
+    texts += [codec.CrBreaks(b"10%|#\r20%|##\rstep 1\n" * 5000), codec.CrBreaks(memoryview(b"1%\r2%"))]  # "\r" kept
 
     def check(packed: list[tuple[bytes, int]]) -> None:
         assert [codec.unpack_text(stored, packing) for stored, packing in packed] == \
-            [text.decode() if isinstance(text, bytes) else text for text in texts]
+            [text.decode() if isinstance(text, bytes) else text for text in texts[:5]] + \
+            ["10%|#\n20%|##\nstep 1\n" * 5000, "1%\n2%"]
         assert packed[3] == (b"short", codec.TEXT_AS_IS)
         assert all(packing == codec.TEXT_ZSTD for _, packing in packed[:3])
+        assert [packing for _, packing in packed[5:]] == [codec.TEXT_ZSTD | codec.TEXT_CR_BREAKS,
+                                                          codec.TEXT_AS_IS | codec.TEXT_CR_BREAKS]
 
     check(codec.pack_texts(texts))
     plain = SimpleNamespace(compress=zstandard.ZstdCompressor(level=1).compress)  # no multi_compress_to_buffer

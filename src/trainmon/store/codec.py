@@ -26,6 +26,7 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import zstandard
@@ -66,17 +67,38 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 # -- log text ------------------------------------------------------------------------------
 
 TEXT_AS_IS, TEXT_ZSTD = 0, 1  # how a log chunk's text is stored (log_chunks.packing)
+TEXT_CR_BREAKS = 2  # (a flag beside either) its "\r" are record breaks, kept as read: each is a "\n" read back
 PACK_TEXT_BYTES = 512  # a shorter chunk (a line or a few) is stored as it is: a zstd frame would not pay
 
 
-def pack_text(text: str | bytes | memoryview) -> tuple[bytes, int]:
+class CrBreaks(NamedTuple):
+    """A log chunk's records as read in a mode that splits at "\r" as well as "\n", holding no
+    "\r\n": stored so, flagged (TEXT_CR_BREAKS), and read back with each "\r" a "\n", as the text
+    of any other chunk is joined. Turning them into "\n" as a flood is captured was a copy of every
+    byte and a search per "\r"; a chunk read back costs that instead (most are never read)."""
+
+    raw: bytes | memoryview
+
+
+Text = str | bytes | memoryview | CrBreaks
+
+
+def pack_text(text: Text) -> tuple[bytes, int]:
     """A log chunk's records (UTF-8, as read: invalid bytes are replaced when read back) as stored,
     and how: zstd-compressed when that makes it smaller. Logs compress about five times, so a flood
     costs the store a fifth of its bytes, and the compression runs without Python's lock."""
-    data = text.encode("utf-8") if isinstance(text, str) else text
+    data, flags = _bytes_of(text)
     if len(data) < PACK_TEXT_BYTES:
-        return bytes(data), TEXT_AS_IS
-    return _smaller(data, _text_compressor().compress(data))
+        return bytes(data), TEXT_AS_IS | flags
+    stored, packing = _smaller(data, _text_compressor().compress(data))
+    return stored, packing | flags
+
+
+def _bytes_of(text: Text) -> tuple[bytes | memoryview, int]:
+    """A text's bytes, and the flags its stored form carries."""
+    if isinstance(text, CrBreaks):
+        return text.raw, TEXT_CR_BREAKS
+    return (text.encode("utf-8") if isinstance(text, str) else text), 0
 
 
 def _smaller(data: bytes | memoryview, packed: bytes) -> tuple[bytes, int]:
@@ -87,22 +109,24 @@ def _smaller(data: bytes | memoryview, packed: bytes) -> tuple[bytes, int]:
 PARALLEL_PACK_BYTES = 64 << 10  # texts from this size on are compressed on several cores at once
 
 
-def pack_texts(texts: Sequence[str | bytes | memoryview]) -> list[tuple[bytes, int]]:
+def pack_texts(texts: Sequence[Text]) -> list[tuple[bytes, int]]:
     """:func:`pack_text` of each, the large ones compressed together on every core (zstd's own
     threads, without Python's lock): a flood's batch is mostly a few large texts, and compressing
     them is most of what storing them costs, so the writer does it on the cores the ingestor
     leaves idle."""
-    data = [text.encode("utf-8") if isinstance(text, str) else text for text in texts]
+    data = [_bytes_of(text)[0] for text in texts]
     large = [index for index, text in enumerate(data) if len(text) >= PARALLEL_PACK_BYTES]
     if len(large) < 2:
-        return [pack_text(text) for text in data]
+        return [pack_text(text) for text in texts]
     try:
         packed = _text_compressor().multi_compress_to_buffer([data[index] for index in large], threads=-1)
     except (AttributeError, NotImplementedError):  # (a zstandard build without it: its CFFI backend, say)
-        return [pack_text(text) for text in data]
-    answers = [pack_text(text) if len(text) < PARALLEL_PACK_BYTES else (b"", 0) for text in data]
+        return [pack_text(text) for text in texts]
+    answers = [pack_text(text) if len(data[index]) < PARALLEL_PACK_BYTES else (b"", 0)
+               for index, text in enumerate(texts)]
     for number, index in enumerate(large):
-        answers[index] = _smaller(data[index], packed[number].tobytes())
+        stored, packing = _smaller(data[index], packed[number].tobytes())
+        answers[index] = stored, packing | _bytes_of(texts[index])[1]
     return answers
 
 
@@ -110,7 +134,9 @@ def unpack_text(stored: str | bytes | memoryview, packing: int) -> str:
     """A stored log chunk's text (a chunk written before packing existed may be text already)."""
     if isinstance(stored, str):
         return stored
-    data = _decompressor().decompress(stored) if packing == TEXT_ZSTD else bytes(stored)
+    data = _decompressor().decompress(stored) if packing & TEXT_ZSTD else bytes(stored)
+    if packing & TEXT_CR_BREAKS:
+        data = data.replace(b"\r", b"\n")
     return data.decode("utf-8", "replace")
 
 

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..jobs.document import JobDocument, SupervisorIdentity
+from .codec import Text
 
 
 @dataclass
@@ -82,9 +83,10 @@ class PointRow:
     seq: int
 
 
-ChunkTuple = tuple[int, int, int, int, str | bytes | memoryview]
+ChunkTuple = tuple[int, int, int, int, Text]
 """A log chunk to store: stream_id, first_seq, count, timestamp_ms, and its records joined by "\n" (the
-bytes as read: invalid UTF-8 is replaced when they are read back)."""
+bytes as read: invalid UTF-8 is replaced when they are read back), or as read with their "\r" breaks
+(:class:`~trainmon.store.codec.CrBreaks`)."""
 PointTuple = tuple[str, int, "float | None", str, int, int]  # name, timestamp_ms, value (None = NaN), host, stream_id, seq
 
 

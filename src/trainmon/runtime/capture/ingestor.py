@@ -25,10 +25,11 @@ from ...errors import StoreError
 from ...parsing.extract import Extractor, Hits
 from ...parsing.framing import decode
 from ...store import Batch, PointBlock, Store
+from ...store.codec import CrBreaks
 from ..retry import Patience
 from .loss import Loss, count_block
 from .pipes import Chunk, MemoryBudget
-from .records import Echo, Piece, RecordCutter, ends_record, piece_bytes, stored_text
+from .records import Echo, Piece, RecordCutter, ends_record, joined_text, piece_bytes, stored_text
 from .spool import FRAME, RELEASE_BYTES, now_ms, pipe_name, release_spool
 from .writer import FLUSH_BYTES, FLUSH_POINTS, LEAVE_WAIT_S, BatchWriter, batch_loss, yield_to_the_job
 
@@ -475,7 +476,7 @@ class Ingestor(threading.Thread):
                     self.echo.point(self._names[definition], value, host, seq)
         if self.echo:
             if self.echo.prefix_hosts:
-                self.echo.records(host, pipe.is_stderr, decode(bytes(text)).split("\n"))
+                self.echo.records(host, pipe.is_stderr, decode(joined_text(text)).split("\n"))
             elif raw:
                 self.echo.passthrough(pipe.is_stderr, raw)
             else:
@@ -485,7 +486,8 @@ class Ingestor(threading.Thread):
         batch.stream_stats[stream.stream_id] = (previous[0] + count, previous[1] + self._unstored_bytes(pipe),
                                                 stamp)
         if pipe.is_stderr:
-            tail = bytes(text[-STDERR_TAIL_BYTES:]).rsplit(b"\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:]
+            last = CrBreaks(text.raw[-STDERR_TAIL_BYTES:]) if isinstance(text, CrBreaks) else text[-STDERR_TAIL_BYTES:]
+            tail = joined_text(last).rsplit(b"\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:]
             stream.stderr_tail.extend(decode(line) for line in tail)
 
     @staticmethod

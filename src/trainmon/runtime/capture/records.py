@@ -10,6 +10,7 @@ import mmap
 import sys
 
 from ...parsing.framing import Mode, last_break_end
+from ...store.codec import CrBreaks
 
 MAX_RECORD_BYTES = 16 << 20
 
@@ -27,15 +28,22 @@ def _views(pieces: list[Piece]) -> list[memoryview]:
     return [memoryview(buffer)[start:end] for buffer, start, end in pieces if start < end]
 
 
-def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | memoryview:
-    """A block of whole records as a log chunk holds them: joined by "\\n" (a "\\r" or "\\r\\n" break is
-    one too in the modes that split there), without the last record's break (a view: no copy).
-    ``crlf=False``: the block is known to hold no "\\r\\n" (a search for it costs what the rest does)."""
+def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | memoryview | CrBreaks:
+    """A block of whole records as a log chunk holds them, without the last record's break (a view: no
+    copy): joined by "\n", or in the modes that split at "\r" as read, their "\r" breaks kept
+    (:class:`~trainmon.store.codec.CrBreaks`) where the block is known to hold no "\r\n" (``crlf=False``:
+    the scan found none; a search for it costs what the rest does); with one, each "\r\n" and "\r"
+    becomes a "\n" here."""
     if mode.splits_on_cr and b"\r" in block:
-        if crlf is not False:
-            block = block.replace(b"\r\n", b"\n")
-        block = block.replace(b"\r", b"\n")
+        if crlf is False:
+            return CrBreaks(memoryview(block)[:-1] if block.endswith((b"\n", b"\r")) else block)
+        block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     return memoryview(block)[:-1] if block.endswith(b"\n") else block
+
+
+def joined_text(text: bytes | memoryview | CrBreaks) -> bytes:
+    """A log chunk's records joined by "\n" (what :func:`stored_text` gave, its "\r" breaks turned)."""
+    return bytes(text.raw).replace(b"\r", b"\n") if isinstance(text, CrBreaks) else bytes(text)
 
 
 def ends_record(last: bytes, mode: Mode) -> bool:
