@@ -72,10 +72,10 @@ PACK_TEXT_BYTES = 512  # a shorter chunk (a line or a few) is stored as it is: a
 
 
 class CrBreaks(NamedTuple):
-    """A log chunk's records as read in a mode that splits at "\r" as well as "\n", holding no
-    "\r\n": stored so, flagged (TEXT_CR_BREAKS), and read back with each "\r" a "\n", as the text
-    of any other chunk is joined. Turning them into "\n" as a flood is captured was a copy of every
-    byte and a search per "\r"; a chunk read back costs that instead (most are never read)."""
+    """A log chunk's records as read in a mode that splits at "\\r" as well as "\\n", holding no
+    "\\r\\n": stored so, flagged (TEXT_CR_BREAKS), and read back with each "\\r" a "\\n", as the text
+    of any other chunk is joined. Turning them into "\\n" as a flood is captured was a copy of every
+    byte and a search per "\\r"; a chunk read back costs that instead (most are never read)."""
 
     raw: bytes | memoryview
 

@@ -30,10 +30,10 @@ def _views(pieces: list[Piece]) -> list[memoryview]:
 
 def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | memoryview | CrBreaks:
     """A block of whole records as a log chunk holds them, without the last record's break (a view: no
-    copy): joined by "\n", or in the modes that split at "\r" as read, their "\r" breaks kept
-    (:class:`~trainmon.store.codec.CrBreaks`) where the block is known to hold no "\r\n" (``crlf=False``:
-    the scan found none; a search for it costs what the rest does); with one, each "\r\n" and "\r"
-    becomes a "\n" here."""
+    copy): joined by "\\n", or in the modes that split at "\\r" as read, their "\\r" breaks kept
+    (:class:`~trainmon.store.codec.CrBreaks`) where the block is known to hold no "\\r\\n" (``crlf=False``:
+    the scan found none; a search for it costs what the rest does); with one, each "\\r\\n" and "\\r"
+    becomes a "\\n" here."""
     if mode.splits_on_cr and b"\r" in block:
         if crlf is False:
             return CrBreaks(memoryview(block)[:-1] if block.endswith((b"\n", b"\r")) else block)
@@ -42,7 +42,7 @@ def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | m
 
 
 def joined_text(text: bytes | memoryview | CrBreaks) -> bytes:
-    """A log chunk's records joined by "\n" (what :func:`stored_text` gave, its "\r" breaks turned)."""
+    """A log chunk's records joined by "\\n" (what :func:`stored_text` gave, its "\\r" breaks turned)."""
     return bytes(text.raw).replace(b"\r", b"\n") if isinstance(text, CrBreaks) else bytes(text)
 
 
