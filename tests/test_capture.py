@@ -298,17 +298,21 @@ def test_a_record_cut_at_the_size_limit_stays_whole_among_reads_of_its_milliseco
 
 @pytest.mark.parametrize("mode", list(Mode))
 @pytest.mark.parametrize("crlf", [True, False], ids=["with-crlf", "cr-and-lf-only"])
+@pytest.mark.parametrize("map_bytes", [1 << 40, 1], ids=["runs-read", "runs-mapped"])
 def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_path: Path, mode: Mode,
-                                                                            crlf: bool) -> None:
+                                                                            crlf: bool, map_bytes: int,
+                                                                            monkeypatch) -> None:
     """Many reads of one pipe, small and large (matched together by the ingestor), with "\\r", "\\r\\n"
     and a "\\r\\n" split between two reads (or, without any "\\r\\n", reads large enough to be matched
-    on their own, stored with their "\\r" breaks as read): every record stored as the mode cuts the
-    whole output, each with the time of the read that completed it, each point on its record. Reads of
-    the same millisecond are stored as one log chunk."""
+    on their own, stored with their "\\r" breaks as read), the runs of reads read back from the spool
+    or mapped: every record stored as the mode cuts the whole output, each with the time of the read
+    that completed it, each point on its record. Reads of the same millisecond are stored as one log
+    chunk."""
     import bisect
     import random
     import re
 
+    import trainmon.runtime.capture.ingestor as ingestor_module
     from trainmon.parsing.extract import Extractor
     from trainmon.parsing.framing import decode, split_text
     from trainmon.runtime.capture.ingestor import HostStream, Ingestor, Pipe
@@ -316,6 +320,7 @@ def test_reads_ingested_together_give_each_read_its_records_time_and_points(tmp_
     from trainmon.runtime.capture.recovery import SpoolSource
     from trainmon.store import SqliteStore, codec
 
+    monkeypatch.setattr(ingestor_module, "MAP_BYTES", map_bytes)  # (a flood's runs are mapped from the spool)
     rng = random.Random(5)
     output = bytearray()
     for index in range(30_000):

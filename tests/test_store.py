@@ -697,7 +697,8 @@ def test_log_chunks_of_an_older_store_read_as_they_were_and_new_ones_are_packed(
 
 def test_log_chunks_of_a_store_keyed_without_rowids_are_kept_when_it_is_migrated(tmp_path: Path) -> None:
     """A store whose log chunks were a WITHOUT ROWID table (before the migration that gives them
-    rowids) keeps every chunk, read as it was, and its chunks are then found by time as before."""
+    rowids) keeps every chunk, read as it was, and its chunks are then found by time as before; a chunk
+    of no stream (left by an edit with foreign keys off) does not stop the migration."""
     import sqlite3
 
     from trainmon.store.sqlite import _MIGRATIONS as sqlite_migrations
@@ -718,6 +719,7 @@ def test_log_chunks_of_a_store_keyed_without_rowids_are_kept_when_it_is_migrated
     """)
     db.executemany("INSERT INTO log_chunks VALUES (?, ?, 2, ?, ?, 0)",
                    [(stream.id, 2 * n, 1000 * n, f"line {2 * n}\nline {2 * n + 1}") for n in range(50)])
+    db.execute("INSERT INTO log_chunks VALUES (999, 0, 1, 0, 'of no stream', 0)")  # (foreign keys off, as here)
     db.commit()
     db.close()
     store = SqliteStore(tmp_path / "trainmon.db")
@@ -727,6 +729,7 @@ def test_log_chunks_of_a_store_keyed_without_rowids_are_kept_when_it_is_migrated
         assert store.log_text(stream.id)[0].count("\n") == 100
         (schema,) = store._read("SELECT sql FROM sqlite_master WHERE name = 'log_chunks'")[0]  # type: ignore[attr-defined]
         assert "WITHOUT ROWID" not in schema
+        assert store._read("SELECT count(*) FROM log_chunks")[0][0] == 50  # type: ignore[attr-defined]
     finally:
         store.close()
 

@@ -252,6 +252,10 @@ _MIGRATIONS.append("ALTER TABLE maintenance ADD COLUMN IF NOT EXISTS periods TEX
 # The chunks maintenance has yet to seal, by series: found at once however many sealed ones there are
 # (upkeep.seal_busy looks every few seconds).
 _MIGRATIONS.append("CREATE INDEX IF NOT EXISTS chunks_unsealed ON chunks (series_id) WHERE sealed = 0")
+# A log chunk's packing may carry a flag (store.codec.TEXT_CR_BREAKS: its "\r" breaks kept as read), which a
+# trainmon from before would misread: this version makes such a trainmon refuse the store ("upgrade").
+_MIGRATIONS.append("COMMENT ON COLUMN log_chunks.packing IS "
+                   "'1: zstd-compressed; 2 (a flag beside it): the text''s \\r are record breaks, read as \\n'")
 
 _MIGRATION_LOCK = 0x7472_6169_6E6D  # "trainm": the advisory lock migrations run under
 _LOCK_TIMEOUT = "30s"

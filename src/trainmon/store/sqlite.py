@@ -702,7 +702,8 @@ def _log_chunks_by_rowid(db: sqlite3.Connection) -> None:
     and all, to compare a key with it when the row overflows its page: a flood's writer read back as
     many pages as it wrote, the texts its inserts' searches passed. The index by time holds
     ``first_seq`` too, as the old one did through the key, so finding a chunk by its time reads no
-    text. The rows are copied once (what the store holds of logs, compressed)."""
+    text. The rows are copied once (what the store holds of logs, compressed); a chunk whose stream is
+    gone (a file edited with foreign keys off) is left out, as it could not be read."""
     db.execute("""
         CREATE TABLE log_chunks_by_rowid (
             stream_id INTEGER NOT NULL REFERENCES log_streams (id) ON DELETE CASCADE,
@@ -714,7 +715,8 @@ def _log_chunks_by_rowid(db: sqlite3.Connection) -> None:
             PRIMARY KEY (stream_id, first_seq)
         )""")
     db.execute("INSERT INTO log_chunks_by_rowid (stream_id, first_seq, count, timestamp_ms, text, packing) "
-               "SELECT stream_id, first_seq, count, timestamp_ms, text, packing FROM log_chunks ORDER BY stream_id, first_seq")
+               "SELECT stream_id, first_seq, count, timestamp_ms, text, packing FROM log_chunks "
+               "WHERE stream_id IN (SELECT id FROM log_streams) ORDER BY stream_id, first_seq")  # (orphans: no stream)
     db.execute("DROP TABLE log_chunks")
     db.execute("ALTER TABLE log_chunks_by_rowid RENAME TO log_chunks")
     db.execute("CREATE INDEX log_chunks_by_time ON log_chunks (stream_id, timestamp_ms, first_seq)")
