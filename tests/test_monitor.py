@@ -677,20 +677,30 @@ def test_the_real_clocks_stop_signal_ends_a_wait_and_stays_set() -> None:
     assert signal.wait_until(clock.monotonic() + 3600.0) is True
 
 
-def test_writing_a_profile_leaves_pandas_unimported(tmp_path: Path) -> None:
-    """A job's supervisor writes its profile without importing pandas (a quarter of a second of its
-    CPU), and the file reads back whole: metric names, times and values."""
+def test_writing_and_reading_a_profile_leaves_pandas_unimported(tmp_path: Path) -> None:
+    """A job's supervisor writes its profile, and reads it for the report and the charts, without
+    importing pandas (a quarter of a second of its CPU), and the file reads back whole: metric names,
+    times and values."""
     script = (
         "import sys\n"
-        "from trainmon.store.profiles import ProfileWriter\n"
-        f"writer = ProfileWriter({str(tmp_path / 'profiles')!r}, 'lean')\n"
+        "from trainmon.report.sources import read_profile\n"
+        "from trainmon.store.profiles import Profile, ProfileWriter\n"
+        f"location = {str(tmp_path / 'profiles')!r}\n"
+        "writer = ProfileWriter(location, 'lean')\n"
         "writer.add('algo-1', 1000, {'cpu': 1.5, 'gpu0_utilization_pct': 90.0})\n"
         "writer.add('algo-1', 1100, {'cpu': 2.5, 'r\\u00e9seau': -1.0})\n"
         "writer.close()\n"
         "assert writer.failed is None, writer.failed\n"
+        "read = read_profile(location, 'lean').readings['algo-1'].metrics\n"
+        "assert {name: (c[0].tolist(), c[1].tolist()) for name, c in read.items()} == {\n"
+        "    'cpu': ([1000, 1100], [1.5, 2.5]), 'gpu0_utilization_pct': ([1000], [90.0]),\n"
+        "    'r\\u00e9seau': ([1100], [-1.0])}, read\n"
+        "stamps, values = Profile('lean', location).columns('algo-1', 'cpu')\n"
+        "assert (stamps.tolist(), values.tolist()) == ([1000, 1100], [1.5, 2.5])\n"
         "print('pandas' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
     frame = trainmon.profile("lean", str(tmp_path / "profiles")).dataframe()
     rows = sorted((int(r.timestamp.value // 10**6), r.metric, r.value) for r in frame.itertuples())

@@ -157,32 +157,13 @@ def _read_file(fs: Any, name: str, room: int) -> tuple[int, dict[str, Columns] |
             rows = int(file.metadata.num_rows)
             if rows > room:
                 return rows, None, 0
-            columns = _split(file.read())
+            columns = profiles.by_metric(file.read())
     except Exception:  # pyarrow and fsspec raise many kinds for a damaged or vanished file (or other columns)
         return None
     long_names = [metric for metric in columns if len(metric) > MAX_NAME_CHARS]
     for metric in long_names:
         del columns[metric]
     return rows, columns, len(long_names)
-
-
-def _split(table: Any) -> dict[str, Columns]:
-    """A profile file's rows, per metric: slices where the file is sorted by metric (as written)."""
-    import pyarrow as pa
-
-    stamps = table.column("timestamp_ms").to_numpy().astype(np.int64, copy=False)
-    values = table.column("value").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    metric = table.column("metric").combine_chunks()
-    if not pa.types.is_dictionary(metric.type):
-        metric = metric.dictionary_encode()
-    codes = metric.indices.to_numpy(zero_copy_only=False)
-    names = metric.dictionary.to_pylist()
-    if len(codes) > 1 and not bool((codes[1:] >= codes[:-1]).all()):
-        order = np.argsort(codes, kind="stable")
-        codes, stamps, values = codes[order], stamps[order], values[order]
-    bounds = np.searchsorted(codes, np.arange(len(names) + 1)).tolist()  # each name's slice of the sorted codes
-    return {str(names[code]): (stamps[bounds[code]:bounds[code + 1]], values[bounds[code]:bounds[code + 1]])
-            for code in range(len(names)) if bounds[code + 1] > bounds[code]}
 
 
 def _joined(pieces: list[Columns]) -> Columns:

@@ -185,6 +185,42 @@ def _arrow(kind: Any, length: int, *buffers: Any) -> Any:
     return pa.Array.from_buffers(kind, length, [None, *map(pa.py_buffer, buffers)])
 
 
+def numpy_of(column: Any, dtype: Any) -> Any:
+    """An Arrow array's or chunked array's values as a NumPy array of ``dtype``, viewed from their
+    buffers where no value is null: Arrow's own ``to_numpy`` imports pandas (a quarter of a second)
+    to ask about its types, in a job's supervisor reading its profile for the report."""
+    import numpy as np
+
+    chunks = getattr(column, "chunks", [column])
+    if any(chunk.null_count for chunk in chunks):
+        return column.to_numpy(zero_copy_only=False).astype(dtype)
+    parts = [np.frombuffer(chunk.buffers()[1], chunk.type.to_pandas_dtype())[chunk.offset:chunk.offset + len(chunk)]
+             for chunk in chunks]
+    joined = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype)
+    return joined.astype(dtype, copy=False)
+
+
+def by_metric(table: Any) -> dict[str, tuple[Any, Any]]:
+    """A profile file's rows (its columns ``timestamp_ms``, ``metric``, ``value``), per metric:
+    (epoch ms as int64, values as float64), slices where the file is sorted by metric (as written)."""
+    import numpy as np
+    import pyarrow as pa
+
+    stamps = numpy_of(table.column("timestamp_ms"), np.int64)
+    values = numpy_of(table.column("value"), np.float64)
+    metric = table.column("metric").combine_chunks()
+    if not pa.types.is_dictionary(metric.type):
+        metric = metric.dictionary_encode()
+    codes = numpy_of(metric.indices, np.int64)
+    names = metric.dictionary.to_pylist()
+    if len(codes) > 1 and not bool((codes[1:] >= codes[:-1]).all()):
+        order = np.argsort(codes, kind="stable")
+        codes, stamps, values = codes[order], stamps[order], values[order]
+    bounds = np.searchsorted(codes, np.arange(len(names) + 1)).tolist()  # each name's slice of the sorted codes
+    return {str(names[code]): (stamps[bounds[code]:bounds[code + 1]], values[bounds[code]:bounds[code + 1]])
+            for code in range(len(names)) if bounds[code + 1] > bounds[code]}
+
+
 def _columns(rows: list[tuple[int, dict[str, float]]]) -> dict[str, tuple[list[int], list[float]]]:
     """metric -> (timestamps, values), in the rows' (time) order; a row may lack some metrics."""
     names: set[str] = set()
@@ -241,10 +277,11 @@ class Profile:
         for name in self.files():
             if name.rsplit("/", 2)[-2] != host:
                 continue
-            with fs.open(name, "rb") as handle:
-                table = pq.read_table(handle, columns=["timestamp_ms", "value"], filters=[("metric", "==", metric)])
-            stamps.append(table.column("timestamp_ms").to_numpy().astype(np.int64))
-            values.append(table.column("value").to_numpy(zero_copy_only=False).astype(np.float64))
+            with fs.open(name, "rb") as handle:  # (read whole, then split: no dataset scan, no pandas)
+                found = by_metric(pq.ParquetFile(handle, read_dictionary=["metric"]).read()).get(metric)
+            if found is not None:
+                stamps.append(found[0])
+                values.append(found[1])
         if not stamps:
             return np.empty(0, np.int64), np.empty(0, np.float64)
         joined, order = np.concatenate(stamps), None
