@@ -775,3 +775,21 @@ def test_a_stop_request_is_never_undone_by_a_later_status(store) -> None:
     sagemaker.stop_training_job(store, TrainingJobName="early")
     set_status(store, "early", "Downloading")
     assert store.get_job("early").status == "Stopping"
+
+
+def test_trainmon_loads_numpy_with_one_blas_thread_and_its_job_inherits_no_such_setting(home: Path) -> None:
+    """OpenBLAS's idle threads spin after it loads: trainmon's own process loads NumPy with one thread
+    (none beside its own is started), the variable that asks for it is gone before a job starts, and a
+    user's own setting is left as it was, for trainmon and the job alike."""
+    probe = "import os; print('BLAS', os.environ.get('OPENBLAS_NUM_THREADS'))"
+    result = run_cli("run", "--name", "blas-1", "--", PY, "-c", probe, check=True)
+    assert "BLAS None" in result.stdout
+    result = run_cli("run", "--name", "blas-2", "--", PY, "-c", probe, check=True, env={"OPENBLAS_NUM_THREADS": "2"})
+    assert "BLAS 2" in result.stdout
+    threads = ("import os, sys; sys.argv = ['trainmon', '--version']\n"
+               "from trainmon.__main__ import load_numpy_with_one_blas_thread\n"
+               "load_numpy_with_one_blas_thread()\n"
+               "print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+    env = {key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", threads], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.split() == ["1", "None"]
