@@ -294,17 +294,17 @@ def _empty_job_cpu(work: Path) -> float:
 
 
 def _compress_once_cpu(path: Path, copies: int) -> float:
-    """CPU seconds to compress the flood's bytes once, as the store does (zstd level 1, 1 MiB pieces,
-    one thread): the floor of what storing them costs, measured here."""
-    import zstandard
+    """CPU seconds to compress the flood's bytes once, as the store packs a log chunk's text
+    (``codec.pack_text``, 1 MiB pieces, one thread): the floor of what storing them costs, measured
+    here."""
+    from trainmon.store import codec
 
-    compressor = zstandard.ZstdCompressor(level=1)
     data = path.read_bytes()
     pieces = [data[at:at + (1 << 20)] for at in range(0, len(data), 1 << 20)]
     start = time.process_time()
     for _ in range(copies):
         for piece in pieces:
-            compressor.compress(piece)
+            codec.pack_text(piece)
     return time.process_time() - start
 
 
@@ -328,12 +328,23 @@ def realistic_flood(report: Report, work: Path, scale: float, megabytes: float) 
     name = extraction.DEFINITIONS[0]["Name"]
     one_metric = (path, log[1], log[3].get(name, 0), {name: log[3].get(name, 0)})
     for attempt in range(2):
-        _verify_replay(report, work / f"home-flood-{attempt}", f"flood-{attempt}", copies, one_metric, size)
+        _verify_replay(report, _flood_home(work, "flood", attempt), f"flood-{attempt}", copies, one_metric, size)
     heading(f"The same flood under the extraction benchmark's {len(extraction.DEFINITIONS)} definitions "
             f"(informational)")
     _flood(report, work, path, copies, size, ten, "flood10", empty_cpu, floor_cpu, targets=False)
     for attempt in range(2):
-        _verify_replay(report, work / f"home-flood10-{attempt}", f"flood10-{attempt}", copies, log, size)
+        _verify_replay(report, _flood_home(work, "flood10", attempt), f"flood10-{attempt}", copies, log, size)
+
+
+def _flood_home(work: Path, label: str, attempt: int) -> Path:
+    """The data directory of a flood's run (each run its own store, verified after the runs)."""
+    return work / f"home-{label}-{attempt}"
+
+
+def _cpu_per_gb(run: dict[str, Any], empty_cpu: float, gigabytes: float) -> float:
+    """trainmon's CPU seconds a GB in one run: every process of ``trainmon run`` but the job's, net of
+    an empty job's."""
+    return (run["children_cpu_s"] - run["cpu_s"] - empty_cpu) / gigabytes
 
 
 def _flood(report: Report, work: Path, path: Path, copies: int, size: int, definitions: Path, label: str,
@@ -345,14 +356,14 @@ def _flood(report: Report, work: Path, path: Path, copies: int, size: int, defin
     for attempt in range(2):  # in turns: the machine's noise falls on both
         pipes.append(run_pipe("replay", work, *args))
         files.append(run_pipe_to_file("replay", work, *args))
-        runs.append(run_trainmon("replay", work, f"{label}-{attempt}", *args, home=work / f"home-{label}-{attempt}",
+        runs.append(run_trainmon("replay", work, f"{label}-{attempt}", *args, home=_flood_home(work, label, attempt),
                                  definitions=("--metric-definitions", str(definitions))))
     pipe = min(pipes, key=lambda r: r["elapsed_s"])
     into_file = min(files, key=lambda r: r["elapsed_s"])
     under = min(runs, key=lambda r: r["elapsed_s"])
     fastest = min(runs, key=lambda r: r["wall_s"])
     gigabytes = size / 1e9
-    cpu_per_gb = min((r["children_cpu_s"] - r["cpu_s"] - empty_cpu) / gigabytes for r in runs)
+    cpu_per_gb = min(_cpu_per_gb(r, empty_cpu, gigabytes) for r in runs)
     table(
         ["run", "job elapsed s", "job MB/s", "wall s", "end-to-end MB/s", "exit to return s", "trainmon CPU s/GB"],
         [["plain pipe, drained by a reader (best of 2)", f"{pipe['elapsed_s']:.3f}", mb_per_s(size, pipe["elapsed_s"]),
@@ -361,10 +372,10 @@ def _flood(report: Report, work: Path, path: Path, copies: int, size: int, defin
           mb_per_s(size, into_file["elapsed_s"]), "-", "-", "-", "-"]] +
         [[f"under trainmon run ({i + 1})", f"{r['elapsed_s']:.3f}", mb_per_s(size, r["elapsed_s"]), f"{r['wall_s']:.2f}",
           mb_per_s(size, r["wall_s"]), f"{r['return_after_s']:.2f}",
-          f"{(r['children_cpu_s'] - r['cpu_s'] - empty_cpu) / gigabytes:.2f}"] for i, r in enumerate(runs)],
+          f"{_cpu_per_gb(r, empty_cpu, gigabytes):.2f}"] for i, r in enumerate(runs)],
     )
     print(f"  trainmon's CPU counted net of an empty job's ({empty_cpu:.2f} s); compressing the flood once "
-          f"(zstd level 1, one thread) took {floor_cpu / gigabytes:.2f} CPU s/GB here")
+          f"(as the store packs a log chunk, one thread) took {floor_cpu / gigabytes:.2f} CPU s/GB here")
     report.check(pipe["received"] == size, f"the plain pipe delivered every byte ({pipe['received']:,})")
     report.check(into_file["received"] == size, f"the pipe into a file delivered every byte ({into_file['received']:,})")
     what = "flood" if targets else f"{label} (informational)"
