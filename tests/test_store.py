@@ -70,6 +70,23 @@ def test_create_get_update_delete_job(any_store: Store) -> None:
     any_store.delete_job("a-job")  # deleting what is gone is no error
 
 
+def test_log_chunks_stored_with_their_cr_breaks_read_back_as_records(any_store: Store) -> None:
+    """A chunk kept with its "\\r" breaks as read (a progress bar's redraws) is read back as the same
+    records a chunk joined by "\\n" holds, on both backends, compressed or not."""
+    from trainmon.store.codec import CrBreaks
+
+    job = new_job(any_store, "bars")
+    stream = any_store.add_stream(job.id, "algo-1", "bars/algo-1-1", 0)
+    bar = b"".join(b"%d%%|###\r" % percent for percent in range(100)) + b"epoch 1 loss=0.5"
+    any_store.write_batch(Batch(job.id, chunks=[(stream.id, 0, 101, 10, CrBreaks(bar)),
+                                                (stream.id, 101, 2, 20, CrBreaks(b"1%\r2%"))],
+                                stream_stats={stream.id: (103, len(bar) + 6, 20)}))
+    events = any_store.events(stream.id, limit=200)
+    assert [e.message for e in events] == [f"{p}%|###" for p in range(100)] + ["epoch 1 loss=0.5", "1%", "2%"]
+    assert [e.seq for e in events] == list(range(103))
+    assert any_store.log_text(stream.id)[0].count("\n") == 103
+
+
 def test_duplicate_job_name_is_resource_in_use(any_store: Store) -> None:
     new_job(any_store, "twice")
     with pytest.raises(ResourceInUse, match="already exists .*training-job/twice"):
