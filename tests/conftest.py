@@ -130,6 +130,18 @@ def _as_server_user(root: Path) -> list[str]:
     return ["runuser", "-u", "postgres", "--"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A test run ended by SIGTERM (a CI timeout, a kill) tears down as an interrupted one does: the
+    session's fixtures end what they started (PostgreSQL servers, Ray clusters), which would otherwise
+    be left running without a parent."""
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupted)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """A real PostgreSQL 15 server for the whole test run, in a temp dir, on a free port."""
