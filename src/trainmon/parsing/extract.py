@@ -29,7 +29,7 @@ from .breaks import Breaks
 from .definitions import MetricDefinition
 from .engines import TIME_LIMIT_REASON, Matcher
 from .framing import ESCAPE_TABLE, Mode, decode, escape, split_text
-from .literals import literal_search, records_of
+from .literals import distinct, literal_search, records_of
 
 EXAMPLES_KEPT = 3
 SMALL_BLOCK_BYTES = 32 << 10  # blocks up to this size are scanned without NumPy's passes
@@ -328,7 +328,7 @@ class Extractor:
         if split_cr:
             self._crlf = (block, breaks.crlf)
         self._counted = (block, self._records_of_breaks(block, breaks.count), breaks)
-        holding = [_distinct(breaks.rank(positions)) for positions in found]  # each literal's records
+        holding = [distinct(breaks.rank(positions)) for positions in found]  # each literal's records
         records = holding[0] if len(holding) == 1 else np.unique(np.concatenate(holding))
         if not len(records):
             return _NO_HITS
@@ -493,13 +493,6 @@ class Extractor:
 
     def reset_stats(self) -> None:
         self.stats = [DefinitionStats(s.name, s.literal) for s in self.stats]
-
-
-def _distinct(ascending: np.ndarray) -> np.ndarray:
-    """An ascending array, each value once."""
-    if len(ascending) > 1:
-        return ascending[np.concatenate(([True], ascending[1:] != ascending[:-1]))]
-    return ascending
 
 
 class ParsedPoint(NamedTuple):

@@ -72,10 +72,14 @@ def hyperscan_available() -> bool:
 
 def records_of(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The records (ascending, each once) in which these ascending positions lie."""
-    records = np.searchsorted(ends, starts)
-    if len(records) > 1:
-        records = records[np.concatenate(([True], records[1:] != records[:-1]))]
-    return records
+    return distinct(np.searchsorted(ends, starts))
+
+
+def distinct(ascending: np.ndarray) -> np.ndarray:
+    """An ascending array, each value once."""
+    if len(ascending) > 1:
+        return ascending[np.concatenate(([True], ascending[1:] != ascending[:-1]))]
+    return ascending
 
 
 # -- NumPy ----------------------------------------------------------------------------------

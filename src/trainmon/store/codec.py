@@ -90,8 +90,7 @@ def pack_text(text: Text) -> tuple[bytes, int]:
     data, flags = _bytes_of(text)
     if len(data) < PACK_TEXT_BYTES:
         return bytes(data), TEXT_AS_IS | flags
-    stored, packing = _smaller(data, _text_compressor().compress(data))
-    return stored, packing | flags
+    return _smaller(data, _text_compressor().compress(data), flags)
 
 
 def _bytes_of(text: Text) -> tuple[bytes | memoryview, int]:
@@ -101,9 +100,9 @@ def _bytes_of(text: Text) -> tuple[bytes | memoryview, int]:
     return (text.encode("utf-8") if isinstance(text, str) else text), 0
 
 
-def _smaller(data: bytes | memoryview, packed: bytes) -> tuple[bytes, int]:
-    """A text as stored: its compressed form if that is smaller, else the text as it is."""
-    return (packed, TEXT_ZSTD) if len(packed) < len(data) else (bytes(data), TEXT_AS_IS)
+def _smaller(data: bytes | memoryview, packed: bytes, flags: int) -> tuple[bytes, int]:
+    """A text as stored, with its flags: its compressed form if that is smaller, else the text as it is."""
+    return (packed, TEXT_ZSTD | flags) if len(packed) < len(data) else (bytes(data), TEXT_AS_IS | flags)
 
 
 PARALLEL_PACK_BYTES = 64 << 10  # texts from this size on are compressed on several cores at once
@@ -114,19 +113,19 @@ def pack_texts(texts: Sequence[Text]) -> list[tuple[bytes, int]]:
     threads, without Python's lock): a flood's batch is mostly a few large texts, and compressing
     them is most of what storing them costs, so the writer does it on the cores the ingestor
     leaves idle."""
-    data = [_bytes_of(text)[0] for text in texts]
-    large = [index for index, text in enumerate(data) if len(text) >= PARALLEL_PACK_BYTES]
+    parts = [_bytes_of(text) for text in texts]
+    large = [index for index, (data, _) in enumerate(parts) if len(data) >= PARALLEL_PACK_BYTES]
     if len(large) < 2:
         return [pack_text(text) for text in texts]
     try:
-        packed = _text_compressor().multi_compress_to_buffer([data[index] for index in large], threads=-1)
+        packed = _text_compressor().multi_compress_to_buffer([parts[index][0] for index in large], threads=-1)
     except (AttributeError, NotImplementedError):  # (a zstandard build without it: its CFFI backend, say)
         return [pack_text(text) for text in texts]
-    answers = [pack_text(text) if len(data[index]) < PARALLEL_PACK_BYTES else (b"", 0)
-               for index, text in enumerate(texts)]
+    answers = [pack_text(text) if len(data) < PARALLEL_PACK_BYTES else (b"", 0)
+               for text, (data, _) in zip(texts, parts, strict=True)]
     for number, index in enumerate(large):
-        stored, packing = _smaller(data[index], packed[number].tobytes())
-        answers[index] = stored, packing | _bytes_of(texts[index])[1]
+        data, flags = parts[index]
+        answers[index] = _smaller(data, packed[number].tobytes(), flags)
     return answers
 
 
