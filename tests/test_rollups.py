@@ -113,7 +113,7 @@ def _width(values: np.ndarray) -> int:
 
 
 def encode_sketch(bin_keys: np.ndarray, counts: np.ndarray) -> bytes:
-    """One sketch, written one bin at a time as sketch.py's comment above _BLOB describes the form:
+    """One sketch, written one bin at a time as sketch.py's comment above _HEADER describes the form:
     the reference Rollups.sketches (all rows at once, vectorized) must match byte for byte."""
     uints = (np.uint8, np.uint16, np.uint32)
     zero = bool(len(bin_keys)) and int(bin_keys[0]) == ZERO_KEY

@@ -18,7 +18,6 @@ computed with the library's mapping formula, vectorized; tests check them agains
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +30,7 @@ MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 _MULTIPLIER = 1 / math.log1p(2 * RELATIVE_ACCURACY / (1 - RELATIVE_ACCURACY)) * math.log(2)
 _LN2 = math.log(2)
 ZERO_KEY = np.iinfo(np.int32).min  # values too small to tell from zero (DDSketch's zero bin)
-# A stored sketch (Rollups.sketches writes them, Rollups.from_stored reads them): a header (_BLOB:
+# A stored sketch (Rollups.sketches writes them, Rollups.from_stored reads them): a header (_HEADER:
 # the number of bins, the first key other than zero's, how the keys and the counts are written),
 # then the keys, then the counts. Zero's bin (ZERO_KEY), if any, is flagged in the header, so that
 # the other keys are written apart from its far-off key: from the first one (in the header) on,
@@ -42,8 +41,9 @@ ZERO_KEY = np.iinfo(np.int32).min  # values too small to tell from zero (DDSketc
 # unsigned type, else float64. Sketches stored before zero's flag, bitmaps and half bytes are the
 # same header with steps from zero's key, and read the same way (a trainmon from before reads none
 # of the new ones, and refuses the store, whose schema is newer).
-_BLOB = struct.Struct("<IiBB")  # bins, first key, how the keys are written, how the counts are (zero's: above)
-_HEADER = np.dtype([("size", "<u4"), ("first", "<i4"), ("keys", "u1"), ("counts", "u1")])  # _BLOB's
+_HEADER = np.dtype([("size", "<u4"), ("first", "<i4"), ("keys", "u1"), ("counts", "u1")])  # bins, first key, how
+# the keys are written, how the counts are (zero's: above)
+_HEADER_BYTES = _HEADER.itemsize
 _UINTS = (np.uint8, np.uint16, np.uint32)
 _STEP_SIZES = np.array([1, 2, 4])  # bytes of a key step of each width (keys codes 0, 1, 2)
 _BITMAP = 3  # keys code: a bit for each key from the first on
@@ -132,7 +132,7 @@ class Rollups:
         data = np.frombuffer(b"".join(blobs), np.uint8)
         lengths = np.fromiter(map(len, blobs), np.int64, len(blobs))
         offsets = np.cumsum(lengths) - lengths
-        header = data[offsets[:, None] + np.arange(_BLOB.size)].view(_HEADER)[:, 0]
+        header = data[offsets[:, None] + np.arange(_HEADER_BYTES)].view(_HEADER)[:, 0]
         sizes = header["size"].astype(np.int64)
         codes = header["keys"].astype(np.int64) * 256 + header["counts"]
         bin_key, bin_count = np.empty(int(sizes.sum()), np.int64), np.empty(int(sizes.sum()))
@@ -236,7 +236,7 @@ class Rollups:
 
     def sketches(self) -> list[bytes | None]:
         """Each row's sketch as stored (None for rows without percentiles; the form is described
-        above _BLOB), made for all rows together (a write stores hundreds) in one buffer that
+        above _HEADER), made for all rows together (a write stores hundreds) in one buffer that
         numpy fills, a few operations for each way of writing keys and counts found, then cut up."""
         rows = np.flatnonzero(self.sketched)
         bounds = np.searchsorted(self.bin_row, np.arange(len(self) + 1))
@@ -269,14 +269,14 @@ class Rollups:
         zero_code = np.where((zero_count == np.floor(zero_count)) & (zero_count < 2**32), _widths(zero_count), 3) \
             * zero  # (none: 0)
         zero_bytes = _COUNT_SIZES[zero_code] * zero
-        ends = np.cumsum(_BLOB.size + key_bytes + zero_bytes + other_bytes)
-        starts = ends - (_BLOB.size + key_bytes + zero_bytes + other_bytes)
+        ends = np.cumsum(_HEADER_BYTES + key_bytes + zero_bytes + other_bytes)
+        starts = ends - (_HEADER_BYTES + key_bytes + zero_bytes + other_bytes)
         out = np.zeros(int(ends[-1]) if len(ends) else 0, np.uint8)
         header = np.empty(len(rows), _HEADER)
         header["size"], header["first"] = size, first
         header["keys"], header["counts"] = key_code + np.where(zero, _ZERO, 0), count_code + zero_code * 16
-        out[starts[:, None] + np.arange(_BLOB.size)] = header.view(np.uint8).reshape(-1, _BLOB.size)
-        key_start = starts + _BLOB.size
+        out[starts[:, None] + np.arange(_HEADER_BYTES)] = header.view(np.uint8).reshape(-1, _HEADER_BYTES)
+        key_start = starts + _HEADER_BYTES
         zero_start = key_start + key_bytes
         count_start = zero_start + zero_bytes
         for code in np.unique(key_code[others > 1]).tolist():  # (a row of one other key has it in the header)
@@ -319,7 +319,7 @@ def _count_type(code: int) -> type[np.generic]:
 
 
 def _widths(highs: np.ndarray) -> np.ndarray:
-    """:func:`_width` of many rows, from each one's highest value."""
+    """Per row, from its highest value, the narrowest unsigned type that holds it (an index of _UINTS)."""
     return np.where(highs < 2**8, 0, np.where(highs < 2**16, 1, 2))
 
 
@@ -359,8 +359,8 @@ def _decoded(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, sizes: 
         zero_type = _count_type(zero_code)
         zero_counts = data[_ranges(count_start - zero_bytes, np.full(len(sizes), zero_bytes))].view(zero_type)
     if key_code == _BITMAP:
-        key_bytes = count_start - zero_bytes - offsets - _BLOB.size
-        bits = np.unpackbits(data[_ranges(offsets + _BLOB.size, key_bytes)], bitorder="little")
+        key_bytes = count_start - zero_bytes - offsets - _HEADER_BYTES
+        bits = np.unpackbits(data[_ranges(offsets + _HEADER_BYTES, key_bytes)], bitorder="little")
         set_bits = np.flatnonzero(bits)
         row_start = np.cumsum(key_bytes * 8) - key_bytes * 8  # each row's first bit among ``bits``
         row_of = np.searchsorted(row_start, set_bits, side="right") - 1
@@ -368,7 +368,7 @@ def _decoded(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, sizes: 
     else:
         step_type = _UINTS[key_code]
         step_bytes = np.maximum(others - 1, 0) * np.dtype(step_type).itemsize
-        steps = data[_ranges(offsets + _BLOB.size, step_bytes)].view(step_type)
+        steps = data[_ranges(offsets + _HEADER_BYTES, step_bytes)].view(step_type)
         starts = np.cumsum(others) - others
         increments = np.empty(int(others.sum()), np.int64)
         not_first = np.ones(len(increments), bool)

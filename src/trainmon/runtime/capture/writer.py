@@ -26,7 +26,6 @@ FLUSH_POINTS = 50_000
 LEAVE_WAIT_S = 15.0  # for a write in progress when the supervisor stops waiting for the store
 
 
-
 class BatchWriter(threading.Thread):
     """Writes the ingestor's batches to the store in order, on a thread of its own, so that packing
     and storing one batch (zstd and the database let go of Python's lock) overlaps cutting and

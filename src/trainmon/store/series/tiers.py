@@ -74,7 +74,11 @@ def readable(sql: Sql, own: Sequence[int]) -> Periods:
 def written(sql: Sql, own: Sequence[int]) -> Periods:
     """The periods a write (or a roll-up pass) merges its datapoints into, finest first: the
     recorded ones and those a maintenance pass is building."""
-    periods, building = settled(sql, own)
+    return merged(*settled(sql, own))
+
+
+def merged(periods: Sequence[int], building: Sequence[int] | None) -> Periods:
+    """The recorded periods with those a pass is building, finest first: what writes merge into."""
     return tuple(sorted(set(periods) | set(building or ())))
 
 

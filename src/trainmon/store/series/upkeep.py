@@ -44,6 +44,7 @@ BUSY_CHUNKS = 32  # unsealed chunks that make a series busy: sealed within secon
 ROLL_LAG_MS = 60_000  # roll a period up this long after it ends, when late writes have landed
 LEASE_MS = 600_000
 EXPIRE_BATCH = 200  # series expired per transaction (index seeks each; writers wait a few ms at most)
+DROP_SERIES = 200  # series whose left-out roll-ups a transaction drops once a retier is recorded
 REBUILD_SOURCE_ROWS = 10_000  # a tier rebuilt from a finer one (trainmon maintain): this many of its rows a transaction
 OVERVIEW_BACKFILL = 256  # chunks sealed before overviews existed given one a pass (about 0.2 s)
 
@@ -107,7 +108,7 @@ def maintain(transaction: Transaction, retention: Retention, now_ms: int, *, ret
             _retier(transaction, retention.periods, done)
         with transaction() as sql:
             complete, building = tiers.settled(sql, retention.periods)
-        periods = tuple(sorted(set(complete) | set(building or ())))  # (what writers merge into too)
+        periods = tiers.merged(complete, building)  # (what writers merge into too)
         if periods:
             mark = _mark(periods, now_ms)
             with transaction() as sql:
@@ -210,25 +211,34 @@ def _retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance
             sql.rows(sql.series_writes_wait)
         recorded = sql.rows("UPDATE maintenance SET periods = ?, building = NULL WHERE id = 1 AND building = ? "
                             "RETURNING 1", (tiers.text(target), tiers.text(target)))
-        if recorded:  # rows a writer made in a dropped period after its series was rebuilt
-            sql.rows(f"DELETE FROM rollups WHERE period NOT IN ({','.join('?' * len(target))})"
-                     if target else "DELETE FROM rollups", target)
+        now_every = [row[0] for row in sql.rows("SELECT id FROM series ORDER BY id")] if recorded else []
+    if recorded:  # the rows of the periods left out (a writer's too, made after its series was rebuilt), no
+        # longer read or written: dropped a few series a transaction, through the key, with no writer waiting
+        left_out = f" AND period NOT IN ({','.join('?' * len(target))})" if target else ""
+        for at in range(0, len(now_every), DROP_SERIES):  # (series made during the pass too)
+            batch = now_every[at:at + DROP_SERIES]
+            with transaction() as sql:
+                sql.rows(f"DELETE FROM rollups WHERE series_id IN ({','.join('?' * len(batch))}){left_out}",
+                         (*batch, *target))
     done.retiered_series, done.tiers_before = len(every), complete
 
 
 def _rebuild(transaction: Transaction, series: int, complete: tuple[int, ...], target: tuple[int, ...]) -> int:
     """One series' roll-ups in the ``target`` periods, from those in the ``complete`` ones: each
     period added from the coarsest complete one that divides it, or from the datapoints before
-    the series' ``rolled_ms`` where none does; the rows of the periods left out dropped. A slice of
+    the series' ``rolled_ms`` where none does (a period this rebuild added first counts as complete for
+    the coarser ones: each source is read once). A slice of
     time (REBUILD_SOURCE_ROWS of the source's periods, whole periods of the new one) a
     transaction under the series' lock, so writers wait milliseconds, however long the series:
     what they write meanwhile goes into the target's periods too, so a slice built before it
     holds it, and one built after reads it from the source. The number of rows written."""
     written = 0
-    for period in target:
+    built = list(complete)
+    for period in target:  # (finest first)
         if period in complete:
             continue
-        source = tiers.coarsest_divisor(period, complete)
+        source = tiers.coarsest_divisor(period, built)
+        built.append(period)
         span_ms = -(-(source or 60) * REBUILD_SOURCE_ROWS // period) * period * 1000  # (whole periods)
         start_ms: int | None = -ROLLED_ALL
         while start_ms is not None:
@@ -252,10 +262,6 @@ def _rebuild(transaction: Transaction, series: int, complete: tuple[int, ...], t
                     insert_rollups(sql, series, period, unit, rolled)
                     written += len(rolled)
                 start_ms = high
-    with transaction() as sql:
-        left_out = f" AND period NOT IN ({','.join('?' * len(target))})" if target else ""
-        sql.rows(f"DELETE FROM rollups WHERE series_id = ?{left_out}", (series, *target))  # and those of a target
-        # abandoned for this one
     return written
 
 
