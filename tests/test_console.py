@@ -953,3 +953,32 @@ def test_train_and_validation_metrics_share_a_chart(server: ServerProcess, page:
     page.screenshot(path=str(SCREENSHOT.with_name("console-overlays.png")))
     chosen.locator("button[name=close-overlay]").click()
     expect(chosen).to_have_count(0)
+
+
+def test_a_folded_panel_follows_what_it_shows_until_the_user_opens_or_closes_it(server: ServerProcess,
+                                                                               page: Any) -> None:
+    """A panel drawn open for something to see folds again, redrawn, once that is gone (the browser's
+    toggle event, fired when the page opens it, is no choice of the user's); once the user closes or
+    opens it by its summary, redraws keep that."""
+    page.goto(server.url + "/alarms")
+    states = page.evaluate("""async () => {
+        const {foldedPanel} = await import("/static/dom.js");
+        const choices = {};
+        const draw = async (open) => {
+            const panel = foldedPanel(choices, "p", open, {class: "panel"}, "Title", "body");
+            document.body.append(panel);
+            await new Promise((done) => setTimeout(done, 50));  // (the toggle event comes after)
+            panel.remove();
+            return panel.open;
+        };
+        const seen = [await draw(true), await draw(false)];
+        const panel = foldedPanel(choices, "p", true, {}, "Title", "body");
+        document.body.append(panel);
+        await new Promise((done) => setTimeout(done, 50));
+        panel.querySelector("summary").click();  // the user closes it
+        await new Promise((done) => setTimeout(done, 50));
+        panel.remove();
+        seen.push(await draw(true), await draw(false));
+        return seen;
+    }""")
+    assert states == [True, False, False, False]

@@ -23,6 +23,20 @@ function append(el, children) {
   }
 }
 
+/** A panel folded in a <details>: open as ``open`` says, unless the user opened or closed it
+ * (``choices[key]``, kept by the caller across redraws). The choice is taken from a click on its
+ * summary, not from the toggle event, which fires too when the page itself sets ``open``: a panel
+ * drawn open for something to see would stay open once that was gone. */
+export function foldedPanel(choices, key, open, props, summary, ...children) {
+  const panel = h(
+    "details",
+    {...props, open: choices[key] ?? open},
+    h("summary", {onclick: () => (choices[key] = !panel.open)}, summary),
+    ...children,
+  );
+  return panel;
+}
+
 /** Empty ``el`` and put ``children`` in it (nulls skipped, strings as text). */
 export function clear(el, ...children) {
   el.replaceChildren();

@@ -6,6 +6,7 @@ import {Chart, COLORS} from "./chart.js";
 import {
   h,
   clear,
+  foldedPanel,
   fmtNum,
   fmtTime,
   fmtDuration,
@@ -404,13 +405,7 @@ class JobPage {
   /** A panel folded below the charts: open as ``open`` says until the user opens or closes it. */
   foldedSection(key, title, open, ...children) {
     this.folded = this.folded || {};
-    const panel = h(
-      "details",
-      {class: `panel ${key}-panel`, open: this.folded[key] ?? open, ontoggle: () => (this.folded[key] = panel.open)},
-      h("summary", {}, h("h2", {}, title)),
-      ...children,
-    );
-    return panel;
+    return foldedPanel(this.folded, key, open, {class: `panel ${key}-panel`}, h("h2", {}, title), ...children);
   }
 
   stopDialog() {

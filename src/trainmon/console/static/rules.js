@@ -1,7 +1,7 @@
 // A job's rules on its page: each rule configuration with its status, and what the rules found.
 
 import {post} from "./api.js";
-import {h, clear, fmtNum, fmtTime, section, table} from "./dom.js";
+import {h, clear, fmtNum, fmtTime, foldedPanel, section, table} from "./dom.js";
 
 /** Whether the job document names any rule (its statuses are there from the job's creation). */
 export function hasRules(job) {
@@ -45,17 +45,12 @@ export class RulesPanel {
     this.el.hidden = false;
     // folded below the charts, open when a rule found something (or as the user left it)
     const found = rules.filter((rule) => rule.RuleEvaluationStatus === "IssuesFound").length;
-    const panel = h(
-      "details",
-      {class: "panel rules-panel", open: this.userOpen ?? found > 0, ontoggle: () => (this.userOpen = panel.open)},
-      h(
-        "summary",
-        {},
-        h("h2", {}, "Rules"),
-        h("span", {class: "muted"}, ` · ${rules.length} rule${rules.length === 1 ? "" : "s"}` +
-          (found ? `, ${found} found issues` : ", no issues found")),
-      ),
-    );
+    this.folded = this.folded || {};
+    const panel = foldedPanel(this.folded, "rules", found > 0, {class: "panel rules-panel"}, [
+      h("h2", {}, "Rules"),
+      h("span", {class: "muted"}, ` · ${rules.length} rule${rules.length === 1 ? "" : "s"}` +
+        (found ? `, ${found} found issues` : ", no issues found")),
+    ]);
     clear(
       this.el,
       panel,
