@@ -197,6 +197,28 @@ def test_a_flooded_pipes_spool_has_its_blocks_reserved_ahead_until_the_pipe_ends
     assert b"".join(data[c.start:c.start + c.length] for c in output.chunks) == sent
 
 
+def test_a_spool_is_truncated_only_where_a_frame_was_cut_short(tmp_path: Path) -> None:
+    """Opening a spool cuts off a frame an earlier failure cut short, and leaves a whole one alone:
+    ext4 writes every dirty page of a file that was truncated back to disk when a descriptor of it
+    is next closed, so a new spool truncated to its own size had a flood written to disk that
+    freeing its blocks as it is stored keeps in memory. A truncation changes the file's time even
+    where it changes nothing else, which is how this sees one."""
+    from trainmon.runtime.capture import spooler
+
+    path = spool_path(tmp_path, "algo-1", False)
+    offset = start_spool(_output(path), b"trainmon: about the job\n")
+    os.utime(path, (1000, 1000))
+    spool = spooler.Spool(0, -1, offset, str(path))
+    spool.open()
+    os.close(spool.file)
+    assert path.stat().st_mtime == 1000 and path.stat().st_size == offset  # whole: not truncated
+    with open(path, "ab") as cut_short:
+        cut_short.write(FRAME.pack(0, 0) + b"half a re")
+    spool.open()
+    os.close(spool.file)
+    assert path.stat().st_size == offset and path.stat().st_mtime > 1000
+
+
 def test_when_the_spooler_process_dies_this_one_reads_on_losing_nothing(tmp_path: Path) -> None:
     read_end, write_end = os.pipe()
     output = _output(spool_path(tmp_path, "algo-1", False))

@@ -382,7 +382,7 @@ def _close(fd: int) -> None:
 
 def _truncate(fd: int, size: int) -> None:
     try:
-        os.ftruncate(fd, max(0, size))
+        spooler.cut_to(fd, max(0, size))
     except OSError:
         pass
 

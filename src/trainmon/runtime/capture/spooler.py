@@ -92,6 +92,16 @@ def reserve(fd: int, offset: int, length: int) -> bool:
     return _allocate(fd, KEEP_SIZE, offset, length)
 
 
+def cut_to(fd: int, size: int) -> None:
+    """The file ends at ``size``: truncated only when it does not already. A truncation makes ext4
+    (and XFS) write every dirty page of the file back when a descriptor of it is next closed, a
+    heuristic for files rewritten in place: a new spool truncated to its empty size had a flood
+    written to disk (a gigabyte in under a second, beside the store's own writes) that its blocks
+    being freed as it is stored would otherwise have kept in memory, never written."""
+    if os.fstat(fd).st_size != size:
+        os.ftruncate(fd, size)
+
+
 def punch(fd: int, offset: int, length: int) -> bool:
     """Free a range of a file's blocks (it reads back as zeros; the size is unchanged); False where
     the file system cannot."""
@@ -124,7 +134,7 @@ class Spool:
 
     def open(self) -> None:
         self.file = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
-        os.ftruncate(self.file, self.offset)  # a frame cut short by an earlier failure goes
+        cut_to(self.file, self.offset)  # a frame cut short by an earlier failure goes
         self.reserved = 0
         self.room = 0
 
