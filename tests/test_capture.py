@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
+import signal
 import threading
 import time
 from pathlib import Path
@@ -442,14 +444,11 @@ def test_the_job_shares_its_supervisors_session_and_never_a_shells(tmp_path: Pat
     assert "Training job groups: Stopped" in child.before
 
 
-def test_a_batch_of_large_texts_packs_as_each_alone_with_or_without_many_threads(monkeypatch) -> None:
-    """A flood's batch is compressed on every core at once; a zstandard build without that (its CFFI
-    backend) packs each text alone. Either way each text unpacks to itself, the small ones kept as
-    they are, and one stored with its "\\r" breaks as read is flagged and read with each a "\\n"."""
-    from types import SimpleNamespace
-
-    import zstandard
-
+def test_a_batch_of_large_texts_packs_as_each_alone_also_begun_early_and_after_a_fork() -> None:
+    """A flood's batch is compressed on the packing threads, begun when the writer is handed it
+    (PackedTexts) or at once (pack_texts): each text unpacks to itself, the small ones kept as they
+    are, and one stored with its "\\r" breaks as read is flagged and read with each a "\\n". A forked
+    child (which has none of its parent's threads) packs on threads of its own."""
     from trainmon.store import codec
 
     texts: list[codec.Text] = [b"step %d loss=0.5\n" % i * 8000 for i in range(3)] + [b"short", "caf\u00e9 " * 30000]
@@ -464,10 +463,54 @@ def test_a_batch_of_large_texts_packs_as_each_alone_with_or_without_many_threads
         assert [packing for _, packing in packed[5:]] == [codec.TEXT_ZSTD | codec.TEXT_CR_BREAKS,
                                                           codec.TEXT_AS_IS | codec.TEXT_CR_BREAKS]
 
+    begun = codec.PackedTexts(texts)
     check(codec.pack_texts(texts))
-    plain = SimpleNamespace(compress=zstandard.ZstdCompressor(level=1).compress)  # no multi_compress_to_buffer
-    monkeypatch.setattr(codec, "_text_compressor", lambda: plain)
-    check(codec.pack_texts(texts))
+    check(begun.result())
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        signal.alarm(60)  # (a child waiting on its parent's threads would never end: SIGALRM ends it)
+        try:
+            again = [codec.unpack_text(stored, packing) for stored, packing in codec.pack_texts(texts[:3])]
+            os.write(write, b"ok" if again == [text.decode() for text in texts[:3]] else b"no")  # type: ignore[union-attr]
+        finally:
+            os._exit(0)
+    os.close(write)
+    ready, _, _ = select.select([read], [], [], 90)
+    assert ready and os.read(read, 2) == b"ok"
+    os.waitpid(child, 0)
+    os.close(read)
+
+
+def test_the_writer_packs_a_batch_while_the_store_holds_the_one_before(store, home: Path) -> None:
+    """A batch is packed from when it is handed to the writer: while another process holds the
+    store's write lock, so the first batch waits to be stored, the second's large texts are
+    compressed already. Both are stored, in order, once the lock goes."""
+    from trainmon.runtime.capture.writer import BatchWriter
+    from trainmon.store import Batch
+
+    from .conftest import sqlite_locked
+    from .test_store import new_job
+
+    job = new_job(store)
+    stream = store.add_stream(job.id, "algo-1", "job/algo-1-1", 0)
+    texts = ["\n".join(f"batch {batch} step {step} loss=0.{step}" for step in range(20_000)) for batch in (0, 1)]
+    batches = [Batch(job.id, chunks=[(stream.id, 20_000 * batch, 20_000, 1000 + batch, texts[batch])],
+                     stream_stats={stream.id: (20_000, len(texts[batch]), 1000 + batch)}) for batch in (0, 1)]
+    errors: list[str] = []
+    writer = BatchWriter(store, errors.append)
+    with sqlite_locked(home):
+        writer.start()
+        writer.put(batches[0])
+        writer.put(batches[1])
+        packing = batches[1].packing
+        assert packing is not None
+        wait_for(packing.done, "the second batch packed")
+        assert writer.behind() is False and store.stream("job/algo-1-1").records == 0  # type: ignore[union-attr]
+    writer.finish()
+    assert not errors and writer.failure is None
+    assert [(event.seq, event.timestamp_ms, event.message) for event in store.events(stream.id, limit=40_000)] == \
+        [(20_000 * batch + step, 1000 + batch, line) for batch in (0, 1) for step, line in enumerate(texts[batch].split("\n"))]
 
 
 def test_a_job_printing_a_line_at_a_time_is_ingested_a_batch_a_step(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from ..errors import ResourceInUse, ResourceNotFound
 from ..jobs.document import JobDocument, SupervisorIdentity
 from ..jobs.search import Search, properties
 from . import search, tuning
-from .codec import pack_texts, unpack_text
+from .codec import unpack_text
 from .rows import (
     AlarmHistoryRow,
     AlarmRow,
@@ -405,7 +405,7 @@ class SqlStore(tuning.TuningJobs):
         Writing a batch again after an error that left its outcome unknown stores it once."""
         points = prepared_points(batch)  # before the transaction, so its lock is held less
         chunks = [(stream_id, first, count, stamp, *packed) for (stream_id, first, count, stamp, _), packed
-                  in zip(batch.chunks, pack_texts([text for *_, text in batch.chunks]), strict=True)]
+                  in zip(batch.chunks, batch.pack().result(), strict=True)]
         earliest: dict[int, int] = {}  # a stream's first event is its batch's earliest record, not its last
         for stream_id, _, _, stamp, _ in batch.chunks:
             earliest[stream_id] = min(stamp, earliest.get(stream_id, stamp))

@@ -22,10 +22,12 @@ Unpacking either form gives the same arrays back exactly (NaN payloads included)
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -87,10 +89,7 @@ def pack_text(text: Text) -> tuple[bytes, int]:
     """A log chunk's records (UTF-8, as read: invalid bytes are replaced when read back) as stored,
     and how: zstd-compressed when that makes it smaller. Logs compress about five times, so a flood
     costs the store a fifth of its bytes, and the compression runs without Python's lock."""
-    data, flags = _bytes_of(text)
-    if len(data) < PACK_TEXT_BYTES:
-        return bytes(data), TEXT_AS_IS | flags
-    return _smaller(data, _text_compressor().compress(data), flags)
+    return _packed(*_bytes_of(text))
 
 
 def _bytes_of(text: Text) -> tuple[bytes | memoryview, int]:
@@ -105,28 +104,70 @@ def _smaller(data: bytes | memoryview, packed: bytes, flags: int) -> tuple[bytes
     return (packed, TEXT_ZSTD | flags) if len(packed) < len(data) else (bytes(data), TEXT_AS_IS | flags)
 
 
-PARALLEL_PACK_BYTES = 64 << 10  # texts from this size on are compressed on several cores at once
+PARALLEL_PACK_BYTES = 64 << 10  # texts from this size on are compressed on the packing threads
 
 
 def pack_texts(texts: Sequence[Text]) -> list[tuple[bytes, int]]:
-    """:func:`pack_text` of each, the large ones compressed together on every core (zstd's own
-    threads, without Python's lock): a flood's batch is mostly a few large texts, and compressing
-    them is most of what storing them costs, so the writer does it on the cores the ingestor
-    leaves idle."""
-    parts = [_bytes_of(text) for text in texts]
-    large = [index for index, (data, _) in enumerate(parts) if len(data) >= PARALLEL_PACK_BYTES]
-    if len(large) < 2:
-        return [pack_text(text) for text in texts]
-    try:
-        packed = _text_compressor().multi_compress_to_buffer([parts[index][0] for index in large], threads=-1)
-    except (AttributeError, NotImplementedError):  # (a zstandard build without it: its CFFI backend, say)
-        return [pack_text(text) for text in texts]
-    answers = [pack_text(text) if len(data) < PARALLEL_PACK_BYTES else (b"", 0)
-               for text, (data, _) in zip(texts, parts, strict=True)]
-    for number, index in enumerate(large):
-        data, flags = parts[index]
-        answers[index] = _smaller(data, packed[number].tobytes(), flags)
-    return answers
+    """:func:`pack_text` of each, the large ones compressed on every core at once."""
+    return PackedTexts(texts).result()
+
+
+class PackedTexts:
+    """:func:`pack_text` of each text, the large ones (PARALLEL_PACK_BYTES) begun at once on the
+    packing threads, one a core (zstd lets go of Python's lock): a flood's batch is mostly a few
+    large texts and compressing them is most of what storing them costs, so a writer that begins
+    packing a batch as it is queued compresses it on the cores the ingestor leaves idle while it
+    stores the batch before. :meth:`result` waits for them."""
+
+    def __init__(self, texts: Sequence[Text]) -> None:
+        self._parts = [_bytes_of(text) for text in texts]
+        self._packing: dict[int, Future[bytes]] = {}
+        for index, (data, _) in enumerate(self._parts):
+            if len(data) >= PARALLEL_PACK_BYTES:
+                try:
+                    self._packing[index] = _packing_threads().submit(_compressed_text, data)
+                except RuntimeError:  # (the interpreter is exiting: packed by result(), on the caller's thread)
+                    break
+
+    def done(self) -> bool:
+        """Whether every text begun on the packing threads is compressed."""
+        return all(future.done() for future in self._packing.values())
+
+    def result(self) -> list[tuple[bytes, int]]:
+        return [_smaller(data, self._packing[index].result(), flags) if index in self._packing
+                else _packed(data, flags) for index, (data, flags) in enumerate(self._parts)]
+
+
+def _packed(data: bytes | memoryview, flags: int) -> tuple[bytes, int]:
+    if len(data) < PACK_TEXT_BYTES:
+        return bytes(data), TEXT_AS_IS | flags
+    return _smaller(data, _compressed_text(data), flags)
+
+
+def _compressed_text(data: bytes | memoryview) -> bytes:
+    return _text_compressor().compress(data)
+
+
+_threads: ThreadPoolExecutor | None = None
+_threads_lock = threading.Lock()
+
+
+def _packing_threads() -> ThreadPoolExecutor:
+    """The process's packing threads (started as they are first needed, by the thread that submits:
+    a capture's are scheduled as its writer is, below the job)."""
+    global _threads
+    with _threads_lock:
+        if _threads is None:
+            _threads = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="trainmon-pack")
+        return _threads
+
+
+def _forget_packing_threads() -> None:
+    global _threads, _threads_lock
+    _threads, _threads_lock = None, threading.Lock()  # a forked child has none of its parent's threads
+
+
+os.register_at_fork(after_in_child=_forget_packing_threads)
 
 
 def unpack_text(stored: str | bytes | memoryview, packing: int) -> str:

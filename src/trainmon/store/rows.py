@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..jobs.document import JobDocument, SupervisorIdentity
-from .codec import Text
+from .codec import PackedTexts, Text
 
 
 @dataclass
@@ -117,6 +117,7 @@ class Batch:
     spools: dict[tuple[int, str], tuple[int, bool]] = field(default_factory=dict)  # (stream, pipe) -> consumed
     text_bytes: int = 0
     block_points: int = 0  # points in point_blocks
+    packing: PackedTexts | None = None  # its chunks' texts as stored, once begun (:meth:`pack`)
 
     def __bool__(self) -> bool:
         return bool(self.chunks or self.points or self.point_blocks or self.diagnostics is not None)
@@ -128,6 +129,12 @@ class Batch:
     def add_points(self, block: PointBlock) -> None:
         self.point_blocks.append(block)
         self.block_points += len(block.seqs)
+
+    def pack(self) -> PackedTexts:
+        """Its chunks' texts as stored: begun now (the large ones on the packing threads) unless they were."""
+        if self.packing is None:
+            self.packing = PackedTexts([text for *_, text in self.chunks])
+        return self.packing
 
 
 @dataclass

@@ -129,7 +129,7 @@ class HostStream:
 
 class Ingestor(threading.Thread):
     """Turns the readers' chunks into stored records and points, in batches (written by a
-    :class:`BatchWriter`, one batch behind); outlasts any store outage."""
+    :class:`BatchWriter`, up to ``AHEAD_BATCHES`` behind); outlasts any store outage."""
 
     def __init__(
         self,
@@ -235,8 +235,8 @@ class Ingestor(threading.Thread):
             if self.writer.gave_up:
                 self._give_up()
                 return
-            if self.writer.waiting() > 1:  # the writer is a batch behind already (a slow or failing store):
-                self.writer.wait_until_at_most(1, 0.25)  # the backlog waits in the spool
+            if self.writer.behind():  # (a flood, a slow or failing store): the backlog waits in the spool
+                self.writer.wait_until_caught_up(0.25)
                 continue
             if self.writer.failure is not None:
                 raise self.writer.failure
@@ -503,7 +503,7 @@ class Ingestor(threading.Thread):
         if self._pending:
             self.writer.put(self._pending, horizon_ms)
             self._pending = Batch(self.job_id)
-        return self.writer.waiting() <= 1
+        return not self.writer.behind()
 
     def close(self) -> None:
         """Close the spool files; the supervisor removes them once the job's end is stored."""

@@ -23,13 +23,16 @@ FLUSH_BYTES = 8 << 20
 FLUSH_POINTS = 50_000
 
 
+AHEAD_BATCHES = 2  # batches queued before the ingestor waits: one stored, one packed meanwhile
+
+
 LEAVE_WAIT_S = 15.0  # for a write in progress when the supervisor stops waiting for the store
 
 
 class BatchWriter(threading.Thread):
-    """Writes the ingestor's batches to the store in order, on a thread of its own, so that packing
-    and storing one batch (zstd and the database let go of Python's lock) overlaps cutting and
-    matching the next. A batch the store refuses (a server down, a lock, a full disk) is written
+    """Writes the ingestor's batches to the store in order, on a thread of its own, so that storing
+    one batch (the database lets go of Python's lock) overlaps packing the next (zstd, on the packing
+    threads, begun as it is put) and cutting and matching the one after. A batch the store refuses (a server down, a lock, a full disk) is written
     again with backoff until it is stored; once the job has ended, a disk that stays full is given
     up on after FULL_DISK_TRIES, and what it refused is counted as lost."""
 
@@ -51,11 +54,13 @@ class BatchWriter(threading.Thread):
         self._backoff = Backoff()
 
     def put(self, batch: Batch, horizon_ms: int | None = None) -> None:
-        """A batch to store; ``horizon_ms``: once it is stored, every read made before that time is."""
+        """A batch to store; ``horizon_ms``: once it is stored, every read made before that time is.
+        Its texts are packed from now on, while the batch before is stored."""
         with self._changed:
             if self.gave_up:
                 self.loss.add(batch_loss(batch, self._reason()))
                 return
+            batch.pack()
             self._queue.append((batch, horizon_ms))
             self._changed.notify_all()
 
@@ -68,15 +73,16 @@ class BatchWriter(threading.Thread):
             else:
                 self.stored_through_ms = max(self.stored_through_ms, horizon_ms)
 
-    def waiting(self) -> int:
-        """Batches not stored yet (the one being written among them)."""
+    def behind(self) -> bool:
+        """More than AHEAD_BATCHES are not stored yet (the one being written among them): the
+        ingestor takes no more until the writer catches up."""
         with self._changed:
-            return len(self._queue)
+            return len(self._queue) > AHEAD_BATCHES
 
-    def wait_until_at_most(self, batches: int, timeout_s: float) -> None:
+    def wait_until_caught_up(self, timeout_s: float) -> None:
         with self._changed:
-            self._changed.wait_for(lambda: len(self._queue) <= batches or self.gave_up or self.failure is not None,
-                                   timeout_s)
+            self._changed.wait_for(lambda: len(self._queue) <= AHEAD_BATCHES or self.gave_up
+                                   or self.failure is not None, timeout_s)
 
     def finishing(self) -> None:
         """The job has ended: a disk that stays full is given up on from now on."""
