@@ -1087,3 +1087,22 @@ def test_decoded_chunks_are_kept_by_their_bytes_within_a_budget() -> None:
     assert blobs[-1] in decoded._kept and blobs[0] not in decoded._kept  # type: ignore[attr-defined]
     large = codec.pack([np.arange(10_000), np.zeros(10_000)])
     assert decoded(large)[0].tolist() == list(range(10_000)) and large not in decoded._kept  # type: ignore[attr-defined]
+
+
+def test_decoded_chunks_are_joined_with_the_kept_ones_taken_as_they_were() -> None:
+    """Chunks of one layout joined: what concatenating each one's columns gives, whether kept,
+    decoded anew, sealed or packed, with a budget or without; the ones read before are taken as
+    kept (and made the most recently read), the others kept from then on."""
+    from trainmon.store import codec
+
+    rng = np.random.default_rng(5)
+    chunks = [[np.arange(n) + 1000 * n, rng.normal(0, 1, n), np.full(n, n)] for n in (3, 0, 17, 1, 40)]
+    blobs = [codec.seal(columns) if n % 2 else codec.pack(columns) for n, columns in enumerate(chunks)]
+    expected = [np.concatenate(column) for column in zip(*chunks, strict=True)]
+    decoded = codec.Decoded(budget=64_000)
+    kept_before = decoded(blobs[2])
+    for reader in (codec.Decoded(), decoded, decoded):  # without a budget; then kept, some before, all after
+        joined = reader.joined(blobs)
+        assert all(_same(a, b) for a, b in zip(joined, expected, strict=True))
+    assert list(decoded._kept) == blobs  # each read again, in order: the most recently read last  # type: ignore[attr-defined]
+    assert all(a is b for a, b in zip(decoded.joined([blobs[2]]), kept_before, strict=True))  # one chunk: as kept

@@ -39,10 +39,10 @@ def _chunks(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | None,
 
 
 def _chunk_rows(sql: Sql, condition: str, args: Sequence[Any], start_ms: int | None,
-                end_ms: int | None) -> list[tuple[Any, ...]]:
+                end_ms: int | None, columns: str = CHUNK_COLUMNS) -> list[tuple[Any, ...]]:
     """The chunk rows that may hold points in the range, as stored (decoding them needs no lock)."""
     where, values = _in_range(condition, args, start_ms, end_ms)
-    return sql.rows(f"SELECT {CHUNK_COLUMNS} FROM chunks WHERE {where} ORDER BY id", values)
+    return sql.rows(f"SELECT {columns} FROM chunks WHERE {where} ORDER BY id", values)
 
 
 def _in_range(condition: str, args: Sequence[Any], start_ms: int | None, end_ms: int | None) -> tuple[str, list[Any]]:
@@ -231,10 +231,9 @@ def _raw_columns(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str,
     kind and unit is decoded and joined first, then filtered once: the work per chunk is its
     unpacking alone, and the columns are those that filtering each chunk and joining them gives."""
     columns: dict[str, list[Columns]] = {}
-    rows = _chunk_rows(sql, "series_id = ?", (series,), start_ms, end_ms)
-    for (kind, unit), run in groupby(rows, key=itemgetter(1, 4)):
-        decoded = [codec.decoded(bytes(row[7])) for row in run]
-        joined = decoded[0] if len(decoded) == 1 else [np.concatenate(column) for column in zip(*decoded, strict=True)]
+    rows = _chunk_rows(sql, "series_id = ?", (series,), start_ms, end_ms, "kind, unit, data")  # (what is used:
+    for (kind, unit), run in groupby(rows, key=itemgetter(0, 1)):  # hundreds of rows, a third of the time)
+        joined = codec.decoded.joined([bytes(row[2]) for row in run])
         keep = (joined[0] >= start_ms) & (joined[0] < end_ms)
         if kind == POINTS:
             stamps, values, _ = joined
