@@ -7,6 +7,7 @@ ddsketch library it follows.
 
 from __future__ import annotations
 
+import logging
 import math
 import struct
 import threading
@@ -785,7 +786,8 @@ def _job_statistics(client: CloudWatchClient, start_s: int, end_s: int, period: 
 
 @pytest.mark.parametrize("rows_a_slice", [upkeep.REBUILD_SOURCE_ROWS, 7])
 def test_roll_ups_follow_a_changed_policy_with_every_datapoint(store_target: StoreTarget, rows_a_slice: int,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
     """The roll-ups are the store's: a process with other tiers reads and writes the store's until
     trainmon maintain's pass brings them to its tiers, each new one built from the finer data
     already rolled up (a slice of time a transaction), so that statistics over data written before
@@ -828,7 +830,9 @@ def test_roll_ups_follow_a_changed_policy_with_every_datapoint(store_target: Sto
         assert done.retiered_series == 0 and done.rolled_series == 1
         assert two_hourly.metric_rollups(KEY, start * 1000, end * 1000, 7200, sketches=False)["Milliseconds"] \
             .count.sum() == len(stamps)  # (read from the 1-hour tier: 7,200 s is whole hours)
-        assert two_hourly.maintain(now * 1000, retier=True).retiered_series == 2  # trainmon maintain's does
+        with caplog.at_level(logging.INFO, logger=upkeep.log.name):
+            assert two_hourly.maintain(now * 1000, retier=True).retiered_series == 2  # trainmon maintain's does
+        assert "the store's roll-up tiers change from 1m, 5m, 1h to 1m, 10m, 2h" in caplog.messages  # as the CLI says
         assert two_hourly.maintain(now * 1000, retier=True).retiered_series == 0  # once
         for period in (60, 600, 7200):  # each from its own tier now
             assert two_hourly.metric_rollups(KEY, start * 1000, end * 1000, period) is not None

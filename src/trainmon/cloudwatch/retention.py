@@ -72,14 +72,13 @@ def parse(text: str) -> Retention:
     finer = None
     for period, _ in tiers:
         if period % 60:
-            raise ValidationException(f"{VARIABLE}: a tier of {_duration(period)} is not a whole number of minutes; "
-                                      "each tier's period is a multiple of 60 s and of the finer tier's")
-        if finer is not None and (period % finer or period == finer):
-            raise ValidationException(
-                f"{VARIABLE}: a tier of {_duration(period)} cannot be rolled up from the {_duration(finer)} tier; "
-                "each tier's period is a multiple of 60 s and of the finer tier's"
-            )
-        finer = period
+            wrong = f"a tier of {_duration(period)} is not a whole number of minutes"
+        elif finer is not None and (period % finer or period == finer):
+            wrong = f"a tier of {_duration(period)} cannot be rolled up from the {_duration(finer)} tier"
+        else:
+            finer = period
+            continue
+        raise ValidationException(f"{VARIABLE}: {wrong}; each tier's period is a multiple of 60 s and of the finer tier's")
     return Retention(raw, tuple(tiers))
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...cloudwatch.model import MetricKey
-from ...cloudwatch.retention import Retention
+from ...cloudwatch.retention import Retention, periods_text
 from ...cloudwatch.statistics import Sample
 from .. import codec
 from ..rows import Maintenance
@@ -197,8 +197,7 @@ def _retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance
         complete, building = tiers.recorded(sql)
         if complete is None or (complete == target and building is None):
             return  # (a store without a record takes this policy's as it is)
-        log.info("the store's roll-up tiers change from %s s to %s s", tiers.text(complete) or "none",
-                 tiers.text(target) or "none")
+        log.info("the store's roll-up tiers change from %s to %s", periods_text(complete), periods_text(target))
         sql.rows("UPDATE maintenance SET building = ? WHERE id = 1", (tiers.text(target),))
     with transaction() as sql:
         if sql.series_writes_wait:  # a writer that read the record before the target was named has committed
