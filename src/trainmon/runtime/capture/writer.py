@@ -23,7 +23,7 @@ FLUSH_BYTES = 8 << 20
 FLUSH_POINTS = 50_000
 
 
-AHEAD_BATCHES = 2  # batches queued before the ingestor waits: one stored, one packed meanwhile
+AHEAD_BATCHES = 3  # batches queued before the ingestor waits: one being stored, the others packed meanwhile
 
 
 LEAVE_WAIT_S = 15.0  # for a write in progress when the supervisor stops waiting for the store
