@@ -200,11 +200,12 @@ def test_a_flooded_pipes_spool_has_its_blocks_reserved_ahead_until_the_pipe_ends
 
 
 def test_a_spool_is_truncated_only_where_a_frame_was_cut_short(tmp_path: Path) -> None:
-    """Opening a spool cuts off a frame an earlier failure cut short, and leaves a whole one alone:
-    ext4 writes every dirty page of a file that was truncated back to disk when a descriptor of it
-    is next closed, so a new spool truncated to its own size had a flood written to disk that
-    freeing its blocks as it is stored keeps in memory. A truncation changes the file's time even
-    where it changes nothing else, which is how this sees one."""
+    """Opening a spool cuts off a frame an earlier failure cut short, and blocks reserved past its
+    end, and leaves a whole one alone: ext4 writes every dirty page of a file truncated to nothing
+    back to disk when a descriptor of it is next closed, so a new spool truncated to its own empty
+    size had a flood written to disk that freeing its blocks as it is stored keeps in memory. A
+    truncation changes the file's time even where it changes nothing else, which is how this sees
+    one."""
     from trainmon.runtime.capture import spooler
 
     path = spool_path(tmp_path, "algo-1", False)
@@ -219,6 +220,14 @@ def test_a_spool_is_truncated_only_where_a_frame_was_cut_short(tmp_path: Path) -
     spool.open()
     os.close(spool.file)
     assert path.stat().st_size == offset and path.stat().st_mtime > 1000
+    reserving = os.open(path, os.O_WRONLY)
+    reserved = spooler.reserve(reserving, offset, spooler.RESERVE_BYTES)  # (a spooler that died mid-flood)
+    os.close(reserving)
+    if reserved:  # (not every file system can)
+        assert path.stat().st_blocks * 512 >= spooler.RESERVE_BYTES
+        spool.open()
+        os.close(spool.file)
+        assert path.stat().st_size == offset and path.stat().st_blocks * 512 < spooler.RESERVE_BYTES // 2  # freed
 
 
 def test_when_the_spooler_process_dies_this_one_reads_on_losing_nothing(tmp_path: Path) -> None:

@@ -126,8 +126,8 @@ class PackedTexts:
             if len(data) >= PARALLEL_PACK_BYTES:
                 try:
                     self._packing[index] = _packing_threads().submit(_compressed_text, data)
-                except RuntimeError:  # (the interpreter is exiting: packed by result(), on the caller's thread)
-                    break
+                except RuntimeError:  # (the interpreter is exiting, or no thread can be started: the rest
+                    break  # is packed by result(), on the caller's thread)
 
     def done(self) -> bool:
         """Whether every text begun on the packing threads is compressed."""
@@ -148,17 +148,20 @@ def _compressed_text(data: bytes | memoryview) -> bytes:
     return _text_compressor().compress(data)
 
 
+PACKING_THREADS = 8  # at most (each keeps a compressor of its own, about 1.4 MB)
 _threads: ThreadPoolExecutor | None = None
 _threads_lock = threading.Lock()
 
 
 def _packing_threads() -> ThreadPoolExecutor:
-    """The process's packing threads (started as they are first needed, by the thread that submits:
-    a capture's are scheduled as its writer is, below the job)."""
+    """The process's packing threads, one for each core it may run on (up to PACKING_THREADS), started
+    as they are first needed by the thread that submits: a capture's are scheduled as its ingestor
+    is, below the job."""
     global _threads
     with _threads_lock:
         if _threads is None:
-            _threads = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="trainmon-pack")
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            _threads = ThreadPoolExecutor(max_workers=min(cores, PACKING_THREADS), thread_name_prefix="trainmon-pack")
         return _threads
 
 

@@ -93,12 +93,15 @@ def reserve(fd: int, offset: int, length: int) -> bool:
 
 
 def cut_to(fd: int, size: int) -> None:
-    """The file ends at ``size``: truncated only when it does not already. A truncation makes ext4
-    (and XFS) write every dirty page of the file back when a descriptor of it is next closed, a
-    heuristic for files rewritten in place: a new spool truncated to its empty size had a flood
-    written to disk (a gigabyte in under a second, beside the store's own writes) that its blocks
-    being freed as it is stored would otherwise have kept in memory, never written."""
-    if os.fstat(fd).st_size != size:
+    """The file ends at ``size``, with no blocks reserved past it: truncated only when it does not
+    already. A truncation to nothing makes ext4 write every dirty page of the file back when a
+    descriptor of it is next closed (its heuristic for a file rewritten from scratch), so a new
+    spool truncated to its own empty size had a flood written to disk (a gigabyte in under a second,
+    beside the store's own writes) that freeing its blocks as it is stored keeps in memory, never
+    written. Blocks reserved past the end (a spooler that died mid-flood) are freed by truncating."""
+    status = os.fstat(fd)
+    blocks = -(-size // status.st_blksize) * status.st_blksize if status.st_blksize else size
+    if status.st_size != size or status.st_blocks * 512 > blocks:
         os.ftruncate(fd, size)
 
 

@@ -23,7 +23,7 @@ FLUSH_BYTES = 8 << 20
 FLUSH_POINTS = 50_000
 
 
-AHEAD_BATCHES = 3  # batches queued before the ingestor waits: one being stored, the others packed meanwhile
+AHEAD_BATCHES = 3  # the ingestor waits while more batches than this are not stored (at most 8 MiB of text each)
 
 
 LEAVE_WAIT_S = 15.0  # for a write in progress when the supervisor stops waiting for the store
@@ -55,12 +55,12 @@ class BatchWriter(threading.Thread):
 
     def put(self, batch: Batch, horizon_ms: int | None = None) -> None:
         """A batch to store; ``horizon_ms``: once it is stored, every read made before that time is.
-        Its texts are packed from now on, while the batch before is stored."""
+        Its texts are packed from now on, while the batches before it are stored."""
+        batch.pack()  # (begun outside the lock: the writer takes the next batch meanwhile)
         with self._changed:
             if self.gave_up:
                 self.loss.add(batch_loss(batch, self._reason()))
                 return
-            batch.pack()
             self._queue.append((batch, horizon_ms))
             self._changed.notify_all()
 
