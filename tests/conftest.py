@@ -138,8 +138,15 @@ def pytest_configure(config: pytest.Config) -> None:
     def interrupted(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
+    def in_a_forked_child() -> None:
+        """A forked child (a process pool's worker) ends at SIGTERM at once, as it would without this:
+        its pool ends it so, and a handler run between two steps of Python can come too late for a
+        worker about to wait on its queue, which then never ends (a test of scan_file hung so)."""
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, interrupted)
+        os.register_at_fork(after_in_child=in_a_forked_child)
 
 
 @pytest.fixture(scope="session")
