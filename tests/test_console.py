@@ -763,6 +763,20 @@ IN_VIEW = """() => {
 FRAMES = "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
 
 
+def test_a_view_taller_than_a_page_of_runs_loads_pages_until_it_is_filled(server: ServerProcess, page: Any,
+                                                                         store: Any) -> None:
+    """In a view taller than several pages of rows, the table loads the next page as long as its end
+    is near, without a scroll: an observer tells only of changes, and the end that stayed in view
+    when a page was drawn left the table at two pages of four."""
+    from .test_search import add_jobs
+
+    add_jobs(store, 350, seed=3)
+    page.set_viewport_size({"width": 1400, "height": 14000})
+    page.goto(server.url + "/")
+    expect(page.locator("table.jobs")).to_have_attribute("data-rows", "350")
+    assert page.locator("button[name=more]").is_hidden()  # the last page: nothing more to ask for
+
+
 def test_the_runs_table_of_hundreds_draws_the_rows_in_view_in_order_and_keeps_its_columns(
         server: ServerProcess, page: Any, store: Any) -> None:
     """600 jobs, sorted by their final loss: scrolling loads every page, the table draws only the rows

@@ -136,6 +136,13 @@ export function mount(root) {
       error.hidden = true;
       where.classList.remove("invalid");
       render();
+      if (state.token) {
+        // the end looked at again once this page is drawn: still near it (reached while the page came,
+        // which the observer told while this load was on, or a page too short to push it away), the
+        // next page comes; an observer tells only of changes, so the table stayed short of the end
+        nearEnd.unobserve(more);
+        nearEnd.observe(more);
+      }
     } catch (exc) {
       if (mine !== asked) return;
       error.hidden = false;
