@@ -195,10 +195,19 @@ def _percentiles_into(rows: list[dict[str, Any]], starts: Any, count: Any, low: 
         values = known[begin:stop]
         if np.isnan(values).any() or (values < 0).any():
             continue
+        figures = {}
+        if bool((count[begin:stop] == 1).all()):  # samples of their own (a job's points): each value a rank,
+            places = [(name, q / 100.0 * (len(values) - 1)) for name, q in wanted]  # and only the ranks
+            ranks = sorted({rank for _, position in places for rank in (math.floor(position), math.ceil(position))})
+            ranked = np.partition(values, ranks)  # wanted put in their places, not every value sorted
+            for name, position in places:
+                lower, upper = math.floor(position), math.ceil(position)
+                figures[name] = float(ranked[lower] + (ranked[upper] - ranked[lower]) * (position - lower))
+            row["ExtendedStatistics"] = figures
+            continue
         order = np.lexsort((count[begin:stop], values))
         ordered, seen = values[order], np.cumsum(count[begin:stop][order])
         last = len(ordered) - 1
-        figures = {}
         for name, q in wanted:
             position = q / 100.0 * (seen[-1] - 1)
             lower, upper = math.floor(position), math.ceil(position)
