@@ -455,7 +455,7 @@ def test_the_job_shares_its_supervisors_session_and_never_a_shells(tmp_path: Pat
 
 def test_a_batch_of_large_texts_packs_as_each_alone_also_begun_early_and_after_a_fork() -> None:
     """A flood's batch is compressed on the packing threads, begun when the writer is handed it
-    (PackedTexts) or at once (pack_texts): each text unpacks to itself, the small ones kept as they
+    (PackedTexts, its result taken later) or at once: each text unpacks to itself, the small ones kept as they
     are, and one stored with its "\\r" breaks as read is flagged and read with each a "\\n". A forked
     child (which has none of its parent's threads) packs on threads of its own."""
     from trainmon.store import codec
@@ -473,14 +473,14 @@ def test_a_batch_of_large_texts_packs_as_each_alone_also_begun_early_and_after_a
                                                           codec.TEXT_AS_IS | codec.TEXT_CR_BREAKS]
 
     begun = codec.PackedTexts(texts)
-    check(codec.pack_texts(texts))
+    check(codec.PackedTexts(texts).result())
     check(begun.result())
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child reports through the pipe
         signal.alarm(60)  # (a child waiting on its parent's threads would never end: SIGALRM ends it)
         try:
-            again = [codec.unpack_text(stored, packing) for stored, packing in codec.pack_texts(texts[:3])]
+            again = [codec.unpack_text(stored, packing) for stored, packing in codec.PackedTexts(texts[:3]).result()]
             os.write(write, b"ok" if again == [text.decode() for text in texts[:3]] else b"no")  # type: ignore[union-attr]
         finally:
             os._exit(0)

@@ -41,8 +41,8 @@ ZERO_KEY = np.iinfo(np.int32).min  # values too small to tell from zero (DDSketc
 # unsigned type, else float64. Sketches stored before zero's flag, bitmaps and half bytes are the
 # same header with steps from zero's key, and read the same way (a trainmon from before reads none
 # of the new ones, and refuses the store, whose schema is newer).
-_HEADER = np.dtype([("size", "<u4"), ("first", "<i4"), ("keys", "u1"), ("counts", "u1")])  # bins, first key, how
-# the keys are written, how the counts are (zero's: above)
+# bins, first key, how the keys are written, how the counts are (zero's: above)
+_HEADER = np.dtype([("size", "<u4"), ("first", "<i4"), ("keys", "u1"), ("counts", "u1")])
 _HEADER_BYTES = _HEADER.itemsize
 _UINTS = (np.uint8, np.uint16, np.uint32)
 _STEP_SIZES = np.array([1, 2, 4])  # bytes of a key step of each width (keys codes 0, 1, 2)

@@ -107,11 +107,6 @@ def _smaller(data: bytes | memoryview, packed: bytes, flags: int) -> tuple[bytes
 PARALLEL_PACK_BYTES = 64 << 10  # texts from this size on are compressed on the packing threads
 
 
-def pack_texts(texts: Sequence[Text]) -> list[tuple[bytes, int]]:
-    """:func:`pack_text` of each, the large ones compressed on every core at once."""
-    return PackedTexts(texts).result()
-
-
 class PackedTexts:
     """:func:`pack_text` of each text, the large ones (PARALLEL_PACK_BYTES) begun at once on the
     packing threads, one a core (zstd lets go of Python's lock): a flood's batch is mostly a few

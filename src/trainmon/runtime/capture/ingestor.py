@@ -25,7 +25,6 @@ from ...errors import StoreError
 from ...parsing.extract import Extractor, Hits
 from ...parsing.framing import decode
 from ...store import Batch, PointBlock, Store
-from ...store.codec import CrBreaks
 from ..retry import Patience
 from .loss import Loss, count_block
 from .pipes import Chunk, MemoryBudget
@@ -486,8 +485,7 @@ class Ingestor(threading.Thread):
         batch.stream_stats[stream.stream_id] = (previous[0] + count, previous[1] + self._unstored_bytes(pipe),
                                                 stamp)
         if pipe.is_stderr:
-            last = CrBreaks(text.raw[-STDERR_TAIL_BYTES:]) if isinstance(text, CrBreaks) else text[-STDERR_TAIL_BYTES:]
-            tail = joined_text(last).rsplit(b"\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:]
+            tail = joined_text(text, STDERR_TAIL_BYTES).rsplit(b"\n", STDERR_TAIL_RECORDS)[-STDERR_TAIL_RECORDS:]
             stream.stderr_tail.extend(decode(line) for line in tail)
 
     @staticmethod

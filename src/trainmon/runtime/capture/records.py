@@ -41,9 +41,12 @@ def stored_text(block: bytes, mode: Mode, crlf: bool | None = None) -> bytes | m
     return memoryview(block)[:-1] if block.endswith(b"\n") else block
 
 
-def joined_text(text: bytes | memoryview | CrBreaks) -> bytes:
-    """A log chunk's records joined by "\\n" (what :func:`stored_text` gave, its "\\r" breaks turned)."""
-    return bytes(text.raw).replace(b"\r", b"\n") if isinstance(text, CrBreaks) else bytes(text)
+def joined_text(text: bytes | memoryview | CrBreaks, last: int | None = None) -> bytes:
+    """A log chunk's records joined by "\\n" (what :func:`stored_text` gave, its "\\r" breaks turned), or
+    only its ``last`` bytes."""
+    if isinstance(text, CrBreaks):
+        return bytes(text.raw[-last:] if last else text.raw).replace(b"\r", b"\n")
+    return bytes(text[-last:] if last else text)
 
 
 def ends_record(last: bytes, mode: Mode) -> bool:

@@ -30,11 +30,12 @@ LEAVE_WAIT_S = 15.0  # for a write in progress when the supervisor stops waiting
 
 
 class BatchWriter(threading.Thread):
-    """Writes the ingestor's batches to the store in order, on a thread of its own, so that storing
-    one batch (the database lets go of Python's lock) overlaps packing the next (zstd, on the packing
-    threads, begun as it is put) and cutting and matching the one after. A batch the store refuses (a server down, a lock, a full disk) is written
-    again with backoff until it is stored; once the job has ended, a disk that stays full is given
-    up on after FULL_DISK_TRIES, and what it refused is counted as lost."""
+    """Writes the ingestor's batches to the store in order, on a thread of its own, so that storing one
+    batch (the database lets go of Python's lock) overlaps packing the next (zstd, on the packing
+    threads, begun as it is put) and cutting and matching the one after. A batch the store refuses (a
+    server down, a lock, a full disk) is written again with backoff until it is stored; once the job has
+    ended, a disk that stays full is given up on after FULL_DISK_TRIES, and what it refused is counted
+    as lost."""
 
     def __init__(self, store: Store, on_error: Callable[[str], None]) -> None:
         super().__init__(name="trainmon-store-writer", daemon=True)

@@ -223,14 +223,13 @@ def _retier(transaction: Transaction, target: tuple[int, ...], done: Maintenance
 
 
 def _rebuild(transaction: Transaction, series: int, complete: tuple[int, ...], target: tuple[int, ...]) -> int:
-    """One series' roll-ups in the ``target`` periods, from those in the ``complete`` ones: each
-    period added from the coarsest complete one that divides it, or from the datapoints before
-    the series' ``rolled_ms`` where none does (a period this rebuild added first counts as complete for
-    the coarser ones: each source is read once). A slice of
-    time (REBUILD_SOURCE_ROWS of the source's periods, whole periods of the new one) a
-    transaction under the series' lock, so writers wait milliseconds, however long the series:
-    what they write meanwhile goes into the target's periods too, so a slice built before it
-    holds it, and one built after reads it from the source. The number of rows written."""
+    """One series' roll-ups in the ``target`` periods, from those in the ``complete`` ones: each period
+    added from the coarsest complete one that divides it, or from the datapoints before the series'
+    ``rolled_ms`` where none does (a period this rebuild added first counts as complete for the coarser
+    ones: each source is read once). A slice of time (REBUILD_SOURCE_ROWS of the source's periods, whole
+    periods of the new one) a transaction under the series' lock, so writers wait milliseconds, however
+    long the series: what they write meanwhile goes into the target's periods too, so a slice built
+    before it holds it, and one built after reads it from the source. The number of rows written."""
     written = 0
     built = list(complete)
     for period in target:  # (finest first)
