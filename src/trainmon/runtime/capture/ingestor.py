@@ -190,12 +190,15 @@ class Ingestor(threading.Thread):
         return self.writer.stored_through_ms
 
     def waiting_bytes(self) -> int:
-        """The output in the spools that is not taken yet (about: read from another thread)."""
+        """The output in the spools that is not stored yet, whether taken into a batch or not (about:
+        read from another thread)."""
+        stored = self.writer.stored_spools
         waiting = 0
         for stream in self.streams:
             for pipe in stream.pipes:
+                through = stored.get((stream.stream_id, pipe.name), (0, False))[0]
                 try:
-                    waiting += max(0, os.stat(pipe.reader.spool_path).st_size - pipe.spooled_to)
+                    waiting += max(0, os.stat(pipe.reader.spool_path).st_size - through)
                 except OSError:  # no spool (yet, or the disk refused it: the output is in memory)
                     pass
         return waiting
