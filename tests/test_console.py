@@ -365,6 +365,19 @@ def test_compare_two_jobs(server: ServerProcess, page: Any, script: Callable[[st
     page.wait_for_function("() => { const c = window.trainmonCharts.compare; return c.x === 'metric:step'"
                            " && c.series.every(s => s.points > 0) && c.xMax <= 29; }")
 
+    # a job that is not there is named with its error, the others compared; the field for another
+    # job offers the jobs not compared, and adds one
+    page.goto(server.url + "/compare?jobs=compare-a,no-such-job")
+    expect(page.locator("p.error")).to_contain_text("no-such-job: ")
+    expect(page.locator(".legend-jobs .job-chip")).to_have_count(1)
+    page.focus("input[name=add-job]")
+    expect(page.locator("#compare-job-names option")).to_have_count(1)
+    expect(page.locator("#compare-job-names option")).to_have_attribute("value", "compare-b")
+    page.fill("input[name=add-job]", "compare-b")
+    page.click("form.add-job button[type=submit]")
+    page.wait_for_url(re.compile(r".*/compare\?jobs=compare-a,no-such-job,compare-b$"))
+    expect(page.locator(".legend-jobs .job-chip")).to_have_count(2)
+
 
 LATENCY = [{"Name": "latency", "Regex": r"latency=([0-9.]+)ms/step"},
            {"Name": "latency", "Regex": r"latency=([0-9.]+)s/step"}]

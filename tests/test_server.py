@@ -500,6 +500,36 @@ def test_one_request_gives_several_jobs_points_of_a_metric(http: httpx.Client, s
     assert too_many.status_code == 400 and "1 to 50 jobs" in too_many.json()["error"]["message"]
 
 
+def test_one_request_describes_several_jobs(http: httpx.Client, store: Any) -> None:
+    from trainmon.api.sagemaker import register_job
+    from trainmon.runtime.job.jobstate import set_status
+
+    names = [f"described-{n}" for n in range(3)]
+    for n, name in enumerate(names):
+        job = register_job(store, {"TrainingJobName": name, "ProfilerConfig": {"DisableProfiler": True},
+                                   "HyperParameters": {"lr": str(0.1 * (n + 1))},
+                                   "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"],
+                                                              "MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"}]}})
+        stream = store.add_stream(job.id, "algo-1", f"{name}/algo-1-1", 1000)
+        store.write_batch(Batch(job.id, points=[("loss", 1000 + i, 1.0 / (i + n + 1), "algo-1", stream.id, i)
+                                                for i in range(10 * n + 1)]))
+        set_status(store, name, "Completed")
+    answer = http.get("/api/descriptions", params={"jobs": ",".join([names[2], "no-such-job", *names[:2], "bad name"])})
+    assert answer.status_code == 200, answer.text
+    jobs = answer.json()["Jobs"]
+    assert [j["TrainingJobName"] for j in jobs] == [names[2], "no-such-job", names[0], names[1], "bad name"]
+    for described in (jobs[0], jobs[2], jobs[3]):
+        one = http.get(f"/api/jobs/{described['TrainingJobName']}").json()
+        assert {k: v for k, v in described.items() if k != "TrainingJobName"} == one
+    assert [j["Metrics"]["Metrics"][0]["Points"] for j in jobs[2:4]] == [1, 11]
+    missing = http.get("/api/jobs/no-such-job").json()["error"]
+    assert jobs[1] == {"TrainingJobName": "no-such-job", "Error": missing}
+    assert jobs[4]["Error"]["code"] == "ValidationException" and "'bad name'" in jobs[4]["Error"]["message"]
+    for wrong in ({}, {"jobs": ","}, {"jobs": ",".join(["a"] * 51)}):
+        refused = http.get("/api/descriptions", params=wrong)
+        assert refused.status_code == 400 and "1 to 50 jobs" in refused.json()["error"]["message"]
+
+
 def test_describe_and_statistics_follow_every_write_a_reader_could_have_seen(http: httpx.Client, store: Any) -> None:
     """What the server reads again and again (a job while it writes: its description, a metric's
     statistics) is never an earlier answer kept: a status written is described at once, points added

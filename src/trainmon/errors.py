@@ -61,6 +61,11 @@ class TrainmonError(Exception):
             self.code = code
 
     @property
+    def brief(self) -> dict[str, str]:
+        """The error as the server's JSON API answers it (``code``, ``message``)."""
+        return {"code": self.code, "message": self.message}
+
+    @property
     def response(self) -> dict[str, Any]:
         return {
             "Error": {"Code": self.code, "Message": self.message},

@@ -256,8 +256,13 @@ def _job_of_arn(store: Store, arn: str) -> JobRow:
 
 def job(store: Store, name: Any) -> JobRow:
     """The job of that name (after reaping orphans); SageMaker's answer when there is none."""
-    validate_members({"TrainingJobName": _JOB_NAME}, {"TrainingJobName": name})
     orphans.reap_orphans(store)
+    return reaped_job(store, name)
+
+
+def reaped_job(store: Store, name: Any) -> JobRow:
+    """:func:`job` for a caller that reaped orphans already (once for many jobs)."""
+    validate_members({"TrainingJobName": _JOB_NAME}, {"TrainingJobName": name})
     row = store.get_job(name)
     if row is None:
         raise ResourceNotFound.for_job(name)

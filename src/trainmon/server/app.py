@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 from .. import api
 from ..api import artifacts, sagemaker, trainmon
 from ..cloudwatch.model import job_metric_key
-from ..errors import MethodNotAllowed, NotFound, ResourceNotFound, TrainmonError, ValidationException
+from ..errors import MethodNotAllowed, NotFound, TrainmonError, ValidationException
 from ..jobs import searchtext
 from ..read import charts, downsample
 from ..runtime.job import orphans
@@ -66,6 +66,17 @@ def _int(request: Request, name: str, default: int | None, low: int, high: int) 
     if not low <= value <= high:
         raise ValidationException(f"{name} must be from {low} to {high}, not {value}.")
     return value
+
+
+MANY_JOBS = 50  # jobs one request of several jobs' descriptions or points may name
+
+
+def _job_names(request: Request) -> list[str]:
+    """The jobs a request of several jobs names (``jobs``: comma-separated)."""
+    names = [n for n in (request.query_params.get("jobs") or "").split(",") if n]
+    if not 1 <= len(names) <= MANY_JOBS:
+        raise ValidationException(f"jobs must name 1 to {MANY_JOBS} jobs, comma-separated.")
+    return names
 
 
 def _width(request: Request) -> int:
@@ -151,6 +162,14 @@ async def describe_job(request: Request, store: Store) -> Any:
     return await _call(work)
 
 
+async def describe_jobs(request: Request, store: Store) -> Any:
+    """Several jobs' descriptions (``jobs``: names, comma-separated), as :func:`describe_job` gives
+    each: what Compare shows, in one request rather than one a job. A job that is not there answers
+    its error in its place."""
+    names = _job_names(request)
+    return await _call(lambda: {"Jobs": trainmon.describe_several(store, names)})
+
+
 async def stop_job(request: Request, store: Store) -> Any:
     return await _call(lambda: sagemaker.stop_training_job(store, TrainingJobName=request.path_params["name"]))
 
@@ -195,17 +214,12 @@ async def metric_points(request: Request, store: Store) -> Any:
     return await _call(work)
 
 
-MANY_JOBS = 50  # jobs one request of several jobs' points may name
-
-
 async def jobs_metric_points(request: Request, store: Store) -> Any:
     """One metric's points for a chart, of each of several jobs (``jobs``: names, comma-separated):
-    what Compare draws, in one request rather than one a job. A job that is not there, or has not
-    that metric, answers its error in its place."""
+    what Compare draws, in one request rather than one a job. A job that is not there answers its
+    error in its place; one without the metric, no points."""
     metric = request.path_params["metric"]
-    names = [n for n in (request.query_params.get("jobs") or "").split(",") if n]
-    if not 1 <= len(names) <= MANY_JOBS:
-        raise ValidationException(f"jobs must name 1 to {MANY_JOBS} jobs, comma-separated.")
+    names = _job_names(request)
     width, deltas = _width(request), _deltas(request)
     start, end = _range(request)
     records = request.query_params.get("records") != "0"
@@ -214,10 +228,10 @@ async def jobs_metric_points(request: Request, store: Store) -> Any:
         found: list[dict[str, Any]] = []
         orphans.reap_orphans(store)  # once for the request, not once a job
         for name in names:
-            row = store.get_job(name)
-            if row is None:
-                missing = ResourceNotFound.for_job(name)
-                found.append({"TrainingJobName": name, "Error": {"code": missing.code, "message": missing.message}})
+            try:
+                row = sagemaker.reaped_job(store, name)
+            except TrainmonError as exc:
+                found.append({"TrainingJobName": name, "Error": exc.brief})
                 continue
             found.append({"TrainingJobName": name, **charts.metric_chart(
                 store, row.id, metric, width, start_ms=start, end_ms=end, deltas=deltas, records=records)})
@@ -492,6 +506,8 @@ ROUTES: tuple[Endpoint, ...] = (
     Endpoint("POST", "/api/jobs", "Create and start a job", create_job, body="a CreateTrainingJob request"),
     Endpoint("GET", "/api/jobs/{name}", "A job's description and what its metric definitions did", describe_job,
              (Param("name", where="path"),)),
+    Endpoint("GET", "/api/descriptions", "Several jobs' descriptions (Compare's, in one request)", describe_jobs,
+             (Param("jobs", help="job names, comma-separated (1 to 50)"),)),
     Endpoint("POST", "/api/jobs/{name}/stop", "Stop a job", stop_job, (Param("name", where="path"),)),
     Endpoint("DELETE", "/api/jobs/{name}", "Delete a finished job and its data", delete_job,
              (Param("name", where="path"),)),

@@ -310,7 +310,7 @@ def _with_security_headers(send: Send) -> Send:
 
 
 async def refuse(send: Send, exc: TrainmonError) -> None:
-    payload = dumps({"error": {"code": exc.code, "message": exc.message}})
+    payload = dumps({"error": exc.brief})
     await _respond(send, exc.http_status, [(b"content-type", b"application/json")], payload)
 
 

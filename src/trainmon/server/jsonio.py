@@ -40,7 +40,7 @@ def reply(value: Any, status: int = 200) -> Response:
 
 
 def error_reply(exc: TrainmonError) -> Response:
-    return reply({"error": {"code": exc.code, "message": exc.message}}, exc.http_status)
+    return reply({"error": exc.brief}, exc.http_status)
 
 
 async def read_body(request: Request) -> bytes:

@@ -2,7 +2,7 @@
 // per job, in the chips' colours), hyperparameters against a metric (parallel coordinates, and a
 // scatter of one hyperparameter), the final metrics, and the hyperparameters that differ.
 
-import {get, jobPath} from "./api.js";
+import {get} from "./api.js";
 import {navigate} from "./router.js";
 import {Chart, COLORS} from "./chart.js";
 import {h, clear, fmtNum, statusBadge, section, TERMINAL} from "./dom.js";
@@ -24,13 +24,8 @@ export function mount(root, {jobs: names}) {
       );
       return;
     }
-    const answers = await Promise.all(
-      names.map((n) =>
-        get(jobPath(n)).then(
-          (a) => ({name: n, ...a}),
-          (e) => ({name: n, error: e}),
-        ),
-      ),
+    const answers = (await get("/api/descriptions", {jobs: names.join(",")})).Jobs.map(
+      ({TrainingJobName: name, Error: error, ...a}) => ({name, error, ...a}),
     );
     const jobs = answers.filter((a) => !a.error);
     const missing = answers.filter((a) => a.error);
@@ -47,15 +42,22 @@ export function mount(root, {jobs: names}) {
     const smallBox = h("div", {class: "system-grid compare-small"});
     const more = h("input", {type: "text", name: "add-job", list: "compare-job-names", placeholder: "another job"});
     const known = h("datalist", {id: "compare-job-names"});
-    get("/api/jobs", {limit: 100}).then(
-      (answer) =>
-        known.append(
-          ...answer.TrainingJobSummaries.filter((j) => !names.includes(j.TrainingJobName)).map((j) =>
-            h("option", {value: j.TrainingJobName}),
+    let offered = false; // the other jobs, offered once the field is first used (not a request the chart waits behind)
+    const offer = () => {
+      if (offered) return;
+      offered = true;
+      get("/api/jobs", {limit: 100}).then(
+        (answer) =>
+          known.append(
+            ...answer.TrainingJobSummaries.filter((j) => !names.includes(j.TrainingJobName)).map((j) =>
+              h("option", {value: j.TrainingJobName}),
+            ),
           ),
-        ),
-      () => {},
-    );
+        () => (offered = false),
+      );
+    };
+    more.addEventListener("focus", offer);
+    more.addEventListener("pointerenter", offer);
     const add = h(
       "form",
       {
