@@ -263,11 +263,10 @@ class Rollups:
         is_zero = keys == ZERO_KEY  # (zero's count is written apart, in a code of its own)
         whole = _per_row(np.logical_and, (counts == np.floor(counts)) | is_zero, bounds, True)[rows]
         high = _per_row(np.maximum, np.where(is_zero, 0.0, counts), bounds, 0.0)[rows]
-        count_code = np.where(whole & (high < 16), _NIBBLES, np.where(whole & (high < 2**32), _widths(high), 3))
+        count_code = np.where(whole & (high < 16), _NIBBLES, _count_codes(whole, high))
         other_bytes = np.where(count_code == _NIBBLES, (others + 1) // 2, others * _COUNT_SIZES[count_code])
         zero_count = np.where(zero, counts[np.where(zero, begin, 0)] if len(counts) else 0.0, 0.0)
-        zero_code = np.where((zero_count == np.floor(zero_count)) & (zero_count < 2**32), _widths(zero_count), 3) \
-            * zero  # (none: 0)
+        zero_code = _count_codes(zero_count == np.floor(zero_count), zero_count) * zero  # (none: 0)
         zero_bytes = _COUNT_SIZES[zero_code] * zero
         ends = np.cumsum(_HEADER_BYTES + key_bytes + zero_bytes + other_bytes)
         starts = ends - (_HEADER_BYTES + key_bytes + zero_bytes + other_bytes)
@@ -316,6 +315,12 @@ class Rollups:
 def _count_type(code: int) -> type[np.generic]:
     """The type of counts written with ``code`` (0 to 2: unsigned integers, 3: float64)."""
     return _UINTS[code] if code < 3 else np.float64
+
+
+def _count_codes(whole: np.ndarray, highs: np.ndarray) -> np.ndarray:
+    """Per row, how its counts are written, from whether they are whole and the highest: the narrowest
+    unsigned type that holds them (0 to 2), or float64 (3)."""
+    return np.where(whole & (highs < 2**32), _widths(highs), 3)
 
 
 def _widths(highs: np.ndarray) -> np.ndarray:
