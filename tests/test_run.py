@@ -468,9 +468,11 @@ def test_a_stop_signal_at_any_moment_of_the_start_stops_the_job_and_leaves_nothi
         except subprocess.TimeoutExpired:
             masks = [line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
                      if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
+            os.killpg(proc.pid, signal.SIGKILL)  # (the supervisor leads a session of its own: the reaper ends it)
+            said = proc.communicate()[1]
             raise AssertionError(f"trainmon run went on after a signal {delay_ms} ms into it ({masks}; this test "
                                  f"process: {signal.pthread_sigmask(signal.SIG_BLOCK, [])}, "
-                                 f"{signal.getsignal(signal.SIGINT)})") from None
+                                 f"{signal.getsignal(signal.SIGINT)}); it said: {said[-2000:]!r}") from None
         listing = run_cli("list", "--json", check=True)  # (it reaps a job whose supervisor is gone)
         jobs = {job["TrainingJobName"]: job for job in json.loads(listing.stdout)}
         if name in jobs:
