@@ -5,7 +5,7 @@
 import {get} from "./api.js";
 import {navigate} from "./router.js";
 import {Chart, COLORS} from "./chart.js";
-import {h, clear, fmtNum, statusBadge, section, TERMINAL} from "./dom.js";
+import {h, clear, extend, fmtNum, statusBadge, section, TERMINAL} from "./dom.js";
 import {metricSource} from "./job.js";
 import {parallelCoordinates, scatterPlot} from "./parallel.js";
 
@@ -98,6 +98,13 @@ export function mount(root, {jobs: names}) {
         h("div", {class: "toolbar"}, h("label", {}, "Metric ", metricSelect)),
         choices.length ? chartBox : h("p", {class: "muted"}, "These jobs have no metrics yet."),
       ),
+    );
+    if (choices.length) {
+      showChart(choices[0]);
+      await new Promise((resolve) => setTimeout(resolve)); // its request goes out (at the next turn), then the rest is built
+    }
+    extend(
+      root,
       choices.length > 1 ? section("Every metric", smallBox) : null,
       jobs.length > 1 && choices.length ? section("Hyperparameters against a metric", relations(jobs, choices)) : null,
       section("Final metrics", finalsTable(jobs, all)),
@@ -125,7 +132,6 @@ export function mount(root, {jobs: names}) {
       chartBox.replaceChildren(chart.el);
       chart.fetch();
     }
-    if (choices.length) showChart(choices[0]);
     // every metric as a small chart: a line per job, as the main chart draws it
     if (choices.length > 1) {
       const origin = (a) => 1000 * (a.Job.TrainingStartTime || a.Job.CreationTime);

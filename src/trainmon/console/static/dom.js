@@ -44,6 +44,12 @@ export function clear(el, ...children) {
   return el;
 }
 
+/** Put ``children`` at the end of ``el``, as :func:`clear` puts them. */
+export function extend(el, ...children) {
+  append(el, children);
+  return el;
+}
+
 /** A number as people read it; documents carry non-finite values as the strings "NaN", "Infinity". */
 export function fmtNum(value) {
   if (value === undefined || value === null || value === "") return "–";
