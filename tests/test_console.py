@@ -367,9 +367,15 @@ def test_compare_two_jobs(server: ServerProcess, page: Any, script: Callable[[st
 
     # a job that is not there is named with its error, the others compared; the field for another
     # job offers the jobs not compared, and adds one
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url.removeprefix(server.url)))
     page.goto(server.url + "/compare?jobs=compare-a,no-such-job")
     expect(page.locator("p.error")).to_contain_text("no-such-job: ")
     expect(page.locator(".legend-jobs .job-chip")).to_have_count(1)
+    page.wait_for_function("() => window.trainmonCharts.compare.points > 0")
+    paths = [url.split("?")[0] for url in asked if url.startswith("/api/")]
+    assert paths[0] == "/api/descriptions" and paths.count("/api/descriptions") == 1, asked  # both jobs in one
+    assert "/api/jobs" not in paths, asked  # the jobs to add: not asked for until the field is used
     page.focus("input[name=add-job]")
     expect(page.locator("#compare-job-names option")).to_have_count(1)
     expect(page.locator("#compare-job-names option")).to_have_attribute("value", "compare-b")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from trainmon import client as trainmon_client
@@ -468,8 +470,13 @@ def test_a_stop_signal_at_any_moment_of_the_start_stops_the_job_and_leaves_nothi
         except subprocess.TimeoutExpired:
             masks = [line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
                      if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
-            os.killpg(proc.pid, signal.SIGKILL)  # (the supervisor leads a session of its own: the reaper ends it)
-            said = proc.communicate()[1]
+            for process in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()  # (the supervisor and the job, in sessions of their own, too)
+            try:
+                said = proc.communicate(timeout=30)[1]
+            except subprocess.TimeoutExpired:
+                said = "(its output is still held open)"
             raise AssertionError(f"trainmon run went on after a signal {delay_ms} ms into it ({masks}; this test "
                                  f"process: {signal.pthread_sigmask(signal.SIG_BLOCK, [])}, "
                                  f"{signal.getsignal(signal.SIGINT)}); it said: {said[-2000:]!r}") from None

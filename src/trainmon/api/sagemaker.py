@@ -256,13 +256,26 @@ def _job_of_arn(store: Store, arn: str) -> JobRow:
 
 def job(store: Store, name: Any) -> JobRow:
     """The job of that name (after reaping orphans); SageMaker's answer when there is none."""
-    orphans.reap_orphans(store)
-    return reaped_job(store, name)
-
-
-def reaped_job(store: Store, name: Any) -> JobRow:
-    """:func:`job` for a caller that reaped orphans already (once for many jobs)."""
     validate_members({"TrainingJobName": _JOB_NAME}, {"TrainingJobName": name})
+    orphans.reap_orphans(store)
+    return _existing(store, name)
+
+
+def jobs_named(store: Store, names: list[str]) -> list[tuple[str, JobRow | ValidationException]]:
+    """Each name with its job, or the error :func:`job` would raise for it (an invalid name, no such
+    job), with orphans reaped once for them all. A store that fails, fails the whole."""
+    orphans.reap_orphans(store)
+    found: list[tuple[str, JobRow | ValidationException]] = []
+    for name in names:
+        try:
+            validate_members({"TrainingJobName": _JOB_NAME}, {"TrainingJobName": name})
+            found.append((name, _existing(store, name)))
+        except ValidationException as exc:
+            found.append((name, exc))
+    return found
+
+
+def _existing(store: Store, name: str) -> JobRow:
     row = store.get_job(name)
     if row is None:
         raise ResourceNotFound.for_job(name)

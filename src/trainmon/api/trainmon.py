@@ -35,11 +35,10 @@ from ..parsing.definitions import (
 from ..parsing.extract import Extractor
 from ..parsing.framing import Mode
 from ..rules import catalog
-from ..runtime.job import orphans
 from ..shapes import refuse_unknown
 from ..store import JobRow, Store, profiles
 from ..units import SYSTEM_UNITS, profile_unit
-from .sagemaker import describe, job, reaped_job
+from .sagemaker import describe, job, jobs_named
 from .times import as_datetime, as_datetimes
 
 LOG_PAGE_RECORDS = 10_000
@@ -66,26 +65,24 @@ def describe_job_metrics(store: Store, *, TrainingJobName: Any = None, **unsuppo
 def describe_with_metrics(store: Store, name: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """DescribeTrainingJob's answer and DescribeJobMetrics' for one job, read once (what ``trainmon
     describe`` shows): the final values come from the description's FinalMetricDataList."""
-    return _described_with_metrics(store, job(store, name))
+    return _describe_row(store, job(store, name))
 
 
 def describe_several(store: Store, names: list[str]) -> list[dict[str, Any]]:
     """Of each job named, in order, ``TrainingJobName`` and :func:`describe_with_metrics`' two answers
-    as ``Job`` and ``Metrics``, or the error a description of it would answer as ``Error``: what
-    Compare shows of its jobs, with orphans reaped once for them all."""
-    orphans.reap_orphans(store)
+    as ``Job`` and ``Metrics``, or as ``Error`` what a description of it answers (an invalid name, no
+    such job): what Compare shows of its jobs, with orphans reaped once for them all."""
     found: list[dict[str, Any]] = []
-    for name in names:
-        try:
-            description, metrics = _described_with_metrics(store, reaped_job(store, name))
-        except TrainmonError as exc:
-            found.append({"TrainingJobName": name, "Error": exc.brief})
+    for name, row in jobs_named(store, names):
+        if isinstance(row, TrainmonError):
+            found.append({"TrainingJobName": name, "Error": row.brief})
             continue
+        description, metrics = _describe_row(store, row)
         found.append({"TrainingJobName": name, "Job": description, "Metrics": metrics})
     return found
 
 
-def _described_with_metrics(store: Store, row: JobRow) -> tuple[dict[str, Any], dict[str, Any]]:
+def _describe_row(store: Store, row: JobRow) -> tuple[dict[str, Any], dict[str, Any]]:
     description = describe(store, row)
     finals = {m["MetricName"]: (m["Value"], m["Timestamp"]) for m in description["FinalMetricDataList"]}
     return as_datetimes(description), _job_metrics(store, row, finals)

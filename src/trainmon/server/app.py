@@ -36,7 +36,6 @@ from ..cloudwatch.model import job_metric_key
 from ..errors import MethodNotAllowed, NotFound, TrainmonError, ValidationException
 from ..jobs import searchtext
 from ..read import charts, downsample
-from ..runtime.job import orphans
 from ..shapes import snake_case
 from ..store import Store, codec
 from . import auth, live, prometheus, typecheck
@@ -226,12 +225,9 @@ async def jobs_metric_points(request: Request, store: Store) -> Any:
 
     def work() -> dict[str, Any]:
         found: list[dict[str, Any]] = []
-        orphans.reap_orphans(store)  # once for the request, not once a job
-        for name in names:
-            try:
-                row = sagemaker.reaped_job(store, name)
-            except TrainmonError as exc:
-                found.append({"TrainingJobName": name, "Error": exc.brief})
+        for name, row in sagemaker.jobs_named(store, names):
+            if isinstance(row, TrainmonError):
+                found.append({"TrainingJobName": name, "Error": row.brief})
                 continue
             found.append({"TrainingJobName": name, **charts.metric_chart(
                 store, row.id, metric, width, start_ms=start, end_ms=end, deltas=deltas, records=records)})
@@ -507,7 +503,7 @@ ROUTES: tuple[Endpoint, ...] = (
     Endpoint("GET", "/api/jobs/{name}", "A job's description and what its metric definitions did", describe_job,
              (Param("name", where="path"),)),
     Endpoint("GET", "/api/descriptions", "Several jobs' descriptions (Compare's, in one request)", describe_jobs,
-             (Param("jobs", help="job names, comma-separated (1 to 50)"),)),
+             (Param("jobs", help=f"job names, comma-separated (1 to {MANY_JOBS})"),)),
     Endpoint("POST", "/api/jobs/{name}/stop", "Stop a job", stop_job, (Param("name", where="path"),)),
     Endpoint("DELETE", "/api/jobs/{name}", "Delete a finished job and its data", delete_job,
              (Param("name", where="path"),)),
@@ -521,7 +517,7 @@ ROUTES: tuple[Endpoint, ...] = (
                  Param("records", help="0: without each point's log record"), _TIMES), tags=("metrics",)),
     Endpoint("GET", "/api/metrics/{metric:path}/points", "One metric's points for a chart, of each of several jobs "
              "(Compare's, in one request)", jobs_metric_points, (
-                 Param("metric", where="path"), Param("jobs", help="job names, comma-separated (1 to 50)"),
+                 Param("metric", where="path"), Param("jobs", help=f"job names, comma-separated (1 to {MANY_JOBS})"),
                  Param("width", "integer", "buckets (pixels), 1 to 10000 (1000)"),
                  Param("start", "integer", "epoch ms"), Param("end", "integer", "epoch ms (excluded)"),
                  Param("records", help="0: without each point's log record"), _TIMES), tags=("metrics",)),

@@ -9,11 +9,14 @@ import {h, clear, extend, fmtNum, statusBadge, section, TERMINAL} from "./dom.js
 import {metricSource} from "./job.js";
 import {parallelCoordinates, scatterPlot} from "./parallel.js";
 
+const MANY_JOBS = 50; // jobs one request of descriptions may name (the route's limit)
+
 export function mount(root, {jobs: names}) {
   document.title = "Compare · trainmon";
   let chart = null;
   let small = [];
   let timer = null;
+  let left = false; // the user went to another page: what comes back after it touches nothing
   clear(root, h("p", {class: "muted"}, "Loading…"));
   const start = async () => {
     if (!names.length) {
@@ -24,9 +27,13 @@ export function mount(root, {jobs: names}) {
       );
       return;
     }
-    const answers = (await get("/api/descriptions", {jobs: names.join(",")})).Jobs.map(
-      ({TrainingJobName: name, Error: error, ...a}) => ({name, error, ...a}),
-    );
+    const parts = [];
+    for (let i = 0; i < names.length; i += MANY_JOBS) parts.push(names.slice(i, i + MANY_JOBS));
+    const described = await Promise.all(parts.map((part) => get("/api/descriptions", {jobs: part.join(",")})));
+    if (left) return;
+    const answers = described
+      .flatMap((answer) => answer.Jobs)
+      .map(({TrainingJobName: name, Error: error, ...a}) => ({name, error, ...a}));
     const jobs = answers.filter((a) => !a.error);
     const missing = answers.filter((a) => a.error);
     const metricsOf = (a) => (a.Metrics.Metrics || []).map((m) => m.MetricName);
@@ -102,6 +109,7 @@ export function mount(root, {jobs: names}) {
     if (choices.length) {
       showChart(choices[0]);
       await new Promise((resolve) => setTimeout(resolve)); // its request goes out (at the next turn), then the rest is built
+      if (left) return;
     }
     extend(
       root,
@@ -161,8 +169,9 @@ export function mount(root, {jobs: names}) {
       }, 10000);
     }
   };
-  start().catch((exc) => clear(root, h("p", {class: "error"}, exc.message)));
+  start().catch((exc) => left || clear(root, h("p", {class: "error"}, exc.message)));
   return () => {
+    left = true;
     clearInterval(timer);
     if (chart) chart.destroy();
     for (const c of small) c.destroy();
