@@ -186,35 +186,35 @@ def aggregate_columns(
 def _percentiles_into(rows: list[dict[str, Any]], starts: Any, count: Any, low: Any, high: Any, value: Any,
                       wanted: list[tuple[str, float]]) -> None:
     """Each period's percentiles into its row, where CloudWatch gives them (no negative value, no
-    statistic set of several values): a period at a time (at most 1,440 of them), each one's values
-    sorted and their counts added up in that order."""
+    statistic set of several values): a period at a time (at most 1,440 of them), each percentile the
+    value at its rank among the period's samples (counted), between the two ranks around it. Where
+    every value counts once (a job's points), only those ranks are put in place (``numpy.partition``);
+    else the values are sorted and their counts added up in that order."""
     import numpy as np
 
     known = np.where(np.isnan(value), np.where((count == 1) | (low == high), low, np.nan), value)
+    names = [name for name, _ in wanted]
+    shares = np.array([q / 100.0 for _, q in wanted])
     for row, begin, stop in zip(rows, starts.tolist(), [*starts[1:].tolist(), len(count)], strict=True):
-        values = known[begin:stop]
+        values, counts = known[begin:stop], count[begin:stop]
         if np.isnan(values).any() or (values < 0).any():
             continue
-        figures = {}
-        if bool((count[begin:stop] == 1).all()):  # samples of their own (a job's points): each value a rank,
-            places = [(name, q / 100.0 * (len(values) - 1)) for name, q in wanted]  # and only the ranks
-            ranks = sorted({rank for _, position in places for rank in (math.floor(position), math.ceil(position))})
-            ranked = np.partition(values, ranks)  # wanted put in their places, not every value sorted
-            for name, position in places:
-                lower, upper = math.floor(position), math.ceil(position)
-                figures[name] = float(ranked[lower] + (ranked[upper] - ranked[lower]) * (position - lower))
-            row["ExtendedStatistics"] = figures
-            continue
-        order = np.lexsort((count[begin:stop], values))
-        ordered, seen = values[order], np.cumsum(count[begin:stop][order])
-        last = len(ordered) - 1
-        for name, q in wanted:
-            position = q / 100.0 * (seen[-1] - 1)
-            lower, upper = math.floor(position), math.ceil(position)
-            at_low = min(int(np.searchsorted(seen, lower, side="right")), last)
-            at_high = min(int(np.searchsorted(seen, upper, side="right")), last)
-            figures[name] = float(ordered[at_low] + (ordered[at_high] - ordered[at_low]) * (position - lower))
-        row["ExtendedStatistics"] = figures
+        each_once = bool((counts == 1).all())
+        if each_once:
+            positions = shares * (len(values) - 1)
+        else:
+            order = np.lexsort((counts, values))
+            ordered, seen = values[order], np.cumsum(counts[order])
+            positions = shares * (seen[-1] - 1)
+        floors = np.floor(positions)
+        below, above = floors.astype(np.int64), np.ceil(positions).astype(np.int64)  # the ranks around each
+        if each_once:  # each value a rank: only the ranks wanted put in place
+            ordered = np.partition(values, sorted({*below.tolist(), *above.tolist()}))
+        else:  # each rank the first value whose counts, added up in order, pass it
+            below, above = (np.minimum(np.searchsorted(seen, rank, side="right"), len(ordered) - 1)
+                            for rank in (below, above))
+        figures = ordered[below] + (ordered[above] - ordered[below]) * (positions - floors)
+        row["ExtendedStatistics"] = dict(zip(names, figures.tolist(), strict=True))
 
 
 def aggregate_rollups(

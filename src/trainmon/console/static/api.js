@@ -45,6 +45,16 @@ export async function request(method, path, {params, body} = {}) {
   return data;
 }
 
+/** Jobs one request of several jobs' descriptions or points may name (the server's limit). */
+export const MANY_JOBS = 50;
+
+/** ``list`` in pieces of at most ``size``, in order. */
+export function inPieces(list, size) {
+  const pieces = [];
+  for (let i = 0; i < list.length; i += size) pieces.push(list.slice(i, i + size));
+  return pieces;
+}
+
 export const get = (path, params) => request("GET", path, {params});
 export const post = (path, body) => request("POST", path, {body: body || {}});
 

@@ -2,14 +2,12 @@
 // per job, in the chips' colours), hyperparameters against a metric (parallel coordinates, and a
 // scatter of one hyperparameter), the final metrics, and the hyperparameters that differ.
 
-import {get} from "./api.js";
+import {get, inPieces, MANY_JOBS} from "./api.js";
 import {navigate} from "./router.js";
 import {Chart, COLORS} from "./chart.js";
 import {h, clear, extend, fmtNum, statusBadge, section, TERMINAL} from "./dom.js";
 import {metricSource} from "./job.js";
 import {parallelCoordinates, scatterPlot} from "./parallel.js";
-
-const MANY_JOBS = 50; // jobs one request of descriptions may name (the route's limit)
 
 export function mount(root, {jobs: names}) {
   document.title = "Compare · trainmon";
@@ -27,9 +25,9 @@ export function mount(root, {jobs: names}) {
       );
       return;
     }
-    const parts = [];
-    for (let i = 0; i < names.length; i += MANY_JOBS) parts.push(names.slice(i, i + MANY_JOBS));
-    const described = await Promise.all(parts.map((part) => get("/api/descriptions", {jobs: part.join(",")})));
+    const described = await Promise.all(
+      inPieces(names, MANY_JOBS).map((part) => get("/api/descriptions", {jobs: part.join(",")})),
+    );
     if (left) return;
     const answers = described
       .flatMap((answer) => answer.Jobs)

@@ -1,7 +1,7 @@
 // The job page: status and its timeline, the failure, hyperparameters, metric definitions and what
 // they matched, final metrics, a live chart per metric, system metrics, the profile and the log.
 
-import {get, post, jobPath, liveStream, series, statisticSeries, ApiError} from "./api.js";
+import {get, post, jobPath, liveStream, series, statisticSeries, ApiError, inPieces, MANY_JOBS} from "./api.js";
 import {Chart, COLORS} from "./chart.js";
 import {
   h,
@@ -51,9 +51,8 @@ export function metricPairs(names) {
 
 // Several jobs' points of one metric asked in one request (Compare's charts, a tuning job's
 // trials): the asks of one turn of the event loop for the same metric, range and width go together,
-// in requests of at most BATCH_JOBS jobs (the route's limit).
+// in requests of at most MANY_JOBS jobs (the route's limit).
 const batches = new Map();
-const BATCH_JOBS = 50;
 
 function batchedPoints(name, metric, params) {
   const key = JSON.stringify([metric, params]);
@@ -63,14 +62,13 @@ function batchedPoints(name, metric, params) {
     batches.set(key, batch);
     setTimeout(() => {
       batches.delete(key);
-      const names = [...batch.keys()];
-      for (let i = 0; i < names.length; i += BATCH_JOBS) askPoints(metric, params, names.slice(i, i + BATCH_JOBS), batch);
+      for (const names of inPieces([...batch.keys()], MANY_JOBS)) askPoints(metric, params, names, batch);
     }, 0);
   }
   return new Promise((resolve, reject) => batch.set(name, [...(batch.get(name) || []), {resolve, reject}]));
 }
 
-/** One request for the points of ``names`` (at most BATCH_JOBS), answering their asks in ``batch``. */
+/** One request for the points of ``names`` (at most MANY_JOBS), answering their asks in ``batch``. */
 async function askPoints(metric, params, names, batch) {
   try {
     const answer = await get(`/api/metrics/${encodeURIComponent(metric)}/points`, {...params, jobs: names.join(",")});

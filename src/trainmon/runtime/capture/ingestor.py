@@ -192,15 +192,12 @@ class Ingestor(threading.Thread):
     def waiting_bytes(self) -> int:
         """The output in the spools that is not stored yet, whether taken into a batch or not (about:
         read from another thread)."""
-        stored = self.writer.stored_spools
         waiting = 0
-        for stream in self.streams:
-            for pipe in stream.pipes:
-                through = stored.get((stream.stream_id, pipe.name), (0, False))[0]
-                try:
-                    waiting += max(0, os.stat(pipe.reader.spool_path).st_size - through)
-                except OSError:  # no spool (yet, or the disk refused it: the output is in memory)
-                    pass
+        for pipe, stored in self._stored_through():
+            try:
+                waiting += max(0, os.stat(pipe.reader.spool_path).st_size - stored)
+            except OSError:  # no spool (yet, or the disk refused it: the output is in memory)
+                pass
         return waiting
 
     def finish_in_this_thread(self) -> None:
@@ -257,12 +254,16 @@ class Ingestor(threading.Thread):
 
     def _release(self) -> None:
         """Free the spools' blocks whose records are stored, so a spool holds the backlog only."""
-        stored = self.writer.stored_spools
+        for pipe, stored in self._stored_through():
+            if stored:
+                pipe.release_through(stored)
+
+    def _stored_through(self) -> Iterator[tuple[Pipe, int]]:
+        """Each pipe, and the spool offset its stored records reach (0: none stored yet)."""
+        stored = self.writer.stored_spools  # (replaced whole as batches are stored: one state read)
         for stream in self.streams:
             for pipe in stream.pipes:
-                progress = stored.get((stream.stream_id, pipe.name))
-                if progress is not None:
-                    pipe.release_through(progress[0])
+                yield pipe, stored.get((stream.stream_id, pipe.name), (0, False))[0]
 
     def _give_up(self) -> None:
         """The job has ended and the store stays full: count what is left as lost, and stop."""
