@@ -542,7 +542,9 @@ def test_describe_and_statistics_follow_every_write_a_reader_could_have_seen(htt
                                "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"],
                                                           "MetricDefinitions": [{"Name": "loss", "Regex": r"loss=(\S+)"}]}})
     stream = store.add_stream(job.id, "algo-1", "followed/algo-1-1", 1000)
-    start_ms = int(job.creation_time * 1000) - 3_600_000  # an hour before: sealed by the next maintenance pass
+    # an hour before (sealed by the next maintenance pass), at a minute's start: the 150 points, 1.5 s
+    # of them, are in one minute's period (periods are whole minutes of the clock, whatever the start)
+    start_ms = (int(job.creation_time * 1000) - 3_600_000) // 60_000 * 60_000
     statistics = {"period": 60, "stat": "Maximum", "start": start_ms}
 
     def write(first: int, count: int) -> None:
