@@ -366,25 +366,44 @@ def test_record_cutter_keeps_a_leading_cr_from_joining_two_lines() -> None:
     assert cutter.feed(b"\n20%\n") == b"20%\n"  # the "\n" of a split "\r\n" is not a new record
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_large_files_scanned_on_every_core_give_the_same_points(tmp_path, monkeypatch, engine: str) -> None:
-    import trainmon.parsing.extract as extract
+SCAN_ON_EVERY_CORE = """
+import json, sys
+import trainmon.parsing.extract as extract
+from trainmon.parsing.definitions import validate_definitions
+extract.PARALLEL_MIN_BYTES, extract.PARALLEL_CHUNK_BYTES = 1, 4096  # (a small file, cut in many ranges)
+definitions, engine, path = json.loads(sys.argv[1])
+parallel = extract.Extractor(validate_definitions(definitions), literal_engine=engine)
+points = [(p.line, p.offset, p.name, p.value) for p in extract.scan_file(path, parallel, workers=2)]
+print(json.dumps({"points": points, "stats": [s.to_json() for s in parallel.stats]}))
+"""
 
-    monkeypatch.setattr(extract, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(extract, "PARALLEL_CHUNK_BYTES", 4096)
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_large_files_scanned_on_every_core_give_the_same_points(tmp_path, engine: str) -> None:
+    """A file scanned in ranges by forked workers, in a process of its own as `trainmon parse` scans
+    it (this test process holds other tests' threads, a store's maintainer among them: a fork can
+    copy a lock one of them holds, and a worker wait on it for good), gives the points and counts
+    of one pass over it."""
+    import json
+    import subprocess
+    import sys
+
     rng = random.Random(7)
     log = _random_log(rng, 3000)
     path = tmp_path / "big.log"
     path.write_bytes(log)
     defs = [("train:error", r"Train_error=(.*?);"), ("rmse", XGB), ("loss", r"loss=(\S+)"), ("pct", r"^(\d+)%"),
             ("loss", r"^(\d+)%")]
-    definitions = validate_definitions([{"Name": n, "Regex": r} for n, r in defs])
-    serial = Extractor(definitions, literal_engine=engine)
-    parallel = Extractor(definitions, literal_engine=engine)
+    given = [{"Name": n, "Regex": r} for n, r in defs]
+    serial = Extractor(validate_definitions(given), literal_engine=engine)
     one = list(scan_stream(io.BytesIO(log), serial))
-    many = list(extract.scan_file(str(path), parallel, workers=2))
-    assert same([(p.line, p.offset, p.name, p.value) for p in many], [(p.line, p.offset, p.name, p.value) for p in one])
-    assert [s.to_json() for s in parallel.stats] == [s.to_json() for s in serial.stats]
+    done = subprocess.run([sys.executable, "-c", SCAN_ON_EVERY_CORE, json.dumps([given, engine, str(path)])],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    parallel = json.loads(done.stdout)
+    many = [tuple(point) for point in parallel["points"]]
+    assert same(many, [(p.line, p.offset, p.name, p.value) for p in one])
+    assert parallel["stats"] == [s.to_json() for s in serial.stats]
 
 
 @pytest.mark.parametrize("mode", list(Mode))

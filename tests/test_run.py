@@ -468,9 +468,14 @@ def test_a_stop_signal_at_any_moment_of_the_start_stops_the_job_and_leaves_nothi
         try:
             proc.communicate(timeout=120)
         except subprocess.TimeoutExpired:
-            masks = [line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-                     if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
-            for process in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            masks = {}  # of the terminal's process, the supervisor and what it started: where the signal went
+            for process in tree:
+                with contextlib.suppress(OSError, psutil.Error):
+                    masks[f"{process.pid} {' '.join(process.cmdline()[1:4])}"] = [
+                        line for line in Path(f"/proc/{process.pid}/status").read_text().splitlines()
+                        if line.startswith(("SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd"))]
+            for process in reversed(tree):
                 with contextlib.suppress(psutil.NoSuchProcess):
                     process.kill()  # (the supervisor and the job, in sessions of their own, too)
             try:
