@@ -385,6 +385,34 @@ def test_compare_two_jobs(server: ServerProcess, page: Any, script: Callable[[st
     expect(page.locator(".legend-jobs .job-chip")).to_have_count(2)
 
 
+@pytest.mark.parametrize("path, held", [
+    ("/jobs/gone-job", "/api/jobs/gone-job"),
+    ("/compare?jobs=gone-a,gone-b", "/api/descriptions"),
+    ("/tuning/gone-tuning", "/api/sagemaker/ListTrainingJobsForHyperParameterTuningJob"),
+])
+def test_a_page_left_while_it_loads_draws_nothing_over_the_next(server: ServerProcess, page: Any, path: str,
+                                                                 held: str) -> None:
+    """What a page waits for (here the error of a job that is not there) comes back after the user
+    went on to another page: the page they went to stays as it is."""
+    def is_held(url: str) -> bool:
+        return url.removeprefix(server.url).startswith(held)
+
+    waiting: list[Any] = []
+    page.route(is_held, lambda route: waiting.append(route))
+    with page.expect_request(lambda request: is_held(request.url)):
+        page.goto(server.url + path)
+    expect(page.locator("main")).to_contain_text("Loading")
+    page.click(".topbar nav a[href='/alarms']")  # the console's own navigation: no page load
+    expect(page.locator("main h1")).to_have_text("Alarms")
+    assert len(waiting) == 1
+    with page.expect_response(lambda response: is_held(response.url)):
+        waiting[0].continue_()
+    page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 0))")  # the left page's handlers have run
+    expect(page.locator("main h1")).to_have_text("Alarms")
+    assert page.locator("main p.error:visible").count() == 0, page.locator("main").inner_text()
+    assert page.url == server.url + "/alarms"
+
+
 LATENCY = [{"Name": "latency", "Regex": r"latency=([0-9.]+)ms/step"},
            {"Name": "latency", "Regex": r"latency=([0-9.]+)s/step"}]
 

@@ -55,7 +55,11 @@ function show() {
     clear(root, h("h1", {}, "Not found"), h("p", {}, "There is no page here. ", h("a", {href: "/"}, "See the jobs.")));
     return;
   }
-  unmount = found.page.mount(root, found.params) || null;
+  // each page draws into an element of its own: a page left while it loads draws what comes back for it
+  // (an answer, an error) into that element, no longer shown, never over the page that followed
+  const own = document.createElement("div");
+  root.replaceChildren(own);
+  unmount = found.page.mount(own, found.params) || null;
 }
 
 // links to our own pages change the page without loading it again

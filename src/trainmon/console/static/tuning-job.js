@@ -71,23 +71,30 @@ class TuningPage {
     if (this.finals) this.finals.destroy();
   }
 
-  /** The description and every trial (in pages), in the order they were started. */
+  /** The description and every trial (in pages), in the order they were started: asked for together,
+   * and either one's error is the answer (the other's, later, is not left unhandled). */
   async read() {
-    const described = sagemaker("DescribeHyperParameterTuningJob", {HyperParameterTuningJobName: this.name});
-    const trials = [];
-    let token = null;
-    do {
-      const answer = await sagemaker("ListTrainingJobsForHyperParameterTuningJob", {
-        HyperParameterTuningJobName: this.name,
-        SortBy: "CreationTime",
-        SortOrder: "Ascending",
-        MaxResults: PAGE,
-        NextToken: token || undefined,
-      });
-      trials.push(...answer.TrainingJobSummaries);
-      token = answer.NextToken;
-    } while (token);
-    return {described: await described, trials};
+    const trials = async () => {
+      const found = [];
+      let token = null;
+      do {
+        const answer = await sagemaker("ListTrainingJobsForHyperParameterTuningJob", {
+          HyperParameterTuningJobName: this.name,
+          SortBy: "CreationTime",
+          SortOrder: "Ascending",
+          MaxResults: PAGE,
+          NextToken: token || undefined,
+        });
+        found.push(...answer.TrainingJobSummaries);
+        token = answer.NextToken;
+      } while (token);
+      return found;
+    };
+    const [described, listed] = await Promise.all([
+      sagemaker("DescribeHyperParameterTuningJob", {HyperParameterTuningJobName: this.name}),
+      trials(),
+    ]);
+    return {described, trials: listed};
   }
 
   async refresh() {
