@@ -168,8 +168,10 @@ def ms(seconds: float) -> str:
 
 
 def sqlite_files_bytes(home: Path) -> int:
-    """The store's SQLite file with its write-ahead log and index, as they are now."""
-    return sum(path.stat().st_size for path in home.glob("trainmon.db*"))
+    """The store's SQLite file with its write-ahead log and index, and the log chunks kept beside it
+    (``trainmon.db-logs/``), as they are now."""
+    return sum(path.stat().st_size for path in [*home.glob("trainmon.db*"), *home.glob("trainmon.db-logs/*")]
+               if path.is_file())
 
 
 def checkpointed_bytes(home: Path) -> int:

@@ -878,6 +878,13 @@ def test_the_data_directory_and_the_database_are_private(tmp_path: Path) -> None
         path = home / name
         if path.exists():
             assert path.stat().st_mode & 0o777 == 0o600, name
+    # a flood's chunks, kept beside the database: its user's only too
+    run_cli("--home", str(home), "run", "--name", "flood", "--", PY, "-c",
+            "import os\nfor _ in range(20000): print(os.urandom(100).hex())", check=True)
+    beside = home / "trainmon.db-logs"
+    assert beside.stat().st_mode & 0o777 == 0o700
+    kept = list(beside.iterdir())
+    assert kept and all(path.stat().st_mode & 0o777 == 0o600 for path in kept), kept
 
 
 def test_terminal_escapes_from_a_job_are_shown_not_obeyed(home: Path) -> None:

@@ -712,6 +712,129 @@ def test_log_chunks_of_an_older_store_read_as_they_were_and_new_ones_are_packed(
         store.close()
 
 
+def _flood_text(lines: int, seed: int = 0) -> bytes:
+    """Lines that pack to more than the chunk size kept beside the database (hex digits: about 2x)."""
+    import random
+
+    rng = random.Random(seed)
+    return "\n".join(f"step {i} {rng.getrandbits(256):064x}" for i in range(lines)).encode()
+
+
+def test_a_floods_log_chunks_are_kept_beside_the_database_and_read_back(tmp_path: Path) -> None:
+    """A chunk whose packed text is large (a flood's) is appended to its stream's file beside the
+    database, the row holding where; a short one stays in the database; both read back as written,
+    from the store that wrote them and from one opened later."""
+    from trainmon.store.beside import BESIDE_BYTES
+    from trainmon.store.codec import TEXT_BESIDE
+
+    store = SqliteStore(tmp_path / "trainmon.db")
+    job = new_job(store, "flood")
+    stream = store.add_stream(job.id, "algo-1", "flood/algo-1-1", 0)
+    first, second = _flood_text(3000, 1), _flood_text(2500, 2)
+    try:
+        store.write_batch(Batch(job.id, chunks=[(stream.id, 0, 3000, 10, first), (stream.id, 3000, 1, 20, b"short")],
+                                stream_stats={stream.id: (3001, len(first) + 5, 20)}))
+        store.write_batch(Batch(job.id, chunks=[(stream.id, 3001, 2500, 30, second)],
+                                stream_stats={stream.id: (2500, len(second), 30)}))
+        rows = store._read("SELECT first_seq, packing, length(text) FROM log_chunks ORDER BY first_seq")  # type: ignore[attr-defined]
+        assert [(seq, bool(packing & TEXT_BESIDE), size) for seq, packing, size in rows] == [
+            (0, True, 16), (3000, False, 5), (3001, True, 16)]
+        kept = tmp_path / "trainmon.db-logs" / str(stream.id)
+        assert kept.stat().st_size >= 2 * BESIDE_BYTES
+        assert kept.stat().st_mode & 0o777 == 0o600 and kept.parent.stat().st_mode & 0o777 == 0o700
+        expected = first.decode() + "\nshort\n" + second.decode() + "\n"
+        assert store.log_text(stream.id) == (expected, 5500)
+        assert [e.message for e in store.events(stream.id, after_seq=2998, limit=3)] == [
+            first.decode().rsplit("\n", 1)[1], "short", second.decode().split("\n", 1)[0]]
+    finally:
+        store.close()
+    again = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        assert again.log_text(stream.id) == (expected, 5500)
+    finally:
+        again.close()
+
+
+def test_a_deleted_jobs_files_beside_the_database_go_with_it(tmp_path: Path) -> None:
+    """Deleting a job removes its streams' files; a stream given the number of one whose file was left
+    (a crash between the two) starts a file of its own, holding only its own chunks."""
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        job = new_job(store, "gone")
+        stream = store.add_stream(job.id, "algo-1", "gone/algo-1-1", 0)
+        text = _flood_text(3000)
+        store.write_batch(Batch(job.id, chunks=[(stream.id, 0, 3000, 10, text)],
+                                stream_stats={stream.id: (3000, len(text), 10)}))
+        kept = store.log_files.path(stream.id)
+        assert kept.exists()
+        store.delete_job("gone")
+        assert not kept.exists()
+        kept.write_bytes(b"left by a stream whose job's deletion did not finish")
+        job = new_job(store, "next")
+        reused = store.add_stream(job.id, "algo-1", "next/algo-1-1", 0)
+        assert reused.id == stream.id  # (SQLite gives the number again)
+        assert not kept.exists()
+        other = _flood_text(2000, 3)
+        store.write_batch(Batch(job.id, chunks=[(reused.id, 0, 2000, 10, other)],
+                                stream_stats={reused.id: (2000, len(other), 10)}))
+        assert store.log_text(reused.id) == (other.decode() + "\n", 1999)
+    finally:
+        store.close()
+
+
+def test_a_chunk_whose_file_is_gone_reads_back_as_records_that_say_so(tmp_path: Path) -> None:
+    """The database copied without the files beside it: every record of a chunk kept there still has
+    its number and time, its text saying where it was; the chunks in the database read as they were."""
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        job = new_job(store, "moved")
+        stream = store.add_stream(job.id, "algo-1", "moved/algo-1-1", 0)
+        text = _flood_text(3000)
+        store.write_batch(Batch(job.id, chunks=[(stream.id, 0, 3000, 10, text), (stream.id, 3000, 1, 20, b"last")],
+                                stream_stats={stream.id: (3001, len(text) + 4, 20)}))
+        store.log_files.path(stream.id).unlink()
+        events = store.events(stream.id, limit=5000)
+        assert [e.seq for e in events] == list(range(3001))
+        assert {e.message for e in events[:3000]} == {
+            f"[trainmon: this record's text was kept in {store.log_files.path(stream.id)}, which no longer holds it]"}
+        assert events[-1].message == "last"
+    finally:
+        store.close()
+
+
+def test_a_chunk_that_cannot_be_written_beside_the_database_stores_nothing_of_its_batch(tmp_path: Path) -> None:
+    """A full disk (the stream's file is /dev/full) or a path that is not a directory: the batch is
+    refused with the store's error, a full disk as such, and nothing of it is stored; once the disk
+    has room, the same batch is stored whole."""
+    from trainmon.errors import StoreFull
+
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        job = new_job(store, "full")
+        stream = store.add_stream(job.id, "algo-1", "full/algo-1-1", 0)
+        text = _flood_text(3000)
+        batch = Batch(job.id, chunks=[(stream.id, 0, 1, 5, b"first"), (stream.id, 1, 3000, 10, text)],
+                      stream_stats={stream.id: (3001, len(text) + 5, 10)})
+        kept = store.log_files.path(stream.id)
+        kept.parent.mkdir()
+        kept.symlink_to("/dev/full")
+        with pytest.raises(StoreFull, match="is full"):
+            store.write_batch(batch)
+        assert store._read("SELECT count(*) FROM log_chunks")[0][0] == 0  # type: ignore[attr-defined]
+        assert store.streams(job.id)[0].records == 0
+        kept.unlink()
+        kept.parent.rmdir()
+        kept.parent.write_text("not a directory")
+        with pytest.raises(StoreError, match="trainmon.db-logs"):
+            store.write_batch(batch)
+        assert store._read("SELECT count(*) FROM log_chunks")[0][0] == 0  # type: ignore[attr-defined]
+        kept.parent.unlink()
+        store.write_batch(batch)
+        assert store.log_text(stream.id) == ("first\n" + text.decode() + "\n", 3000)
+    finally:
+        store.close()
+
+
 def test_log_chunks_of_a_store_keyed_without_rowids_are_kept_when_it_is_migrated(tmp_path: Path) -> None:
     """A store whose log chunks were a WITHOUT ROWID table (before the migration that gives them
     rowids) keeps every chunk, read as it was, and its chunks are then found by time as before; a chunk
@@ -781,6 +904,15 @@ def test_storing_log_chunks_reads_back_none_of_the_text_written_before(tmp_path:
         store.close()
 
 
+def _into_the_log(noise: Any, size: int) -> list[bytes]:
+    """Incompressible chunk texts of ``size`` bytes in all, each short enough to be kept in the database
+    (a flood's larger ones go beside it): what is written is what the write-ahead log holds."""
+    from trainmon.store.beside import BESIDE_BYTES
+
+    piece = BESIDE_BYTES // 2
+    return [noise.randbytes(min(piece, size - at)).replace(b"\n", b" ") for at in range(0, size, piece)]
+
+
 def test_the_write_ahead_log_is_copied_into_the_file_by_the_stores_thread_and_starts_again(tmp_path: Path) -> None:
     """A commit never syncs: past CHECKPOINT_BYTES of log, a thread of the store copies it into the
     database file (the writer itself would only past 64 MB), the next commit starts the log again
@@ -796,19 +928,22 @@ def test_the_write_ahead_log_is_copied_into_the_file_by_the_stores_thread_and_st
         stream = store.add_stream(job.id, "algo-1", "flood/algo-1-1", 0)
         assert store.checkpointer is not None and store.checkpointer.passes == 0
         empty_file = store.path.stat().st_size
-        noise = random.Random(7)  # incompressible: what is written is what the log holds
-        texts = [noise.randbytes(CHECKPOINT_BYTES // 2 + 4096).replace(b"\n", b" ") for _ in range(2)]
-        for number, text in enumerate(texts):
-            store.write_batch(Batch(job.id, chunks=[(stream.id, number, 1, 10 + number, text)],
-                                    stream_stats={stream.id: (1, len(text), 10 + number)}))
+        noise = random.Random(7)
+        batches = [_into_the_log(noise, CHECKPOINT_BYTES // 2 + 4096) for _ in range(2)]
+        number = 0
+        for texts in batches:
+            store.write_batch(Batch(job.id, chunks=[(stream.id, number + i, 1, 10, text) for i, text in enumerate(texts)],
+                                    stream_stats={stream.id: (len(texts), sum(map(len, texts)), 10)}))
+            number += len(texts)
         assert store.checkpointer.wait_for_pass(1, 60.0)
         assert store.path.stat().st_size - empty_file >= CHECKPOINT_BYTES  # copied, by the thread
-        store.write_batch(Batch(job.id, chunks=[(stream.id, 2, 1, 20, b"done")], stream_stats={stream.id: (1, 4, 20)}))
+        store.write_batch(Batch(job.id, chunks=[(stream.id, number, 1, 20, b"done")],
+                                stream_stats={stream.id: (1, 4, 20)}))
         assert wal.stat().st_size < CHECKPOINT_BYTES  # the log started again
         assert store.checkpointer.passes == 1
         text, last = store.log_text(stream.id)
-        assert last == 2
-        assert text == "\n".join(t.decode("utf-8", "replace") for t in [*texts, b"done"]) + "\n"
+        assert last == number
+        assert text == "\n".join(t.decode("utf-8", "replace") for t in [*batches[0], *batches[1], b"done"]) + "\n"
     finally:
         store.close()
     assert store.checkpointer._thread is not None and not store.checkpointer._thread.is_alive()
@@ -826,8 +961,9 @@ def test_the_stores_of_one_file_in_a_process_share_its_checkpointing_thread(tmp_
     assert first.checkpointer is not None and first.checkpointer is second.checkpointer
     job = new_job(first, "shared")
     stream = first.add_stream(job.id, "algo-1", "shared/algo-1-1", 0)
-    text = random.Random(3).randbytes(CHECKPOINT_BYTES + 4096)  # incompressible: the log holds all of it
-    second.write_batch(Batch(job.id, chunks=[(stream.id, 0, 1, 10, text)], stream_stats={stream.id: (1, len(text), 10)}))
+    texts = _into_the_log(random.Random(3), CHECKPOINT_BYTES + 4096)
+    second.write_batch(Batch(job.id, chunks=[(stream.id, i, 1, 10, text) for i, text in enumerate(texts)],
+                             stream_stats={stream.id: (len(texts), sum(map(len, texts)), 10)}))
     assert first.checkpointer.wait_for_pass(1, 60.0)
     thread = first.checkpointer._thread
     assert thread is not None

@@ -104,6 +104,15 @@ class SqlStore(tuning.TuningJobs):
     def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
         raise NotImplementedError
 
+    def _placed(self, chunks: list[PackedChunk]) -> list[PackedChunk]:
+        """The chunks as their rows will hold them, before the transaction that inserts them (a store
+        that keeps large texts elsewhere writes them there first)."""
+        return chunks
+
+    def _unpacked(self, stream_id: int, count: int, text: str | bytes, packing: int) -> str:
+        """A log chunk's text, as its row holds it, read back."""
+        return unpack_text(text, packing)
+
     def _written_tiers(self, sql: Sql) -> tuple[int, ...]:
         """The roll-up periods a write merges into: the store's (store.series.tiers), this
         process's policy's where the store has none recorded yet."""
@@ -394,9 +403,10 @@ class SqlStore(tuning.TuningJobs):
     def _chunks(self, condition: str, args: Sequence[Any], rows: int) -> list[ChunkRow]:
         """Up to ``rows`` log chunks matching a WHERE ... ORDER BY condition, their text unpacked."""
         found = self._read(
-            f"SELECT first_seq, count, timestamp_ms, text, packing FROM log_chunks WHERE {condition} LIMIT {rows}",
-            args)
-        return [(first, count, stamp, unpack_text(text, packing)) for first, count, stamp, text, packing in found]
+            f"SELECT stream_id, first_seq, count, timestamp_ms, text, packing FROM log_chunks WHERE {condition} "
+            f"LIMIT {rows}", args)
+        return [(first, count, stamp, self._unpacked(stream_id, count, text, packing))
+                for stream_id, first, count, stamp, text, packing in found]
 
     # -- ingestion
 
@@ -404,8 +414,8 @@ class SqlStore(tuning.TuningJobs):
         """Log chunks, points, stream counters and diagnostics of one step: all of it or nothing.
         Writing a batch again after an error that left its outcome unknown stores it once."""
         points = prepared_points(batch)  # before the transaction, so its lock is held less
-        chunks = [(stream_id, first, count, stamp, *packed) for (stream_id, first, count, stamp, _), packed
-                  in zip(batch.chunks, batch.pack().result(), strict=True)]
+        chunks = self._placed([(stream_id, first, count, stamp, *packed) for (stream_id, first, count, stamp, _), packed
+                               in zip(batch.chunks, batch.pack().result(), strict=True)])
         earliest: dict[int, int] = {}  # a stream's first event is its batch's earliest record, not its last
         for stream_id, _, _, stamp, _ in batch.chunks:
             earliest[stream_id] = min(stamp, earliest.get(stream_id, stamp))

@@ -49,7 +49,9 @@ from ..config import private_file
 from ..errors import StoreError
 from . import search, tuning
 from .base import PackedChunk, SqlStore
-from .rows import Maintenance
+from .beside import LogFiles
+from .codec import TEXT_BESIDE, unpack_text
+from .rows import Maintenance, StreamRow
 from .series.buffer import WriteBehind, drain_all
 from .sql import Problem, Sql, store_error
 
@@ -430,6 +432,7 @@ class SqliteStore(SqlStore):
         self.write_behind = write_behind or WriteBehind()
         self.home = home if home is not None else self.path.parent
         self.location = str(self.path)
+        self.log_files = LogFiles(self.path)  # a flood's log chunks, beside the database
         self.database_url: str | None = None
         self._lock = threading.RLock()
         self.checkpointer: Checkpointer | None = None  # a store that can write has one (its file's)
@@ -628,6 +631,30 @@ class SqliteStore(SqlStore):
     def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
         sql.many("INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text, packing) "
                  "VALUES (?, ?, ?, ?, ?, ?)", chunks)
+
+    def _placed(self, chunks: list[PackedChunk]) -> list[PackedChunk]:
+        return self.log_files.place(chunks)
+
+    def _unpacked(self, stream_id: int, count: int, text: str | bytes, packing: int) -> str:
+        if not packing & TEXT_BESIDE:
+            return unpack_text(text, packing)
+        found = self.log_files.read(stream_id, text) if isinstance(text, bytes) else None
+        if found is None:  # (the files were not kept with the database: said in each record's place)
+            lost = f"[trainmon: this record's text was kept in {self.log_files.path(stream_id)}, which no longer holds it]"
+            return "\n".join([lost] * count)
+        return unpack_text(found, packing & ~TEXT_BESIDE)
+
+    def add_stream(self, job_id: int, host: str, name: str, creation_ms: int) -> StreamRow:
+        stream = super().add_stream(job_id, host, name, creation_ms)
+        self.log_files.forget([stream.id])  # a file of a deleted stream that had this number
+        return stream
+
+    def delete_job(self, name: str) -> None:
+        streams = [row[0] for row in self._read(
+            "SELECT log_streams.id FROM log_streams JOIN jobs ON jobs.id = log_streams.job_id WHERE jobs.name = ?",
+            (name,))]
+        super().delete_job(name)
+        self.log_files.forget(streams)
 
     @contextmanager
     def _transaction(self) -> Iterator[Sql]:
