@@ -724,8 +724,8 @@ def test_a_floods_log_chunks_are_kept_beside_the_database_and_read_back(tmp_path
     """A chunk whose packed text is large (a flood's) is appended to its stream's file beside the
     database, the row holding where; a short one stays in the database; both read back as written,
     from the store that wrote them and from one opened later."""
-    from trainmon.store.beside import BESIDE_BYTES
     from trainmon.store.codec import TEXT_BESIDE
+    from trainmon.store.sqlite.beside import BESIDE_BYTES
 
     store = SqliteStore(tmp_path / "trainmon.db")
     job = new_job(store, "flood")
@@ -738,7 +738,7 @@ def test_a_floods_log_chunks_are_kept_beside_the_database_and_read_back(tmp_path
                                 stream_stats={stream.id: (2500, len(second), 30)}))
         rows = store._read("SELECT first_seq, packing, length(text) FROM log_chunks ORDER BY first_seq")  # type: ignore[attr-defined]
         assert [(seq, bool(packing & TEXT_BESIDE), size) for seq, packing, size in rows] == [
-            (0, True, 16), (3000, False, 5), (3001, True, 16)]
+            (0, True, 20), (3000, False, 5), (3001, True, 20)]
         kept = tmp_path / "trainmon.db-logs" / str(stream.id)
         assert kept.stat().st_size >= 2 * BESIDE_BYTES
         assert kept.stat().st_mode & 0o777 == 0o600 and kept.parent.stat().st_mode & 0o777 == 0o700
@@ -783,8 +783,9 @@ def test_a_deleted_jobs_files_beside_the_database_go_with_it(tmp_path: Path) -> 
 
 
 def test_a_chunk_whose_file_is_gone_reads_back_as_records_that_say_so(tmp_path: Path) -> None:
-    """The database copied without the files beside it: every record of a chunk kept there still has
-    its number and time, its text saying where it was; the chunks in the database read as they were."""
+    """The database copied without the files beside it, or beside other files: every record of a chunk
+    kept there still has its number and time, its text saying where it was; the chunks in the database
+    read as they were."""
     store = SqliteStore(tmp_path / "trainmon.db")
     try:
         job = new_job(store, "moved")
@@ -792,12 +793,40 @@ def test_a_chunk_whose_file_is_gone_reads_back_as_records_that_say_so(tmp_path: 
         text = _flood_text(3000)
         store.write_batch(Batch(job.id, chunks=[(stream.id, 0, 3000, 10, text), (stream.id, 3000, 1, 20, b"last")],
                                 stream_stats={stream.id: (3001, len(text) + 4, 20)}))
-        store.log_files.path(stream.id).unlink()
-        events = store.events(stream.id, limit=5000)
-        assert [e.seq for e in events] == list(range(3001))
-        assert {e.message for e in events[:3000]} == {
-            f"[trainmon: this record's text was kept in {store.log_files.path(stream.id)}, which no longer holds it]"}
-        assert events[-1].message == "last"
+        kept = store.log_files.path(stream.id)
+        held = kept.read_bytes()
+        kept.write_bytes(held[:1] + bytes([held[1] ^ 1]) + held[2:])  # other bytes where the row says
+        lost = {f"[trainmon: this record's text was kept in trainmon.db-logs/{stream.id}, which no longer holds it]"}
+        for _ in ("other bytes", "no file"):
+            events = store.events(stream.id, limit=5000)
+            assert [e.seq for e in events] == list(range(3001))
+            assert {e.message for e in events[:3000]} == lost
+            assert events[-1].message == "last"
+            kept.unlink(missing_ok=True)
+    finally:
+        store.close()
+
+
+def test_what_a_failed_or_repeated_batch_wrote_beside_the_database_is_not_kept(tmp_path: Path) -> None:
+    """A batch whose transaction fails after its texts were appended (here a chunk stored already) has
+    them cut back off the files; a batch written again once stored appends nothing."""
+    store = SqliteStore(tmp_path / "trainmon.db")
+    try:
+        job = new_job(store, "again")
+        one, two = (store.add_stream(job.id, "algo-1", f"again/algo-{n}", 0) for n in (1, 2))
+        first, second = _flood_text(3000, 4), _flood_text(3000, 5)
+        batch = Batch(job.id, chunks=[(one.id, 0, 3000, 10, first), (two.id, 0, 3000, 10, second)],
+                      stream_stats={one.id: (3000, len(first), 10), two.id: (3000, len(second), 10)})
+        store.write_batch(batch)
+        sizes = [store.log_files.path(s.id).stat().st_size for s in (one, two)]
+        store.write_batch(batch)  # (its reply lost, say): stored once
+        clashing = Batch(job.id, chunks=[(two.id, 3000, 3000, 20, first), (one.id, 0, 2999, 20, second)],
+                         stream_stats={one.id: (2999, len(second), 20), two.id: (3000, len(first), 20)})
+        with pytest.raises(StoreError):
+            store.write_batch(clashing)  # its second chunk's number is taken: nothing of it stored
+        assert [store.log_files.path(s.id).stat().st_size for s in (one, two)] == sizes
+        assert store.log_text(one.id) == (first.decode() + "\n", 2999)
+        assert store.log_text(two.id) == (second.decode() + "\n", 2999)
     finally:
         store.close()
 
@@ -907,7 +936,7 @@ def test_storing_log_chunks_reads_back_none_of_the_text_written_before(tmp_path:
 def _into_the_log(noise: Any, size: int) -> list[bytes]:
     """Incompressible chunk texts of ``size`` bytes in all, each short enough to be kept in the database
     (a flood's larger ones go beside it): what is written is what the write-ahead log holds."""
-    from trainmon.store.beside import BESIDE_BYTES
+    from trainmon.store.sqlite.beside import BESIDE_BYTES
 
     piece = BESIDE_BYTES // 2
     return [noise.randbytes(min(piece, size - at)).replace(b"\n", b" ") for at in range(0, size, piece)]

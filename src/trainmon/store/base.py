@@ -104,11 +104,6 @@ class SqlStore(tuning.TuningJobs):
     def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
         raise NotImplementedError
 
-    def _placed(self, chunks: list[PackedChunk]) -> list[PackedChunk]:
-        """The chunks as their rows will hold them, before the transaction that inserts them (a store
-        that keeps large texts elsewhere writes them there first)."""
-        return chunks
-
     def _unpacked(self, stream_id: int, count: int, text: str | bytes, packing: int) -> str:
         """A log chunk's text, as its row holds it, read back."""
         return unpack_text(text, packing)
@@ -414,8 +409,8 @@ class SqlStore(tuning.TuningJobs):
         """Log chunks, points, stream counters and diagnostics of one step: all of it or nothing.
         Writing a batch again after an error that left its outcome unknown stores it once."""
         points = prepared_points(batch)  # before the transaction, so its lock is held less
-        chunks = self._placed([(stream_id, first, count, stamp, *packed) for (stream_id, first, count, stamp, _), packed
-                               in zip(batch.chunks, batch.pack().result(), strict=True)])
+        chunks = [(stream_id, first, count, stamp, *packed) for (stream_id, first, count, stamp, _), packed
+                  in zip(batch.chunks, batch.pack().result(), strict=True)]
         earliest: dict[int, int] = {}  # a stream's first event is its batch's earliest record, not its last
         for stream_id, _, _, stamp, _ in batch.chunks:
             earliest[stream_id] = min(stamp, earliest.get(stream_id, stamp))

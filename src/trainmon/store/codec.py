@@ -70,7 +70,7 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 
 TEXT_AS_IS, TEXT_ZSTD = 0, 1  # how a log chunk's text is stored (log_chunks.packing)
 TEXT_CR_BREAKS = 2  # (a flag beside either) its "\r" are record breaks, kept as read: each is a "\n" read back
-TEXT_BESIDE = 4  # (a flag) its packed text is in a file beside the database, the row holding where (store.beside)
+TEXT_BESIDE = 4  # (a flag) its packed text is in a file beside the database, the row holding where (store.sqlite.beside)
 PACK_TEXT_BYTES = 512  # a shorter chunk (a line or a few) is stored as it is: a zstd frame would not pay
 
 

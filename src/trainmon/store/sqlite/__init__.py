@@ -42,18 +42,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..clock import REAL_CLOCK, Clock
-from ..cloudwatch.retention import Retention
-from ..cloudwatch.retention import current as current_retention
-from ..config import private_file
-from ..errors import StoreError
-from . import search, tuning
-from .base import PackedChunk, SqlStore
+from ...clock import REAL_CLOCK, Clock
+from ...cloudwatch.retention import Retention
+from ...cloudwatch.retention import current as current_retention
+from ...config import private_file
+from ...errors import StoreError
+from .. import search, tuning
+from ..base import PackedChunk, SqlStore
+from ..codec import TEXT_BESIDE, unpack_text
+from ..rows import Maintenance, StreamRow
+from ..series.buffer import WriteBehind, drain_all
+from ..sql import Problem, Sql, store_error
 from .beside import LogFiles
-from .codec import TEXT_BESIDE, unpack_text
-from .rows import Maintenance, StreamRow
-from .series.buffer import WriteBehind, drain_all
-from .sql import Problem, Sql, store_error
 
 _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """
@@ -432,7 +432,8 @@ class SqliteStore(SqlStore):
         self.write_behind = write_behind or WriteBehind()
         self.home = home if home is not None else self.path.parent
         self.location = str(self.path)
-        self.log_files = LogFiles(self.path)  # a flood's log chunks, beside the database
+        self.log_files = LogFiles(self.path.resolve())  # a flood's log chunks, beside the database
+        self._undo_on_rollback: list[Callable[[], None]] = []  # what a write transaction did beside the database
         self.database_url: str | None = None
         self._lock = threading.RLock()
         self.checkpointer: Checkpointer | None = None  # a store that can write has one (its file's)
@@ -561,9 +562,13 @@ class SqliteStore(SqlStore):
             except BaseException as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
+                for undo in self._undo_on_rollback:
+                    undo()
                 if isinstance(exc, sqlite3.Error):
                     raise _translate(exc, self.path) from exc
                 raise
+            finally:
+                self._undo_on_rollback.clear()
         if self.checkpointer is not None:
             self.checkpointer.committed()
 
@@ -629,19 +634,20 @@ class SqliteStore(SqlStore):
             empty_log(self._db)
 
     def _insert_chunks(self, sql: Sql, chunks: list[PackedChunk]) -> None:
+        """Inside the write transaction (so a retried batch that was stored appends nothing): a flood's
+        large chunks appended beside the database first, cut back off their files if it fails."""
+        placed = self.log_files.place(chunks)
+        self._undo_on_rollback.append(placed.cut_back)
         sql.many("INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text, packing) "
-                 "VALUES (?, ?, ?, ?, ?, ?)", chunks)
-
-    def _placed(self, chunks: list[PackedChunk]) -> list[PackedChunk]:
-        return self.log_files.place(chunks)
+                 "VALUES (?, ?, ?, ?, ?, ?)", placed.chunks)
 
     def _unpacked(self, stream_id: int, count: int, text: str | bytes, packing: int) -> str:
         if not packing & TEXT_BESIDE:
             return unpack_text(text, packing)
         found = self.log_files.read(stream_id, text) if isinstance(text, bytes) else None
-        if found is None:  # (the files were not kept with the database: said in each record's place)
-            lost = f"[trainmon: this record's text was kept in {self.log_files.path(stream_id)}, which no longer holds it]"
-            return "\n".join([lost] * count)
+        if found is None:  # (the database copied without its files, say: said in each record's place)
+            kept = f"{self.log_files.directory.name}/{stream_id}"
+            return "\n".join([f"[trainmon: this record's text was kept in {kept}, which no longer holds it]"] * count)
         return unpack_text(found, packing & ~TEXT_BESIDE)
 
     def add_stream(self, job_id: int, host: str, name: str, creation_ms: int) -> StreamRow:
@@ -650,11 +656,14 @@ class SqliteStore(SqlStore):
         return stream
 
     def delete_job(self, name: str) -> None:
-        streams = [row[0] for row in self._read(
-            "SELECT log_streams.id FROM log_streams JOIN jobs ON jobs.id = log_streams.job_id WHERE jobs.name = ?",
-            (name,))]
-        super().delete_job(name)
-        self.log_files.forget(streams)
+        """The job, and its streams' files beside the database, removed while the write lock is held:
+        no stream given one of their numbers meanwhile can have its file removed."""
+        with self._transaction() as sql:
+            streams = [row[0] for row in sql.rows(
+                "SELECT log_streams.id FROM log_streams JOIN jobs ON jobs.id = log_streams.job_id WHERE jobs.name = ?",
+                (name,))]
+            sql.rows("DELETE FROM jobs WHERE name = ?", (name,))
+            self.log_files.forget(streams)
 
     @contextmanager
     def _transaction(self) -> Iterator[Sql]:
@@ -707,7 +716,7 @@ def _backfill_properties(db: sqlite3.Connection) -> None:
 
 def _move_points_to_series(db: sqlite3.Connection) -> None:
     """Migration 4: the row-per-point tables of migrations 1 and 2 become series and chunks."""
-    from .series.upkeep import convert_row_tables
+    from ..series.upkeep import convert_row_tables
 
     convert_row_tables(_Sql(db))
     for table in ("points", "datapoints", "job_metrics", "metrics"):
