@@ -1,6 +1,6 @@
 """A SQLite store's large log chunks, kept in files beside its database: ``trainmon.db-logs/``, one
 file a log stream, each chunk's packed text appended to it and its row holding where (offset,
-length and a CRC-32 of the bytes) instead of the text.
+length and a fingerprint of the bytes) instead of the text.
 
 Why: a flood of output is stored as chunks of a megabyte or so, packed to a fifth of that. Kept in
 the database, each packed byte was written twice, into the write-ahead log and again into the
@@ -14,9 +14,12 @@ holds the database's write lock meanwhile) and reach the disk (``fdatasync``, an
 entry for a new file) before it commits, so a row never refers to bytes a crash could lose; if the
 transaction fails, what it appended is cut back off the files (:meth:`Placed.cut_back`). A stream's
 file goes with its job, removed inside the transaction that deletes the job, so no stream given the
-same number meanwhile can have its file removed. Bytes that are not what the row says (a database
-restored beside newer files, files copied from elsewhere) fail the CRC and read as missing. The
-PostgreSQL store keeps every chunk in the database, which hosts on other machines share.
+same number meanwhile can have its file removed. Bytes that are not what the row says (a file made
+again for a stream of the same number, files copied from elsewhere) fail the fingerprint, a CRC-32
+of the text's first and last :data:`_SEEN` bytes (of all of them it took the writer a sixth of its
+time), and read as missing; a database restored beside the same files, which only grow, finds its
+chunks where they were. The PostgreSQL store keeps every chunk in the database, which hosts on other
+machines share.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from ..codec import TEXT_BESIDE
 from ..sql import store_error
 
 BESIDE_BYTES = 64 << 10  # a chunk whose packed text is this long or longer is kept beside the database
-_WHERE = struct.Struct("<QQI")  # what the row of a chunk kept beside holds: offset, length, CRC-32
+_WHERE = struct.Struct("<QQI")  # what the row of a chunk kept beside holds: offset, length, fingerprint
+_SEEN = 64  # bytes at each end of a text that its fingerprint covers
 _MOST_PARTS = 512  # pieces a write is given at once (writev takes at most IOV_MAX)
 
 
@@ -76,7 +80,7 @@ class LogFiles:
                 at = self._append(stream_id, [chunks[index][4] for index in indexes], placed.began)
                 for index in indexes:
                     stream, first, count, stamp, text, packing = chunks[index]
-                    where = _WHERE.pack(at, len(text), zlib.crc32(text))
+                    where = _WHERE.pack(at, len(text), _fingerprint(text))
                     placed.chunks[index] = (stream, first, count, stamp, where, packing | TEXT_BESIDE)
                     at += len(text)
         except BaseException:
@@ -87,7 +91,7 @@ class LogFiles:
     def read(self, stream_id: int, where: bytes) -> bytes | None:
         """A chunk's packed text, from where its row says; None when the file no longer holds it (gone,
         shorter, or other bytes there)."""
-        offset, length, crc = _WHERE.unpack(where)
+        offset, length, fingerprint = _WHERE.unpack(where)
         path = self.path(stream_id)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -99,7 +103,7 @@ class LogFiles:
             return None
         except OSError as exc:
             raise _error(exc, path) from exc
-        return text if len(text) == length and zlib.crc32(text) == crc else None
+        return text if len(text) == length and _fingerprint(text) == fingerprint else None
 
     def forget(self, stream_ids: Iterable[int]) -> None:
         """The streams' files removed (their job deleted, or a stream given a number whose file was left)."""
@@ -134,6 +138,10 @@ class LogFiles:
         finally:
             os.close(fd)
         return start
+
+
+def _fingerprint(text: bytes) -> int:
+    return zlib.crc32(text[-_SEEN:], zlib.crc32(text[:_SEEN]))
 
 
 def _write_all(fd: int, texts: list[bytes]) -> None:
