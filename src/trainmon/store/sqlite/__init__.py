@@ -9,7 +9,9 @@ Log records are stored in chunks: the records one read of the job's pipe complet
 timestamp and go in one row, joined by "\n" (no record contains one), as the bytes read,
 zstd-compressed from half a kilobyte on. A job that prints a line at a time gets a row per line;
 a flood gets a row per megabyte, about a fifth of it on disk, so storing it costs less than
-writing it did, and paging stays an index lookup.
+writing it did, and paging stays an index lookup. A flood's packed texts are kept beside the
+file, in ``trainmon.db-logs/`` (:mod:`.beside`), so that they are written once, not into the log
+and again at its checkpoint.
 
 Commits do not wait for the disk: once the write-ahead log passes CHECKPOINT_BYTES, a thread (one
 per file in a process) copies it into the database file (a PASSIVE checkpoint, with the syncs it takes) on a
