@@ -38,7 +38,7 @@ from ..rules import catalog
 from ..shapes import refuse_unknown
 from ..store import JobRow, Store, profiles
 from ..units import SYSTEM_UNITS, profile_unit
-from .sagemaker import describe, job, jobs_named
+from .sagemaker import describe, each_job, job
 from .times import as_datetime, as_datetimes
 
 LOG_PAGE_RECORDS = 10_000
@@ -71,15 +71,12 @@ def describe_with_metrics(store: Store, name: Any) -> tuple[dict[str, Any], dict
 def describe_several(store: Store, names: list[str]) -> list[dict[str, Any]]:
     """Of each job named, in order, ``TrainingJobName`` and :func:`describe_with_metrics`' two answers
     as ``Job`` and ``Metrics``, or as ``Error`` what a description of it answers (an invalid name, no
-    such job): what Compare shows of its jobs, with orphans reaped once for them all."""
-    found: list[dict[str, Any]] = []
-    for name, row in jobs_named(store, names):
-        if isinstance(row, TrainmonError):
-            found.append({"TrainingJobName": name, "Error": row.brief})
-            continue
+    such job): what Compare shows of its jobs."""
+    def described(row: JobRow) -> dict[str, Any]:
         description, metrics = _describe_row(store, row)
-        found.append({"TrainingJobName": name, "Job": description, "Metrics": metrics})
-    return found
+        return {"Job": description, "Metrics": metrics}
+
+    return each_job(store, names, described)
 
 
 def _describe_row(store: Store, row: JobRow) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -224,14 +224,8 @@ async def jobs_metric_points(request: Request, store: Store) -> Any:
     records = request.query_params.get("records") != "0"
 
     def work() -> dict[str, Any]:
-        found: list[dict[str, Any]] = []
-        for name, row in sagemaker.jobs_named(store, names):
-            if isinstance(row, TrainmonError):
-                found.append({"TrainingJobName": name, "Error": row.brief})
-                continue
-            found.append({"TrainingJobName": name, **charts.metric_chart(
-                store, row.id, metric, width, start_ms=start, end_ms=end, deltas=deltas, records=records)})
-        return {"MetricName": metric, "Series": found}
+        return {"MetricName": metric, "Series": sagemaker.each_job(store, names, lambda row: charts.metric_chart(
+            store, row.id, metric, width, start_ms=start, end_ms=end, deltas=deltas, records=records))}
 
     return await _call(work)
 

@@ -248,7 +248,11 @@ class SqlStore(tuning.TuningJobs):
 
     def delete_job(self, name: str) -> None:
         with self._transaction() as sql:
+            self._deleting_job(sql, name)
             sql.rows("DELETE FROM jobs WHERE name = ?", (name,))
+
+    def _deleting_job(self, sql: Sql, name: str) -> None:
+        """What a backend keeps of a job beyond its rows, removed in the transaction that deletes them."""
 
     # -- log streams
 

@@ -14,7 +14,7 @@ export function mount(root, {jobs: names}) {
   let chart = null;
   let small = [];
   let timer = null;
-  let left = false; // the user went to another page: what comes back after it touches nothing
+  let left = false; // the user went to another page: nothing more is started (charts, the timer)
   clear(root, h("p", {class: "muted"}, "Loading…"));
   const start = async () => {
     if (!names.length) {

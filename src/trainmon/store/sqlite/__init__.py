@@ -657,15 +657,12 @@ class SqliteStore(SqlStore):
         self.log_files.forget([stream.id])  # a file of a deleted stream that had this number
         return stream
 
-    def delete_job(self, name: str) -> None:
-        """The job, and its streams' files beside the database, removed while the write lock is held:
-        no stream given one of their numbers meanwhile can have its file removed."""
-        with self._transaction() as sql:
-            streams = [row[0] for row in sql.rows(
-                "SELECT log_streams.id FROM log_streams JOIN jobs ON jobs.id = log_streams.job_id WHERE jobs.name = ?",
-                (name,))]
-            sql.rows("DELETE FROM jobs WHERE name = ?", (name,))
-            self.log_files.forget(streams)
+    def _deleting_job(self, sql: Sql, name: str) -> None:
+        """Its streams' files beside the database, removed while the write lock is held: no stream given
+        one of their numbers meanwhile can have its file removed."""
+        self.log_files.forget(row[0] for row in sql.rows(
+            "SELECT log_streams.id FROM log_streams JOIN jobs ON jobs.id = log_streams.job_id WHERE jobs.name = ?",
+            (name,)))
 
     @contextmanager
     def _transaction(self) -> Iterator[Sql]:

@@ -74,6 +74,8 @@ class LogFiles:
         for index, chunk in enumerate(chunks):
             if len(chunk[4]) >= BESIDE_BYTES:
                 large.setdefault(chunk[0], []).append(index)
+        if not large:  # (a job printing a line at a time: every batch)
+            return Placed(chunks, [])
         placed = Placed(list(chunks), [])
         try:
             for stream_id, indexes in large.items():
