@@ -46,14 +46,13 @@ def datapoints(store: Store, key: MetricKey, start_ms: int, end_ms: int, period:
     units the data was put with (reported as None)."""
     arguments: dict[str, Any] = dict(start_ms=start_ms, end_ms=end_ms, period_s=period, statistics=statistics,
                                      percentiles=percentiles, unit=unit)
-    rollups = store.metric_rollups(key, start_ms, end_ms, period, sketches=bool(percentiles))
+    rollups, columns = store.metric_data(key, start_ms, end_ms, period, sketches=bool(percentiles))
     if rollups is not None:
         if any_unit:
             from ..cloudwatch.sketch import concat
 
             rollups = {"None": concat(list(rollups.values()))}
         return aggregate_rollups(rollups, **arguments)
-    columns = store.metric_columns(key, start_ms, end_ms)
     if any_unit and columns:
         columns = {"None": concat_columns(list(columns.values()))}
     return aggregate_columns(columns, **arguments)

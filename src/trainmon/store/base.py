@@ -570,6 +570,14 @@ class SqlStore(tuning.TuningJobs):
         self._flush_for_read()
         return self._reading(lambda sql: reads.metric_rollups(sql, key, start_ms, end_ms, period_s, periods, sketches))
 
+    def metric_data(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
+                    sketches: bool = True) -> tuple[dict[str, Rollups] | None, dict[str, Columns]]:
+        from .series import reads
+
+        periods = self.retention.periods
+        self._flush_for_read()
+        return self._reading(lambda sql: reads.metric_data(sql, key, start_ms, end_ms, period_s, periods, sketches))
+
     def metric_keys(self, namespace: str | None = None, name: str | None = None) -> list[tuple[MetricKey, int]]:
         """Every metric with the time of its newest datapoint; jobs' metrics are in JOB_NAMESPACE."""
         self._flush_for_read()

@@ -278,6 +278,12 @@ class Store(Protocol):
         ``sketches=False`` leaves the stored sketches out (no percentiles wanted)."""
         ...
 
+    def metric_data(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
+                    sketches: bool = True) -> tuple[dict[str, Rollups] | None, dict[str, Columns]]:
+        """What the metric's statistics per ``period_s`` are computed from, in one snapshot:
+        ``metric_rollups`` where it gives them (and no columns), else None and ``metric_columns``."""
+        ...
+
     # -- maintenance
     def maintain(self, now_ms: int | None = None, *, retier: bool = False) -> Maintenance:
         """Seal still chunks, roll up whole periods, expire what the retention policy drops; does

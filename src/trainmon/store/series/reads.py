@@ -259,7 +259,25 @@ def metric_rollups(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_
     (the caller computes from the raw datapoints). Without ``sketches``, stored rows come
     without them (no percentiles), which saves decoding them."""
     found = series_id(sql, key)
-    if found is None or start_ms >= found[1]:
+    return None if found is None else _rollups(sql, found, start_ms, end_ms, period_s, periods, sketches)
+
+
+def metric_data(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_s: int, periods: Sequence[int],
+                sketches: bool = True) -> tuple[dict[str, Rollups] | None, dict[str, Columns]]:
+    """What a metric's statistics per period are computed from, the metric looked up once: its
+    :func:`metric_rollups` where a tier serves the period (and no columns), else None and its
+    :func:`metric_columns`."""
+    found = series_id(sql, key)
+    if found is None:
+        return None, {}
+    rollups = _rollups(sql, found, start_ms, end_ms, period_s, periods, sketches)
+    return (rollups, {}) if rollups is not None else (None, _raw_columns(sql, found[0], start_ms, end_ms))
+
+
+def _rollups(sql: Sql, found: tuple[int, int], start_ms: int, end_ms: int, period_s: int, periods: Sequence[int],
+             sketches: bool) -> dict[str, Rollups] | None:
+    """:func:`metric_rollups` of the series ``found`` (its id and rolled_ms)."""
+    if start_ms >= found[1]:
         return None
     periods = tiers.readable(sql, periods)
     tier = max((p for p in periods if period_s % p == 0 and start_ms % (p * 1000) == 0), default=None)
