@@ -253,7 +253,7 @@ def test_describe_shows_the_command_each_host_ran(home: Path, tmp_path: Path) ->
 
 def test_describe_reads_the_job_once(home: Path, monkeypatch) -> None:
     """``trainmon describe`` shows DescribeTrainingJob and DescribeJobMetrics from one read of the job:
-    orphans reaped once, the job and its final metrics read once."""
+    the job reaped (were it an orphan) once, the job and its final metrics read once."""
     from trainmon.api import sagemaker
     from trainmon.api.sagemaker import register_job
     from trainmon.cli.jobs import describe_text
@@ -274,11 +274,11 @@ def test_describe_reads_the_job_once(home: Path, monkeypatch) -> None:
                 return call(*args, **kwargs)
             return wrapper
 
-        monkeypatch.setattr(sagemaker.orphans, "reap_orphans", counted("reap_orphans", sagemaker.orphans.reap_orphans))
+        monkeypatch.setattr(sagemaker.orphans, "reaped", counted("reaped", sagemaker.orphans.reaped))
         monkeypatch.setattr(db, "get_job", counted("get_job", db.get_job))
         monkeypatch.setattr(db, "final_metrics", counted("final_metrics", db.final_metrics))
         text = describe_text(db, "once")
-        assert calls == {"reap_orphans": 1, "get_job": 1, "final_metrics": 1}
+        assert calls == {"reaped": 1, "get_job": 1, "final_metrics": 1}
         (row,) = [line.split() for line in text.splitlines() if line.strip().startswith("loss")]
         assert row[:2] == ["loss", "0.5"]  # the final value, from FinalMetricDataList
     finally:

@@ -108,6 +108,42 @@ def test_a_live_supervisor_is_watched_once_proved_and_its_job_reaped_by_the_firs
         store.close()
 
 
+def test_a_read_of_one_job_reaps_that_job_and_reads_no_other(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Describing a job whose supervisor has exited reaps it, at once; the other jobs running are not
+    read for it (a server's every request about a job would otherwise cost what reading them all
+    does), and an orphan among them is reaped by the next read of every job (a list)."""
+    from trainmon.api import sagemaker
+    from trainmon.runtime.job import orphans
+
+    stand_ins = {name: subprocess.Popen([PY, "-c", "import time; time.sleep(600)"]) for name in ("asked", "other")}
+    store = open_store(home)
+    try:
+        for name, stand_in in stand_ins.items():
+            sagemaker.register_job(store, {
+                "TrainingJobName": name, "ProfilerConfig": {"DisableProfiler": True},
+                "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}},
+                supervisor=orphans.identity(stand_in.pid))
+        for stand_in in stand_ins.values():
+            stand_in.kill()
+            stand_in.wait()
+        listed: list[object] = []
+        every = store.supervisors
+        monkeypatch.setattr(store, "supervisors", lambda *a: listed.append(a) or every(*a))
+        described = sagemaker.describe_training_job(store, TrainingJobName="asked")
+        assert described["TrainingJobStatus"] == "Failed" and "supervising process" in described["FailureReason"]
+        assert listed == []  # no other job was read to answer for this one
+        assert store.get_job("other").status == "InProgress"
+        assert sagemaker.describe_training_job(store, TrainingJobName="asked")["TrainingJobStatus"] == "Failed"
+        summaries = sagemaker.list_training_jobs(store)["TrainingJobSummaries"]
+        assert {s["TrainingJobName"]: s["TrainingJobStatus"] for s in summaries} == {"asked": "Failed",
+                                                                                     "other": "Failed"}
+    finally:
+        for stand_in in stand_ins.values():
+            stand_in.kill()
+            stand_in.wait()
+        store.close()
+
+
 def test_the_reaper_never_kills_a_process_it_cannot_prove_is_the_jobs(home: Path, script, tmp_path: Path) -> None:
     """A job's supervisor is killed -9; a process that is not the job's has the id the job's process
     group had (pid reuse), in a session of its own. Reading jobs kills what is left of the job, its

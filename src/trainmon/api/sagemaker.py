@@ -9,7 +9,8 @@ metrics and its tags.
 Each takes the store and the request's members as keyword arguments, named and shaped as in
 boto3, and returns the response as boto3 would (times as timezone-aware datetimes). Errors carry
 SageMaker's codes. Every operation that reads jobs first reaps the jobs of this machine whose
-supervising process died (:func:`trainmon.runtime.job.orphans.reap_orphans`).
+supervising process died (:func:`trainmon.runtime.job.orphans.reap_orphans`); one that reads a job
+named, that job (:func:`~trainmon.runtime.job.orphans.reaped`).
 """
 
 from __future__ import annotations
@@ -255,10 +256,9 @@ def _job_of_arn(store: Store, arn: str) -> JobRow:
 
 
 def job(store: Store, name: Any) -> JobRow:
-    """The job of that name (after reaping orphans); SageMaker's answer when there is none."""
+    """The job of that name (reaped first if it is an orphan); SageMaker's answer when there is none."""
     validate_members({"TrainingJobName": _JOB_NAME}, {"TrainingJobName": name})
-    orphans.reap_orphans(store)
-    return _existing(store, name)
+    return orphans.reaped(store, _existing(store, name))
 
 
 def each_job(store: Store, names: list[str], answer: Callable[[JobRow], dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,4 +1,6 @@
-"""Jobs whose supervising process died: found by every command that reads jobs, and ended properly.
+"""Jobs whose supervising process died: found by every command that reads jobs (one that reads a
+job named looks at that job alone, :func:`reaped`; one that lists jobs, at every job of this
+machine, :func:`reap_orphans`), and ended properly.
 
 The supervisor records its identity in the job: process id, the process's start time (against
 reused ids), host name, and the job's process tag (:mod:`trainmon.runtime.processes.tags`). A job of
@@ -100,6 +102,14 @@ class _Watched:
             for key in self._fds.keys() - supervisors:
                 os.close(self._fds.pop(key))
 
+    def forget(self, supervisor: SupervisorIdentity) -> None:
+        """The pidfd of a supervisor whose job has ended closed, if one is held."""
+        with self._lock:
+            self._after_fork()
+            fd = self._fds.pop((supervisor["pid"], supervisor["create_time"]), None)
+            if fd is not None:
+                os.close(fd)
+
     def _after_fork(self) -> None:
         if self._owner != os.getpid():  # (a child holds copies of its parent's: its own from now on)
             for fd in self._fds.values():
@@ -138,6 +148,27 @@ def reap_orphans(store: Store) -> list[str]:
             continue
     _watched.keep_only({(supervisor["pid"], supervisor["create_time"]) for _, supervisor in here})
     return reaped
+
+
+def reaped(store: Store, job: JobRow) -> JobRow:
+    """``job`` as it stands once reaped, if it is an active job of this machine whose supervising
+    process is gone: what :func:`reap_orphans` does for every job, for the one a read asks about
+    (describing a job, or reading its metrics or logs, then costs the same however many other jobs
+    run)."""
+    supervisor = job.supervisor
+    if not supervisor or supervisor.get("hostname") != socket.gethostname():
+        return job
+    if job.status not in ACTIVE:
+        _watched.forget(supervisor)  # (a server asked only about single jobs holds no pidfd of one ended)
+        return job
+    if _watched.alive(supervisor):
+        return job
+    try:
+        if _reap(store, job, supervisor):
+            return store.get_job(job.name) or job
+    except StoreError:  # as reap_orphans: reading must still work, and the next read tries again
+        pass
+    return job
 
 
 def _reap(store: Store, job: JobRow, dead: SupervisorIdentity) -> bool:
