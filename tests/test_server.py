@@ -480,6 +480,33 @@ def test_a_live_event_never_cuts_between_the_points_of_one_record(store: Store,
     assert sorted(record for event in sent for record in event) == [1, 1, 2, 2, 3, 3, 4, 4]
 
 
+def test_a_followed_job_whose_supervisor_exits_is_reaped_and_its_stream_ends(store: Store) -> None:
+    """An open page follows a running job; its supervisor dies with no one else reading jobs: the
+    follower's next poll reaps the job, so the page sees it fail and its stream end."""
+    import subprocess
+
+    from trainmon.api.sagemaker import register_job
+    from trainmon.runtime.job import orphans
+    from trainmon.server import live
+
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        register_job(store, {"TrainingJobName": "followed", "ProfilerConfig": {"DisableProfiler": True},
+                             "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}},
+                     supervisor=orphans.identity(stand_in.pid))
+        follower = live.JobFollower(store, "followed", since_ms=0, log_after=None, log_tail=False)
+        assert [data["TrainingJobStatus"] for kind, data in follower.poll() if kind == "status"] == ["InProgress"]
+        assert follower.poll() == [] and not follower.finished
+        stand_in.kill()
+        stand_in.wait()
+        events = follower.poll()
+        assert [data["TrainingJobStatus"] for kind, data in events if kind == "status"] == ["Failed"]
+        assert ("end", {"TrainingJobStatus": "Failed"}) in events and follower.finished
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+
+
 def test_one_request_gives_several_jobs_points_of_a_metric(http: httpx.Client, store: Any) -> None:
     from .test_search import add_jobs
 

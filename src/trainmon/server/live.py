@@ -22,6 +22,7 @@ from starlette.responses import StreamingResponse
 from ..api import sagemaker
 from ..api import trainmon as trainmon_api
 from ..api.times import as_datetimes
+from ..errors import ResourceNotFound
 from ..jobs.status import TERMINAL
 from ..read.charts import points_after
 from ..read.downsample import chart_payload
@@ -70,8 +71,9 @@ class JobFollower:
         self._job_id: int | None = None
 
     def poll(self) -> list[Event]:
-        row = self.store.get_job(self.name)
-        if row is None:
+        try:  # (reaped first if its supervisor is gone: an open page sees the job end, not wait on it)
+            row = sagemaker.job(self.store, self.name)
+        except ResourceNotFound:
             self.finished = True
             return [("deleted", {"TrainingJobName": self.name})]
         events: list[Event] = []
