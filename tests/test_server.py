@@ -507,6 +507,31 @@ def test_a_followed_job_whose_supervisor_exits_is_reaped_and_its_stream_ends(sto
         stand_in.wait()
 
 
+def test_an_open_list_of_jobs_sees_a_job_whose_supervisor_exits_fail(store: Store) -> None:
+    """The jobs page's stream reaps as a list of jobs does: a job whose supervisor dies while the page
+    is open turns Failed there, with no other read of jobs."""
+    import subprocess
+
+    from trainmon.api.sagemaker import register_job
+    from trainmon.runtime.job import orphans
+    from trainmon.server import live
+
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        register_job(store, {"TrainingJobName": "listed", "ProfilerConfig": {"DisableProfiler": True},
+                             "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}},
+                     supervisor=orphans.identity(stand_in.pid))
+        follower = live.JobsFollower(store)
+        assert follower.poll() == [] and follower.poll() == []  # (the first poll sees the jobs as they are)
+        stand_in.kill()
+        stand_in.wait()
+        changed = [data for kind, data in follower.poll() if kind == "job"]
+        assert [(data["TrainingJobName"], data["TrainingJobStatus"]) for data in changed] == [("listed", "Failed")]
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+
+
 def test_one_request_gives_several_jobs_points_of_a_metric(http: httpx.Client, store: Any) -> None:
     from .test_search import add_jobs
 

@@ -26,6 +26,7 @@ from ..errors import ResourceNotFound
 from ..jobs.status import TERMINAL
 from ..read.charts import points_after
 from ..read.downsample import chart_payload
+from ..runtime.job import orphans
 from ..store import JobRow, Store
 from .jsonio import dumps
 
@@ -155,6 +156,7 @@ class JobsFollower:
         self._seen: dict[str, tuple[Any, ...]] | None = None
 
     def poll(self) -> list[Event]:
+        orphans.reap_orphans(self.store)  # (as a list of jobs does: an open list sees a job whose supervisor died fail)
         rows = self.store.list_jobs()
         seen: dict[str, tuple[Any, ...]] = {}
         events: list[Event] = []
