@@ -194,7 +194,7 @@ def test_a_long_answer_is_computed_once_and_then_paged(store, cw, monkeypatch) -
             return found
         return wrapper
 
-    for method in ("metric_data", "metric_columns", "metric_rollups"):
+    for method in ("metric_data", "metric_columns"):
         monkeypatch.setattr(store, method, counted(method))
     assert "NextToken" in get_metric_data(store, **request, MaxDatapoints=7)
     one_page = sorted(reads)

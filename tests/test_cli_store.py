@@ -86,7 +86,7 @@ def test_maintain_seals_rolls_up_and_reports(home: Path) -> None:
     store = open_store(home)
     try:  # the 10-minute tier holds the datapoints written under the other policy
         key = store.metric_keys()[0][0]
-        rolled = store.metric_rollups(key, old // 600 * 600_000, (old // 600 + 3) * 600_000, 600, sketches=False)
+        rolled = store.metric_data(key, old // 600 * 600_000, (old // 600 + 3) * 600_000, 600, sketches=False)[0]
         assert rolled is not None and rolled["None"].count.sum() == 1000
     finally:
         store.close()

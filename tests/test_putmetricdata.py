@@ -450,8 +450,8 @@ def test_late_datapoints_written_together_are_merged_into_the_rollups(store_targ
         _put(client, 300, now - 30)  # and a current one beside them
         clock.advance(0.2)
         assert _stored(store_target) == 3800
-        rolled = store.metric_rollups(MetricKey("App", "loss", (("Host", "algo-1"),)), start * 1000,
-                                      (start + 7200) * 1000, 3600, sketches=False)
+        rolled = store.metric_data(MetricKey("App", "loss", (("Host", "algo-1"),)), start * 1000,
+                                   (start + 7200) * 1000, 3600, sketches=False)[0]
         assert rolled is not None and rolled["None"].count.tolist() == [3000, 500]  # from the stored tiers
         assert _sample_count(client, start) == 3800
 

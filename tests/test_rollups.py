@@ -364,7 +364,7 @@ def test_statistics_come_from_the_rollups_and_match_numpy(store_target: StoreTar
         client = CloudWatchClient(store)
         for maintained in (False, True):
             for period in (3600, 300, 60):  # the writes rolled the datapoints up: no pass needed
-                assert store.metric_rollups(KEY, start * 1000, now * 1000, period) is not None
+                assert store.metric_data(KEY, start * 1000, now * 1000, period)[0] is not None
                 _check(_statistics(client, start, now, period),
                        _expected(stamps, values, start * 1000, now * 1000, period))
             if not maintained:
@@ -494,8 +494,8 @@ def test_raw_data_and_tiers_expire_as_the_policy_says(store_target: StoreTarget)
         done = store.maintain(now * 1000)
         assert done.expired_chunks > 0 and done.expired_rollups > 0
         assert store.metric_samples(KEY, 0, (now - 3600) * 1000) == []  # raw: kept an hour
-        assert store.metric_rollups(KEY, old * 1000, (old + 7200) * 1000, 60) == {}  # the 1-minute tier: 15 days
-        assert len(store.metric_rollups(KEY, old * 1000, (old + 7200) * 1000, 300)["Milliseconds"]) == 24
+        assert store.metric_data(KEY, old * 1000, (old + 7200) * 1000, 60)[0] == {}  # the 1-minute tier: 15 days
+        assert len(store.metric_data(KEY, old * 1000, (old + 7200) * 1000, 300)[0]["Milliseconds"]) == 24
         client = CloudWatchClient(store)
         stamps, values = _series(old, old + 7200)
         _check(_statistics(client, old, old + 7200, 300), _expected(stamps, values, old * 1000, (old + 7200) * 1000, 300))
@@ -516,7 +516,7 @@ def test_keeping_everything_expires_nothing(store_target: StoreTarget) -> None:
         done = store.maintain(now * 1000)
         assert done.expired_chunks == done.expired_rollups == 0
         assert len(store.metric_samples(KEY, 0, now * 1000)) == len(stamps)
-        rollups = store.metric_rollups(KEY, start * 1000, (start + 3600) * 1000, 3600)
+        rollups = store.metric_data(KEY, start * 1000, (start + 3600) * 1000, 3600)[0]
         assert rollups is not None and rollups["Milliseconds"].count.tolist() == [600.0]
     finally:
         store.close()
@@ -717,7 +717,7 @@ def test_late_job_points_fold_into_the_rollups_and_nan_ones_are_kept_aside(store
             Dimensions=[{"Name": "TrainingJobName", "Value": "late"}], StartTime=start, EndTime=start + 3600,
             Period=3600, Statistics=["SampleCount", "Sum", "Maximum"])["Datapoints"]
         assert [(p["SampleCount"], p["Sum"], p["Maximum"]) for p in datapoints] == [(101.0, 105.0, 5.0)]
-        assert store.metric_rollups(JOB_KEY_LATE, start * 1000, (start + 3600) * 1000, 3600) is not None
+        assert store.metric_data(JOB_KEY_LATE, start * 1000, (start + 3600) * 1000, 3600)[0] is not None
         assert len(store.points(job.id)) == 102  # the NaN point too
     finally:
         store.close()
@@ -737,7 +737,7 @@ def test_a_period_of_fractional_counts_takes_its_percentiles_from_its_own_values
                 "MetricName": "Latency", "Dimensions": DIMENSIONS, "Timestamp": start + offset, "Values": [value],
                 "Counts": [count], "Unit": "Milliseconds", "StorageResolution": 1}])
         store.maintain(now * 1000)
-        assert store.metric_rollups(KEY, start * 1000, (start + 120) * 1000, 60) is not None
+        assert store.metric_data(KEY, start * 1000, (start + 120) * 1000, 60)[0] is not None
         datapoints = client.get_metric_statistics(
             Namespace="App", MetricName="Latency", Dimensions=DIMENSIONS, StartTime=start, EndTime=start + 120,
             Period=60, ExtendedStatistics=["p50", "p100"])["Datapoints"]
@@ -769,7 +769,7 @@ def test_maintenance_goes_on_when_a_job_is_deleted_during_a_pass(store_target: S
         done = upkeep.maintain(transaction, store.retention, now * 1000)
         assert done.ran and done.rolled_series == 1  # the other metric's
         assert store.points(job_id) == []
-        assert store.metric_rollups(KEY, (now // 3600 - 2) * 3600_000, now * 1000, 3600) is not None
+        assert store.metric_data(KEY, (now // 3600 - 2) * 3600_000, now * 1000, 3600)[0] is not None
     finally:
         store.close()
 
@@ -828,22 +828,22 @@ def test_roll_ups_follow_a_changed_policy_with_every_datapoint(store_target: Sto
 
         done = two_hourly.maintain(now * 1000)  # a background pass leaves the store's tiers as they are
         assert done.retiered_series == 0 and done.rolled_series == 1
-        assert two_hourly.metric_rollups(KEY, start * 1000, end * 1000, 7200, sketches=False)["Milliseconds"] \
+        assert two_hourly.metric_data(KEY, start * 1000, end * 1000, 7200, sketches=False)[0]["Milliseconds"] \
             .count.sum() == len(stamps)  # (read from the 1-hour tier: 7,200 s is whole hours)
         with caplog.at_level(logging.INFO, logger=upkeep.log.name):
             assert two_hourly.maintain(now * 1000, retier=True).retiered_series == 2  # trainmon maintain's does
         assert "the store's roll-up tiers change from 1m, 5m, 1h to 1m, 10m, 2h" in caplog.messages  # as the CLI says
         assert two_hourly.maintain(now * 1000, retier=True).retiered_series == 0  # once
         for period in (60, 600, 7200):  # each from its own tier now
-            assert two_hourly.metric_rollups(KEY, start * 1000, end * 1000, period) is not None
+            assert two_hourly.metric_data(KEY, start * 1000, end * 1000, period)[0] is not None
             _check(_statistics(client, start, end, period), _expected(stamps, values, start * 1000, end * 1000, period))
-        assert len(two_hourly.metric_rollups(KEY, start * 1000, end * 1000, 7200, sketches=False)["Milliseconds"]) == 3
+        assert len(two_hourly.metric_data(KEY, start * 1000, end * 1000, 7200, sketches=False)[0]["Milliseconds"]) == 3
         assert _scalar(two_hourly, "SELECT count(*) FROM rollups WHERE period IN (300, 3600)") == 0
         job_end = (now // 7200 - 1) * 7200  # what the pass rolled up of the job's points, to a 2-hour boundary
         for period in (600, 7200):
             inside = job_stamps < job_end * 1000
             expected = _expected(job_stamps[inside], job_values[inside], start * 1000, job_end * 1000, period)
-            assert two_hourly.metric_rollups(JOB_KEY_TIERS, start * 1000, job_end * 1000, period) is not None
+            assert two_hourly.metric_data(JOB_KEY_TIERS, start * 1000, job_end * 1000, period)[0] is not None
             answer = _job_statistics(client, start, job_end, period)
             assert [round(p["Timestamp"].timestamp() * 1000) for p in answer] == list(expected)
             for point, data in zip(answer, expected.values(), strict=True):
@@ -881,7 +881,7 @@ def test_tiers_no_finer_tier_divides_are_built_from_the_datapoints_across_gaps(s
         client = CloudWatchClient(fine)
         for low, high in ((first, first + 1800), (now // 3600 * 3600 - 7200, now // 3600 * 3600 - 5400)):
             for period in (60, 300):
-                assert fine.metric_rollups(KEY, low * 1000, high * 1000, period) is not None
+                assert fine.metric_data(KEY, low * 1000, high * 1000, period)[0] is not None
                 _check(_statistics(client, low, high, period), _expected(stamps, values, low * 1000, high * 1000, period))
         assert _scalar(fine, "SELECT count(*) FROM rollups WHERE period = 120") == 0
     finally:
@@ -915,7 +915,7 @@ def test_a_series_made_while_the_tiers_change_gets_the_new_ones_too(postgres_url
                 "the pass to wait for the write, or to end")
         changing.join(60)
         assert passes and passes[0].retiered_series == 2
-        rolled = after.metric_rollups(new, (now - 3600) // 600 * 600_000, now * 1000, 600, sketches=False)
+        rolled = after.metric_data(new, (now - 3600) // 600 * 600_000, now * 1000, 600, sketches=False)[0]
         assert rolled is not None and rolled["None"].count.sum() == 100
         assert after._read("SELECT DISTINCT period FROM rollups ORDER BY period") == [(60,), (600,)]  # type: ignore[attr-defined]
     finally:

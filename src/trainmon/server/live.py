@@ -22,7 +22,6 @@ from starlette.responses import StreamingResponse
 from ..api import sagemaker
 from ..api import trainmon as trainmon_api
 from ..api.times import as_datetimes
-from ..errors import ResourceNotFound
 from ..jobs.status import TERMINAL
 from ..read.charts import points_after
 from ..read.downsample import chart_payload
@@ -72,11 +71,11 @@ class JobFollower:
         self._job_id: int | None = None
 
     def poll(self) -> list[Event]:
-        try:  # (reaped first if its supervisor is gone: an open page sees the job end, not wait on it)
-            row = sagemaker.job(self.store, self.name)
-        except ResourceNotFound:
+        row = self.store.get_job(self.name)
+        if row is None:
             self.finished = True
             return [("deleted", {"TrainingJobName": self.name})]
+        row = orphans.reaped(self.store, row)  # (its supervisor gone: an open page sees the job end, not wait on it)
         events: list[Event] = []
         ended = row.status in TERMINAL  # read before the data, so nothing written after is missed
         if self._job_id is None:

@@ -562,14 +562,6 @@ class SqlStore(tuning.TuningJobs):
         self._flush_for_read()
         return self._reading(lambda sql: reads.metric_columns(sql, key, start_ms, end_ms))
 
-    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
-                       sketches: bool = True) -> dict[str, Rollups] | None:
-        from .series import reads
-
-        periods = self.retention.periods
-        self._flush_for_read()
-        return self._reading(lambda sql: reads.metric_rollups(sql, key, start_ms, end_ms, period_s, periods, sketches))
-
     def metric_data(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
                     sketches: bool = True) -> tuple[dict[str, Rollups] | None, dict[str, Columns]]:
         from .series import reads

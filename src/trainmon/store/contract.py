@@ -271,17 +271,12 @@ class Store(Protocol):
         the time of each one's newest datapoint and its place; its cost is independent of the total."""
         ...
 
-    def metric_rollups(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
-                       sketches: bool = True) -> dict[str, Rollups] | None:
-        """The metric's data in [start_ms, end_ms) as roll-up rows per unit when a roll-up tier can
-        serve ``period_s`` and part of the range is rolled up; None when the raw datapoints must.
-        ``sketches=False`` leaves the stored sketches out (no percentiles wanted)."""
-        ...
-
     def metric_data(self, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
                     sketches: bool = True) -> tuple[dict[str, Rollups] | None, dict[str, Columns]]:
-        """What the metric's statistics per ``period_s`` are computed from, in one snapshot:
-        ``metric_rollups`` where it gives them (and no columns), else None and ``metric_columns``."""
+        """What the metric's statistics per ``period_s`` over [start_ms, end_ms) are computed from, in
+        one snapshot: its roll-up rows per unit where a roll-up tier can serve the period and part of
+        the range is rolled up (and no columns; ``sketches=False`` leaves the stored sketches out, no
+        percentiles wanted), else None and its ``metric_columns``."""
         ...
 
     # -- maintenance

@@ -252,21 +252,11 @@ def raw_rollups(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str, 
     return {unit: Rollups.from_samples(*data) for unit, data in _raw_columns(sql, series, start_ms, end_ms).items()}
 
 
-def metric_rollups(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_s: int,
-                   periods: Sequence[int], sketches: bool = True) -> dict[str, Rollups] | None:
-    """The metric's data in [start_ms, end_ms) as roll-up rows per unit, when a tier serves the
-    period (it divides the period and the start) and part of the range is rolled up; else None
-    (the caller computes from the raw datapoints). Without ``sketches``, stored rows come
-    without them (no percentiles), which saves decoding them."""
-    found = series_id(sql, key)
-    return None if found is None else _rollups(sql, found, start_ms, end_ms, period_s, periods, sketches)
-
-
 def metric_data(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_s: int, periods: Sequence[int],
                 sketches: bool = True) -> tuple[dict[str, Rollups] | None, dict[str, Columns]]:
     """What a metric's statistics per period are computed from, the metric looked up once: its
-    :func:`metric_rollups` where a tier serves the period (and no columns), else None and its
-    :func:`metric_columns`."""
+    :func:`_rollups` where a tier serves the period (and no columns), else None and its datapoints as
+    written (:func:`metric_columns`)."""
     found = series_id(sql, key)
     if found is None:
         return None, {}
@@ -276,7 +266,10 @@ def metric_data(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_s: 
 
 def _rollups(sql: Sql, found: tuple[int, int], start_ms: int, end_ms: int, period_s: int, periods: Sequence[int],
              sketches: bool) -> dict[str, Rollups] | None:
-    """:func:`metric_rollups` of the series ``found`` (its id and rolled_ms)."""
+    """The data of the series ``found`` (its id and rolled_ms) in [start_ms, end_ms) as roll-up rows per
+    unit, when a tier serves the period (it divides the period and the start) and part of the range
+    is rolled up; else None (the caller computes from the raw datapoints). Without ``sketches``,
+    stored rows come without them (no percentiles), which saves decoding them."""
     if start_ms >= found[1]:
         return None
     periods = tiers.readable(sql, periods)

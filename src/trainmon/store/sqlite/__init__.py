@@ -639,7 +639,8 @@ class SqliteStore(SqlStore):
         """Inside the write transaction (so a retried batch that was stored appends nothing): a flood's
         large chunks appended beside the database first, cut back off their files if it fails."""
         placed = self.log_files.place(chunks)
-        self._undo_on_rollback.append(placed.cut_back)
+        if placed.began:
+            self._undo_on_rollback.append(placed.cut_back)
         sql.many("INSERT INTO log_chunks (stream_id, first_seq, count, timestamp_ms, text, packing) "
                  "VALUES (?, ?, ?, ?, ?, ?)", placed.chunks)
 
