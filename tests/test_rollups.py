@@ -282,6 +282,11 @@ def test_a_writes_datapoints_roll_up_as_a_row_each_would(seed: int) -> None:
     assert rolled_groups.tolist() == expected_groups.tolist()
     for name in ("timestamp_ms", "count", "sum", "minimum", "maximum", "sketched", "bin_row", "bin_key", "bin_count"):
         assert getattr(rolled, name).tolist() == getattr(expected, name).tolist(), name
+    bare, bare_groups = Rollups.rolled_samples(groups, 60_000, *columns, sketches=False)  # (statistics alone)
+    assert bare_groups.tolist() == expected_groups.tolist()
+    for name in ("timestamp_ms", "count", "sum", "minimum", "maximum"):
+        assert getattr(bare, name).tolist() == getattr(expected, name).tolist(), name
+    assert not bare.sketched.any() and len(bare.bin_row) == 0
 
 
 def test_retention_policies() -> None:
@@ -724,6 +729,79 @@ def test_late_job_points_fold_into_the_rollups_and_nan_ones_are_kept_aside(store
 
 
 JOB_KEY_LATE = MetricKey("/aws/sagemaker/TrainingJobs", "loss", (("TrainingJobName", "late"),))
+
+
+def test_a_running_jobs_points_are_rolled_up_to_the_minute_and_its_hour_merged_pass_by_pass(
+        store_target: StoreTarget) -> None:
+    """Each pass rolls a job's points up to the last whole minute (a minute ago), not the last whole
+    hour: the statistics of a job an hour in read the raw points of its last minute or two. The
+    hour and the five minutes the mark falls in hold what came before it, and the next pass (or a
+    late point, written after the pass) merges the rest into their rows; every answer, before and
+    after each pass, is what numpy makes of the points."""
+    store = store_target.open(parse("forever"))
+    try:
+        hour = (int(time.time()) // 3600 - 2) * 3600  # the job begins 50 minutes into it
+        key = MetricKey("/aws/sagemaker/TrainingJobs", "loss", (("TrainingJobName", "minutes"),))
+        job = store.create_job("minutes", {"TrainingJobStatus": "InProgress"}, hour + 3000)
+        stream = store.add_stream(job.id, "algo-1", "minutes/algo-1-0", (hour + 3000) * 1000)
+        rng = np.random.default_rng(8)
+        stamps = np.arange((hour + 3000) * 1000, (hour + 5100) * 1000, 500, dtype=np.int64)  # 50 to 85 minutes
+        values = np.round(rng.lognormal(0, 0.5, len(stamps)), 4)
+        written: list[tuple[int, float]] = []
+
+        def write(first_ms: int, last_ms: int) -> None:
+            for low in range(first_ms, last_ms, 30_000):  # a write per 30 s of points, as a supervisor's batches
+                inside = (stamps >= low) & (stamps < min(low + 30_000, last_ms))
+                store.write_batch(Batch(job.id, points=[
+                    ("loss", t, v, "algo-1", stream.id, len(written) + i)
+                    for i, (t, v) in enumerate(zip(stamps[inside].tolist(), values[inside].tolist(), strict=True))]))
+                written.extend(zip(stamps[inside].tolist(), values[inside].tolist(), strict=True))
+
+        client = CloudWatchClient(store)
+        start, end = hour + 3000, hour + 5160
+
+        def check(rolled: bool) -> None:
+            """Every answer is numpy's of the points: percentiles from the sketches once rolled up,
+            else interpolated between the ranks around them."""
+            got_stamps = np.array([t for t, _ in written], np.int64)
+            got_values = np.array([v for _, v in written])
+            order = np.argsort(got_stamps, kind="stable")
+            for period in (60, 300, 600, 3600):
+                answer = _statistics(client, start, end, period, key)
+                expected = _expected(got_stamps[order], got_values[order], start * 1000, end * 1000, period)
+                if rolled:
+                    _check(answer, expected)
+                else:
+                    _check([{k: v for k, v in p.items() if k != "ExtendedStatistics"} for p in answer], expected,
+                           percentiles=False)
+                    assert [point["ExtendedStatistics"]["p99"] for point in answer] == pytest.approx(
+                        [np.percentile(data, 99) for data in expected.values()], rel=1e-12)
+
+        def rolled_ms() -> int:
+            return int(_scalar(store, f"SELECT rolled_ms FROM series WHERE id = {series_id}"))
+
+        write((hour + 3000) * 1000, (hour + 4230) * 1000)  # to 70.5 minutes
+        series_id = int(_scalar(store, "SELECT id FROM series WHERE job_id IS NOT NULL"))
+        check(rolled=False)
+        assert store.maintain((hour + 4250) * 1000).rolled_series == 1
+        assert rolled_ms() == (hour + 4140) * 1000  # 69 minutes: the last whole one that ended a minute ago
+        assert store.metric_data(key, (hour + 3600) * 1000, (hour + 7200) * 1000, 3600)[0] is not None
+        check(rolled=True)
+        late = stamps[(stamps >= (hour + 3700) * 1000) & (stamps < (hour + 3710) * 1000)] + 250  # before the mark
+        store.write_batch(Batch(job.id, points=[("loss", t, 9.5, "algo-1", stream.id, len(written) + i)
+                                                for i, t in enumerate(late.tolist())]))
+        written.extend((t, 9.5) for t in late.tolist())
+        write((hour + 4230) * 1000, (hour + 5100) * 1000)  # to 85 minutes
+        check(rolled=True)
+        assert store.maintain((hour + 5130) * 1000).rolled_series == 1
+        assert rolled_ms() == (hour + 5040) * 1000
+        check(rolled=True)
+        hours = store._read(  # type: ignore[attr-defined]
+            f"SELECT timestamp_ms, count FROM rollups WHERE series_id = {series_id} AND period = 3600 ORDER BY 1")
+        assert [(int(t), int(c)) for t, c in hours] == [
+            (hour * 1000, 1200), ((hour + 3600) * 1000, sum(hour + 3600 <= t // 1000 < hour + 5040 for t, _ in written))]
+    finally:
+        store.close()
 
 
 def test_a_period_of_fractional_counts_takes_its_percentiles_from_its_own_values(store_target: StoreTarget) -> None:

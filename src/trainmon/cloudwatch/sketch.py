@@ -103,13 +103,18 @@ class Rollups:
     @classmethod
     def rolled_samples(cls, groups: np.ndarray, period_ms: int, timestamp_ms: np.ndarray, count: np.ndarray,
                        total: np.ndarray, minimum: np.ndarray, maximum: np.ndarray,
-                       value: np.ndarray) -> tuple[Rollups, np.ndarray]:
+                       value: np.ndarray, *, sketches: bool = True) -> tuple[Rollups, np.ndarray]:
         """``from_samples(...).roll_groups(groups, period_ms)``, without a row per datapoint on the
         way: what a write makes of its datapoints (sorted by group, then time), each one counted in
-        a bin of its period's row once."""
+        a bin of its period's row once. Without ``sketches``, the rows have none (as stored rows
+        read without them: no percentiles)."""
         slot = timestamp_ms // period_ms
         apart = (slot[1:] != slot[:-1]) | (groups[1:] != groups[:-1])
         starts = np.flatnonzero(np.r_[True, apart])
+        if not sketches:
+            return cls(slot[starts] * period_ms, np.add.reduceat(count, starts), np.add.reduceat(total, starts),
+                       np.minimum.reduceat(minimum, starts), np.maximum.reduceat(maximum, starts),
+                       np.zeros(len(starts), bool), *_no_bins()), groups[starts]
         known = _known(value, minimum, maximum)
         sketched = np.logical_and.reduceat(known >= 0, starts)  # (NaN: not)
         row = np.cumsum(np.r_[False, apart])

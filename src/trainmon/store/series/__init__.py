@@ -19,8 +19,9 @@ older than the series' ``rolled_ms`` into the roll-up rows of the periods they f
 tier, in its own transaction (``writes.roll_up``). PutMetricData's series are made with
 ``rolled_ms`` = ``ROLLED_ALL``, so each write rolls up all it stores and their roll-ups hold every
 datapoint from its commit on. A job's points are rolled up by maintenance, as a flood of them
-would pay more for it than for storing them: whole coarsest-tier periods, each tier from the
-finer one, once they have ended, moving ``rolled_ms`` on; a later write older than that is
+would pay more for it than for storing them: whole finest-tier periods (minutes), each tier from
+the finer one, once they have ended, moving ``rolled_ms`` on (a coarser period the mark falls in
+holds what came before it, and the next pass merges the rest); a later write older than that is
 merged by the write. GetMetricStatistics reads the coarsest tier that divides its period and
 start for the rolled part of its range, and rolls the rest up from the raw data on the fly.
 Which tiers exist is the store's record, not each process's policy (:mod:`.tiers`).

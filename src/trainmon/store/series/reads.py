@@ -247,9 +247,17 @@ def _raw_columns(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str,
     return {unit: concat_columns(parts) for unit, parts in columns.items()}
 
 
-def raw_rollups(sql: Sql, series: int, start_ms: int, end_ms: int) -> dict[str, Rollups]:
-    """The raw datapoints in [start_ms, end_ms) as one roll-up row each, per unit."""
-    return {unit: Rollups.from_samples(*data) for unit, data in _raw_columns(sql, series, start_ms, end_ms).items()}
+def raw_rollups(sql: Sql, series: int, start_ms: int, end_ms: int, period_ms: int,
+                sketches: bool = True) -> dict[str, Rollups]:
+    """The raw datapoints in [start_ms, end_ms) rolled up into periods of ``period_ms``, per unit
+    (with no row a datapoint on the way: a running job's last minutes, read at every request of
+    its statistics, took twice as long so); without ``sketches``, rows without them."""
+    rolled = {}
+    for unit, data in _raw_columns(sql, series, start_ms, end_ms).items():
+        zeros = np.zeros(len(data.timestamp_ms), np.int64)
+        rolled[unit] = Rollups.rolled_samples(zeros, period_ms, *data, sketches=sketches)[0] \
+            if len(zeros) else Rollups.empty()
+    return rolled
 
 
 def metric_data(sql: Sql, key: MetricKey, start_ms: int, end_ms: int, period_s: int, periods: Sequence[int],
@@ -279,6 +287,6 @@ def _rollups(sql: Sql, found: tuple[int, int], start_ms: int, end_ms: int, perio
     series, rolled_ms = found
     cut = min(rolled_ms, end_ms // (tier * 1000) * tier * 1000)
     stored = read_rollups(sql, series, tier, start_ms, cut, sketches=sketches)
-    tail = {unit: rows.roll(0, tier * 1000) for unit, rows in raw_rollups(sql, series, cut, end_ms).items()}
+    tail = raw_rollups(sql, series, cut, end_ms, tier * 1000, sketches)
     return {unit: concat([stored.get(unit, Rollups.empty()), tail.get(unit, Rollups.empty())])
             for unit in sorted(set(stored) | set(tail))}

@@ -25,7 +25,7 @@ SEAL_POINTS = 8192
 SEAL_ON_WRITE_ROWS = 128  # a write this big is stored sealed at once: the file never holds its packed form
 # series.rolled_ms of a series whose every write is merged into its roll-ups as it is stored: PutMetricData's
 # (with roll-up tiers; without, 0, for maintenance to roll up should tiers be set later). A job's points are
-# rolled up by maintenance, whole hours once they end, and a write merges only what is older.
+# rolled up by maintenance, whole minutes once they end, and a write merges only what is older.
 ROLLED_ALL = 2**62
 
 
