@@ -731,6 +731,44 @@ def test_late_job_points_fold_into_the_rollups_and_nan_ones_are_kept_aside(store
 JOB_KEY_LATE = MetricKey("/aws/sagemaker/TrainingJobs", "loss", (("TrainingJobName", "late"),))
 
 
+def test_statistics_read_while_a_pass_rolls_the_series_up_count_each_point_once(
+        store_target: StoreTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read of several statements sees one snapshot: a pass of another process that commits
+    between the read's look at the series' mark and its read of the roll-ups (merging what followed
+    the mark into the hour the mark fell in) is not half seen, its roll-ups beside the raw data from
+    the old mark (PostgreSQL's default isolation gave each statement its own snapshot)."""
+    policy = parse("raw=forever,60s=forever,300s=forever,3600s=forever")
+    store, other = store_target.open(policy), store_target.open(policy)  # other: another process's maintainer
+    try:
+        hour = (int(time.time()) // 3600 - 4) * 3600
+        job = store.create_job("race", {"TrainingJobStatus": "InProgress"}, hour)
+        stream = store.add_stream(job.id, "algo-1", "race/algo-1-0", hour * 1000)
+        store.write_batch(Batch(job.id, points=[("loss", (hour + i) * 1000, 1.0, "algo-1", stream.id, i)
+                                                for i in range(3 * 3600)]))
+        store.maintain((hour + 4860) * 1000)  # rolled up to 80 minutes in
+        passes: list[Maintenance] = []
+        read_rollups = upkeep.read_rollups
+
+        def racing(*args: object, **kwargs: object) -> object:
+            if not passes:  # the read has looked at the mark; another process's pass commits
+                passes.append(other.maintain((hour + 8460) * 1000))  # to 140 minutes in
+            return read_rollups(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr("trainmon.store.series.reads.read_rollups", racing)
+        request = dict(Namespace="/aws/sagemaker/TrainingJobs", MetricName="loss", StartTime=hour,
+                       EndTime=hour + 3 * 3600, Period=3600, Statistics=["SampleCount"],
+                       Dimensions=[{"Name": "TrainingJobName", "Value": "race"}])
+        during = CloudWatchClient(store).get_metric_statistics(**request)["Datapoints"]
+        assert passes and passes[0].rolled_series == 1
+        assert [p["SampleCount"] for p in during] == [3600.0] * 3
+        monkeypatch.undo()
+        after = CloudWatchClient(store).get_metric_statistics(**request)["Datapoints"]
+        assert [p["SampleCount"] for p in after] == [3600.0] * 3
+    finally:
+        store.close()
+        other.close()
+
+
 def test_a_running_jobs_points_are_rolled_up_to_the_minute_and_its_hour_merged_pass_by_pass(
         store_target: StoreTarget) -> None:
     """Each pass rolls a job's points up to the last whole minute (a minute ago), not the last whole

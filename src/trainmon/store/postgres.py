@@ -395,7 +395,7 @@ class PostgresStore(SqlStore):
         """``work`` in one snapshot, run again on a new connection when the old one turns out broken."""
         for attempt in (1, 2):
             try:
-                with self._transaction() as sql:
+                with self._snapshot() as sql:
                     return work(sql)
             except StoreError:
                 if attempt == 1 and self._db.broken:
@@ -429,7 +429,17 @@ class PostgresStore(SqlStore):
         with self._write() as db:
             yield _Sql(db)
 
-    _snapshot = _transaction  # reads see one snapshot too; PostgreSQL readers never wait for writers
+    @contextmanager
+    def _snapshot(self) -> Iterator[Sql]:
+        """Reads that see one snapshot: a read-only transaction at REPEATABLE READ. At PostgreSQL's
+        default, READ COMMITTED, each statement sees what was committed before it began, so a
+        read of several statements could see a maintenance pass half: statistics read a series'
+        rolled_ms, then its roll-ups as a pass that committed meanwhile left them (with what
+        followed the mark merged in), then the raw data from the old mark, counted twice.
+        Readers never wait for writers either way."""
+        with self._write() as db:
+            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield _Sql(db)
 
 
 class _Sql:
