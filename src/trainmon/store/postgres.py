@@ -436,10 +436,21 @@ class PostgresStore(SqlStore):
         read of several statements could see a maintenance pass half: statistics read a series'
         rolled_ms, then its roll-ups as a pass that committed meanwhile left them (with what
         followed the mark merged in), then the raw data from the old mark, counted twice.
-        Readers never wait for writers either way."""
-        with self._write() as db:
-            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield _Sql(db)
+        Readers never wait for writers either way. The transaction's BEGIN says so itself, as a
+        statement more would be a round trip more for every read."""
+        with self._lock:
+            db = self._connection()
+            try:
+                db.isolation_level, db.read_only = psycopg.IsolationLevel.REPEATABLE_READ, True
+                try:
+                    with self._write() as same:
+                        assert same is db
+                        yield _Sql(db)
+                finally:
+                    if not db.broken and not db.closed:
+                        db.isolation_level, db.read_only = None, None  # (the writes' transactions: the default)
+            except psycopg.Error as exc:
+                raise _translate(exc, self.location) from exc
 
 
 class _Sql:
