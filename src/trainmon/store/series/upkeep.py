@@ -253,9 +253,11 @@ def _rebuild(transaction: Transaction, series: int, complete: tuple[int, ...], t
                 high = low + span_ms
                 sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND timestamp_ms >= ? "
                          "AND timestamp_ms < ?", (series, period, start_ms, high))
-                rows = {unit: finer.roll(0, period * 1000) for unit, finer in
-                        read_rollups(sql, series, source, low, high).items()} if source is not None else \
-                    raw_rollups(sql, series, low, min(high, rolled_ms), period * 1000)
+                if source is not None:
+                    finer = read_rollups(sql, series, source, low, high)
+                    rows = {unit: stored.roll(0, period * 1000) for unit, stored in finer.items()}
+                else:
+                    rows = raw_rollups(sql, series, low, min(high, rolled_ms), period * 1000)
                 for unit, rolled in rows.items():
                     insert_rollups(sql, series, period, unit, rolled)
                     written += len(rolled)
