@@ -297,7 +297,9 @@ def test_retention_policies() -> None:
     custom = parse("raw=30m, 60s=2d, 1h=forever")
     assert custom.raw_s == 1800 and custom.tiers == ((60, 172_800), (3600, None))
     for bad, words in (("raw=3h,90s=1d", "multiple of 60"), ("raw=3h,5m=1d,7m=2d", "rolled up from the 5m"),
-                       ("60s=1d", "raw datapoints"), ("raw=3 hours", "PERIOD=DURATION")):
+                       ("60s=1d", "raw datapoints"), ("raw=3 hours", "PERIOD=DURATION"),
+                       ("raw=3h,60s=1d,5m=5m", "5m kept for 5m would lose each row"),
+                       ("raw=3h,1m=30s", "1m kept for 30s")):
         with pytest.raises(ValidationException, match=words):
             parse(bad)
 

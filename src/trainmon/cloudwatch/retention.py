@@ -70,11 +70,15 @@ def parse(text: str) -> Retention:
         raise ValidationException(f"{VARIABLE}: say how long raw datapoints are kept (raw=3h, or raw=forever)")
     tiers.sort()
     finer = None
-    for period, _ in tiers:
+    for period, kept in tiers:
         if period % 60:
             wrong = f"a tier of {_duration(period)} is not a whole number of minutes"
         elif finer is not None and (period % finer or period == finer):
             wrong = f"a tier of {_duration(period)} cannot be rolled up from the {_duration(finer)} tier"
+        elif kept is not None and kept <= period:
+            raise ValidationException(  # (a period's row is made once it has ended, older than that already)
+                f"{VARIABLE}: a tier of {_duration(period)} kept for {_duration(kept)} would lose each row as it is "
+                "made; keep a tier longer than its period")
         else:
             finer = period
             continue
