@@ -513,6 +513,34 @@ def test_raw_data_and_tiers_expire_as_the_policy_says(store_target: StoreTarget)
         store.close()
 
 
+def test_a_row_the_mark_falls_in_is_expired_only_once_its_period_is_rolled_up(store_target: StoreTarget) -> None:
+    """A tier kept a little longer than its period: the five minutes a job's mark falls in are not
+    expired half made, to be made again from the rest of their points alone; once the mark has
+    passed their end, they expire whole."""
+    store = store_target.open(parse("raw=3h,60s=1d,300s=330s,3600s=1d"))
+    try:
+        begin = (int(time.time()) // 3600 - 2) * 3600  # a whole hour: the five minutes from there
+        job = store.create_job("short", {"TrainingJobStatus": "InProgress"}, begin)
+        stream = store.add_stream(job.id, "algo-1", "short/algo-1-0", begin * 1000)
+        store.write_batch(Batch(job.id, points=[("loss", (begin + i) * 1000, 1.0, "algo-1", stream.id, i)
+                                                for i in range(420)]))
+
+        def fives() -> list[tuple[int, int]]:
+            return [(int(t) // 1000 - begin, int(c)) for t, c in store._read(  # type: ignore[attr-defined]
+                "SELECT timestamp_ms, count FROM rollups WHERE period = 300 ORDER BY 1")]
+
+        store.maintain((begin + 250) * 1000)  # the mark at 3 minutes: the five minutes hold 180 points
+        assert fives() == [(0, 180)]
+        store.maintain((begin + 340) * 1000)  # past their keeping, but the mark (4 minutes) is not past their end
+        assert fives() == [(0, 240)]
+        store.maintain((begin + 400) * 1000)  # the mark at 5 minutes: whole, and then expired
+        assert fives() == []
+        store.maintain((begin + 470) * 1000)  # the next five minutes, begun: nothing made again of the first
+        assert fives() == [(300, 60)]
+    finally:
+        store.close()
+
+
 def test_keeping_everything_expires_nothing(store_target: StoreTarget) -> None:
     store = store_target.open(parse("forever"))
     try:

@@ -322,17 +322,21 @@ def _roll(sql: Sql, series: int, periods: tuple[int, ...], mark: int, done: Main
 def _expire(sql: Sql, series: int, raw_s: int | None, kept_tiers: list[tuple[int, int | None]], rolled: bool,
             now_ms: int, done: Maintenance) -> None:
     """Expire a series' raw datapoints older than ``raw_s`` (never those not rolled up yet, where
-    the store has tiers: ``rolled``) and each tier's rows as ``kept_tiers`` say."""
+    the store has tiers: ``rolled``) and each tier's rows as ``kept_tiers`` say, once the series'
+    mark has passed their period's end: a row the mark falls in, which the next pass merges the
+    rest of its period into, is never expired half made (to be made again from that rest alone)."""
+    found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
+    if not found:
+        return  # deleted with its job since the pass listed it
+    rolled_ms = int(found[0][0])
     if raw_s is not None:
-        found = sql.rows("SELECT rolled_ms FROM series WHERE id = ?", (series,))
-        if not found:
-            return  # deleted with its job since the pass listed it
-        cutoff = min(now_ms - raw_s * 1000, found[0][0] if rolled else now_ms)
+        cutoff = min(now_ms - raw_s * 1000, rolled_ms if rolled else now_ms)
         expired = sql.rows("DELETE FROM chunks WHERE series_id = ? AND kind = ? AND last_ms < ? RETURNING 1",
                            (series, SAMPLES, cutoff))
         done.expired_chunks += len(expired)
     for period, kept in kept_tiers:
         if kept is not None:
+            cutoff = min(now_ms - kept * 1000, rolled_ms - period * 1000 + 1)
             expired = sql.rows("DELETE FROM rollups WHERE series_id = ? AND period = ? AND timestamp_ms < ? "
-                               "RETURNING 1", (series, period, now_ms - kept * 1000))
+                               "RETURNING 1", (series, period, cutoff))
             done.expired_rollups += len(expired)
