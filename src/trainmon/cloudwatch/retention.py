@@ -70,19 +70,19 @@ def parse(text: str) -> Retention:
         raise ValidationException(f"{VARIABLE}: say how long raw datapoints are kept (raw=3h, or raw=forever)")
     tiers.sort()
     finer = None
+    periods_rule = "each tier's period is a multiple of 60 s and of the finer tier's"
     for period, kept in tiers:
         if period % 60:
-            wrong = f"a tier of {_duration(period)} is not a whole number of minutes"
+            wrong, rule = f"a tier of {_duration(period)} is not a whole number of minutes", periods_rule
         elif finer is not None and (period % finer or period == finer):
-            wrong = f"a tier of {_duration(period)} cannot be rolled up from the {_duration(finer)} tier"
-        elif kept is not None and kept <= period:
-            raise ValidationException(  # (a period's row is made once it has ended, older than that already)
-                f"{VARIABLE}: a tier of {_duration(period)} kept for {_duration(kept)} would lose each row as it is "
-                "made; keep a tier longer than its period")
+            wrong, rule = f"a tier of {_duration(period)} cannot be rolled up from the {_duration(finer)} tier", periods_rule
+        elif kept is not None and kept <= period:  # (a period's row is made once it has ended: as old as that)
+            wrong = f"a tier of {_duration(period)} kept for {_duration(kept)} would lose each row as it is made"
+            rule = "keep a tier longer than its period"
         else:
             finer = period
             continue
-        raise ValidationException(f"{VARIABLE}: {wrong}; each tier's period is a multiple of 60 s and of the finer tier's")
+        raise ValidationException(f"{VARIABLE}: {wrong}; {rule}")
     return Retention(raw, tuple(tiers))
 
 

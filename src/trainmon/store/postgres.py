@@ -440,17 +440,13 @@ class PostgresStore(SqlStore):
         statement more would be a round trip more for every read."""
         with self._lock:
             db = self._connection()
+            db.isolation_level, db.read_only = psycopg.IsolationLevel.REPEATABLE_READ, True
             try:
-                db.isolation_level, db.read_only = psycopg.IsolationLevel.REPEATABLE_READ, True
-                try:
-                    with self._write() as same:
-                        assert same is db
-                        yield _Sql(db)
-                finally:
-                    if not db.broken and not db.closed:
-                        db.isolation_level, db.read_only = None, None  # (the writes' transactions: the default)
-            except psycopg.Error as exc:
-                raise _translate(exc, self.location) from exc
+                with self._write() as same:
+                    yield _Sql(same)
+            finally:
+                if not db.closed:  # (a broken one is closed, and the next read or write replaces it)
+                    db.isolation_level, db.read_only = None, None  # (the writes' transactions: the default)
 
 
 class _Sql:

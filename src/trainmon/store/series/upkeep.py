@@ -285,8 +285,7 @@ def _mark(periods: tuple[int, ...], now_ms: int) -> int:
     period the mark falls in holds what lies before it, and the next pass merges the rest into its
     row (:func:`_roll`'s periods begun before its low), so a running job's statistics read the raw
     points of its last minute or two alone, where a mark at the coarsest period (an hour) left up
-    to two hours of them (a job an hour and a half in, 50 points a second: its p99 a minute took
-    14 ms, now 1.4)."""
+    to two hours of them (``benchmarks/store.py``, a running job's statistics)."""
     whole = math.gcd(*periods) * 1000
     return (now_ms - ROLL_LAG_MS) // whole * whole
 
