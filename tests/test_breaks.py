@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from trainmon.parsing import breaks as breaks_module
 from trainmon.parsing.breaks import Breaks
 
 
@@ -30,7 +31,10 @@ def _blocks(seed: int) -> list[bytes]:
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("split_cr", [False, True])
-def test_rank_select_and_bounds_read_the_breaks_as_a_plain_search_does(seed: int, split_cr: bool) -> None:
+@pytest.mark.parametrize("slice_bytes", [64, 192, breaks_module.SLICE_BYTES])
+def test_rank_select_and_bounds_read_the_breaks_as_a_plain_search_does(seed: int, split_cr: bool, slice_bytes: int,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(breaks_module, "SLICE_BYTES", slice_bytes)  # blocks marked in one slice, or in several
     for block in _blocks(seed):
         data = np.frombuffer(block, np.uint8)
         masks = np.empty(len(block), bool), np.empty(len(block), bool)

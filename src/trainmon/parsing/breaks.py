@@ -20,12 +20,22 @@ for _value in range(256):
     _NTH_BIT[_value, :len(_places)] = _places
 
 
-def _words(mask: np.ndarray) -> np.ndarray:
-    """A boolean mask packed a bit a byte (byte i is bit i % 64 of word i // 64), with a zero word more
-    past the end, so that the block's end too has a word."""
-    packed = np.packbits(mask, bitorder="little")
-    words = np.zeros(len(mask) // 64 + 1, "<u8")
-    words.view(np.uint8)[:len(packed)] = packed
+SLICE_BYTES = 128 << 10  # a block is marked a slice at a time (a multiple of 64 bytes)
+
+
+def _words(data: np.ndarray, value: int, scratch: np.ndarray) -> np.ndarray:
+    """Where ``data`` holds ``value``, a bit a byte (byte i is bit i % 64 of word i // 64), with a zero
+    word more past the end, so that the block's end too has a word. Marked and packed a slice at a
+    time in ``scratch``, so that a slice's mask is packed while it is still in the core's cache: a
+    megabyte block marked at once wrote its mask out and read it back."""
+    size = len(data)
+    words = np.zeros(size // 64 + 1, "<u8")
+    packed = words.view(np.uint8)
+    for start in range(0, size, SLICE_BYTES):
+        part = data[start:start + SLICE_BYTES]
+        at = start // 8
+        packed[at:at + (len(part) + 7) // 8] = np.packbits(np.equal(part, value, out=scratch[:len(part)]),
+                                                           bitorder="little")
     return words
 
 
@@ -36,10 +46,10 @@ class Breaks:
     def __init__(self, data: np.ndarray, split_cr: bool, masks: tuple[np.ndarray, np.ndarray]) -> None:
         newline, carriage = masks
         self._data = data
-        words = _words(np.equal(data, 10, out=newline))
+        words = _words(data, 10, newline)
         self.crlf = False  # whether a "\r\n" is among them
         if split_cr:
-            returns = _words(np.equal(data, 13, out=carriage))
+            returns = _words(data, 13, carriage)
             after_return = returns << np.uint64(1)  # the byte after each "\r"
             after_return[1:] |= returns[:-1] >> np.uint64(63)
             second = words & after_return  # the "\n" of a "\r\n": no break of its own
