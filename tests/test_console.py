@@ -385,6 +385,25 @@ def test_compare_two_jobs(server: ServerProcess, page: Any, script: Callable[[st
     expect(page.locator(".legend-jobs .job-chip")).to_have_count(2)
 
 
+def test_compare_opens_on_the_metric_the_jobs_define_first(server: ServerProcess, page: Any,
+                                                          script: Callable[[str], Path]) -> None:
+    """The chart compares the metric the jobs define first (the one a user writes first, as the job
+    page shows it first), not the first by name; the metric menu and the final metrics follow the
+    same order, and a metric only one job has comes after those every job has."""
+    first = [{"Name": "train:loss", "Regex": r"loss=(\S+)"}, {"Name": "epoch", "Regex": r"step=(\d+)"}]
+    create_job(server, "order-a", script(SHORT.format(count=5, scale=1)), definitions=first)
+    create_job(server, "order-b", script(SHORT.format(count=5, scale=1)),
+               definitions=[*first, {"Name": "a:step", "Regex": r"step=(\d+)"}])
+    for name in ("order-a", "order-b"):
+        wait_status(server, name, {"Completed"}, page)
+    page.goto(server.url + "/compare?jobs=order-a,order-b")
+    page.wait_for_function("() => { const c = window.trainmonCharts.compare; return c && c.points > 0; }")
+    expect(page.locator(".compare-chart section.chart")).to_have_attribute("data-metric", "train:loss")
+    assert page.locator("select[name=metric] option").evaluate_all("options => options.map(o => o.value)") == [
+        "train:loss", "epoch", "a:step"]
+    assert page.locator(".compare-finals th").all_inner_texts()[1:] == ["train:loss", "epoch", "a:step"]
+
+
 @pytest.mark.parametrize("path, held", [
     ("/jobs/gone-job", "/api/jobs/gone-job"),
     ("/compare?jobs=gone-a,gone-b", "/api/descriptions"),

@@ -6,7 +6,7 @@ import {get, inPieces, MANY_JOBS} from "./api.js";
 import {navigate} from "./router.js";
 import {Chart, COLORS} from "./chart.js";
 import {h, clear, extend, fmtNum, statusBadge, section, TERMINAL} from "./dom.js";
-import {metricSource} from "./job.js";
+import {inDefinitionOrder, metricSource} from "./job.js";
 import {parallelCoordinates, scatterPlot} from "./parallel.js";
 
 export function mount(root, {jobs: names}) {
@@ -35,7 +35,7 @@ export function mount(root, {jobs: names}) {
     const jobs = answers.filter((a) => !a.error);
     const missing = answers.filter((a) => a.error);
     const metricsOf = (a) => (a.Metrics.Metrics || []).map((m) => m.MetricName);
-    const all = [...new Set(jobs.flatMap(metricsOf))].sort();
+    const all = inDefinitionOrder(jobs.map((a) => a.Job), jobs.flatMap(metricsOf)); // the chart shows the first
     const common = all.filter((m) => jobs.every((a) => metricsOf(a).includes(m)));
     const choices = [...common, ...all.filter((m) => !common.includes(m))];
     const metricSelect = h(

@@ -38,6 +38,15 @@ export function metricBase(name) {
   return name.replace(SPLIT_BEFORE, "").replace(SPLIT_AFTER, "");
 }
 
+/** The metric names ``have`` in the order the jobs define them (the first job's definitions first,
+ * as a user writes the metric they watch most first), then any they do not define, by name. */
+export function inDefinitionOrder(jobs, have) {
+  const definitions = jobs.flatMap((job) => job.AlgorithmSpecification?.MetricDefinitions || []);
+  const defined = [...new Set(definitions.map((d) => d.Name))];
+  const present = new Set(have);
+  return [...defined.filter((n) => present.has(n)), ...[...present].filter((n) => !defined.includes(n)).sort()];
+}
+
 /** The metrics that pair, as groups of at least two names, by their base, in the names' order. */
 export function metricPairs(names) {
   const groups = new Map();
@@ -438,9 +447,7 @@ class JobPage {
   // -- charts ---------------------------------------------------------------------------------
 
   metricNames() {
-    const defined = [...new Set((this.job.AlgorithmSpecification?.MetricDefinitions || []).map((d) => d.Name))];
-    const have = [...this.charts.keys()];
-    return [...defined.filter((n) => have.includes(n)), ...have.filter((n) => !defined.includes(n)).sort()];
+    return inDefinitionOrder([this.job], this.charts.keys());
   }
 
   chart(metric) {
