@@ -389,7 +389,8 @@ def test_compare_opens_on_the_metric_the_jobs_define_first(server: ServerProcess
                                                           script: Callable[[str], Path]) -> None:
     """The chart compares the metric the jobs define first (the one a user writes first, as the job
     page shows it first), not the first by name; the metric menu and the final metrics follow the
-    same order, and a metric only one job has comes after those every job has."""
+    same order, and a metric only one job has comes after those every job has. A job's page lists
+    its final metrics in that order too."""
     first = [{"Name": "train:loss", "Regex": r"loss=(\S+)"}, {"Name": "epoch", "Regex": r"step=(\d+)"}]
     create_job(server, "order-a", script(SHORT.format(count=5, scale=1)), definitions=first)
     create_job(server, "order-b", script(SHORT.format(count=5, scale=1)),
@@ -402,6 +403,10 @@ def test_compare_opens_on_the_metric_the_jobs_define_first(server: ServerProcess
     assert page.locator("select[name=metric] option").evaluate_all("options => options.map(o => o.value)") == [
         "train:loss", "epoch", "a:step"]
     assert page.locator(".compare-finals th").all_inner_texts()[1:] == ["train:loss", "epoch", "a:step"]
+    page.goto(server.url + "/jobs/order-b")  # the job page's final metrics in the same order as its charts
+    expect(page.locator(".final-metrics tbody tr")).to_have_count(3)
+    assert [row.split("\t")[0] for row in page.locator(".final-metrics tbody tr").all_inner_texts()] == [
+        "train:loss", "epoch", "a:step"]
 
 
 @pytest.mark.parametrize("path, held", [

@@ -359,7 +359,8 @@ class JobPage {
   showTables() {
     const job = this.job;
     const hps = Object.entries(job.HyperParameters || {});
-    const finals = this.metrics.Metrics || [];
+    const byName = new Map((this.metrics.Metrics || []).map((m) => [m.MetricName, m]));
+    const finals = inDefinitionOrder([job], byName.keys()).map((name) => byName.get(name)); // as the charts
     const definitions = job.AlgorithmSpecification?.MetricDefinitions || [];
     const diagnostics = this.metrics.Definitions || []; // in the definitions' order: names may repeat
     const warnings = this.metrics.Warnings || [];
