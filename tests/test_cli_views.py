@@ -72,6 +72,16 @@ def test_describe_aligns_its_labels_and_says_why_there_are_no_final_metrics(home
     assert "  (none: no definition matched; see below)" in run_cli("describe", "unmatched", check=True).stdout
 
 
+def test_describe_lists_the_final_metrics_in_the_order_they_are_defined(home: Path) -> None:
+    """As the console shows them: the metric defined first (the one a user watches most) first, not
+    the first by name."""
+    run_cli("run", "--name", "ordered", "--metric", "val:loss=loss=(\\S+)", "--metric", "epoch=epoch (\\d+)", "--",
+            PY, "-c", "print('epoch 1 loss=0.5')", check=True)
+    lines = run_cli("describe", "ordered", check=True).stdout.splitlines()
+    table = lines[lines.index("Final metrics") + 2:]
+    assert [line.split()[0] for line in table[:2]] == ["val:loss", "epoch"]
+
+
 def test_stopped_by_its_time_limit_shows_the_secondary_status(home: Path, tmp_path: Path) -> None:
     train = tmp_path / "train.py"
     train.write_text("import time\ntime.sleep(600)\n")
