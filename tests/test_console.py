@@ -388,25 +388,25 @@ def test_compare_two_jobs(server: ServerProcess, page: Any, script: Callable[[st
 def test_compare_opens_on_the_metric_the_jobs_define_first(server: ServerProcess, page: Any,
                                                           script: Callable[[str], Path]) -> None:
     """The chart compares the metric the jobs define first (the one a user writes first, as the job
-    page shows it first), not the first by name; the metric menu and the final metrics follow the
-    same order, and a metric only one job has comes after those every job has. A job's page lists
-    its final metrics in that order too."""
+    page shows it first) of those every job has, not the first by name; the metric menu and the final
+    metrics follow the same order, a metric only one job has after those every job has. A job's page
+    lists its final metrics in its own definitions' order."""
     first = [{"Name": "train:loss", "Regex": r"loss=(\S+)"}, {"Name": "epoch", "Regex": r"step=(\d+)"}]
     create_job(server, "order-a", script(SHORT.format(count=5, scale=1)), definitions=first)
     create_job(server, "order-b", script(SHORT.format(count=5, scale=1)),
-               definitions=[*first, {"Name": "a:step", "Regex": r"step=(\d+)"}])
+               definitions=[{"Name": "a:step", "Regex": r"step=(\d+)"}, *first])
     for name in ("order-a", "order-b"):
         wait_status(server, name, {"Completed"}, page)
-    page.goto(server.url + "/compare?jobs=order-a,order-b")
+    page.goto(server.url + "/compare?jobs=order-b,order-a")  # order-b's definitions first: a:step, only its own
     page.wait_for_function("() => { const c = window.trainmonCharts.compare; return c && c.points > 0; }")
     expect(page.locator(".compare-chart section.chart")).to_have_attribute("data-metric", "train:loss")
     assert page.locator("select[name=metric] option").evaluate_all("options => options.map(o => o.value)") == [
         "train:loss", "epoch", "a:step"]
     assert page.locator(".compare-finals th").all_inner_texts()[1:] == ["train:loss", "epoch", "a:step"]
-    page.goto(server.url + "/jobs/order-b")  # the job page's final metrics in the same order as its charts
+    page.goto(server.url + "/jobs/order-b")
     expect(page.locator(".final-metrics tbody tr")).to_have_count(3)
     assert [row.split("\t")[0] for row in page.locator(".final-metrics tbody tr").all_inner_texts()] == [
-        "train:loss", "epoch", "a:step"]
+        "a:step", "train:loss", "epoch"]
 
 
 @pytest.mark.parametrize("path, held", [

@@ -20,7 +20,7 @@ for _value in range(256):
     _NTH_BIT[_value, :len(_places)] = _places
 
 
-SLICE_BYTES = 128 << 10  # a block is marked a slice at a time (a multiple of 64 bytes)
+SLICE_BYTES = 128 << 10  # a block is marked a slice at a time (a multiple of 8: each packs into whole bytes)
 
 
 def _words(data: np.ndarray, value: int, scratch: np.ndarray) -> np.ndarray:
@@ -41,7 +41,8 @@ def _words(data: np.ndarray, value: int, scratch: np.ndarray) -> np.ndarray:
 
 class Breaks:
     """The record breaks of a block: "\\n", and in a mode that splits there "\\r" and "\\r\\n" (one break,
-    at its "\\r"). ``masks``: two boolean buffers of the block's size to work in."""
+    at its "\\r"). ``masks``: two boolean buffers to work in, each as long as the block or as
+    ``SLICE_BYTES``, whichever is shorter, at least."""
 
     def __init__(self, data: np.ndarray, split_cr: bool, masks: tuple[np.ndarray, np.ndarray]) -> None:
         newline, carriage = masks

@@ -113,7 +113,7 @@ export function mount(root, {jobs: names}) {
       root,
       choices.length > 1 ? section("Every metric", smallBox) : null,
       jobs.length > 1 && choices.length ? section("Hyperparameters against a metric", relations(jobs, choices)) : null,
-      section("Final metrics", finalsTable(jobs, all)),
+      section("Final metrics", finalsTable(jobs, choices)),
       section("Hyperparameters that differ", hyperparameterTable(jobs)),
     );
 
