@@ -25,6 +25,7 @@ from typing import Any
 from ..cloudwatch.model import JOB_NAMESPACE, MetricKey
 from ..errors import TrainmonError, ValidationException
 from ..jobs import rulestatus
+from ..jobs.document import defined_metrics
 from ..jobs.status import TERMINAL, profiler_settings
 from ..parsing.definitions import (
     MetricDefinition,
@@ -86,9 +87,14 @@ def _describe_row(store: Store, row: JobRow) -> tuple[dict[str, Any], dict[str, 
 
 
 def _job_metrics(store: Store, row: JobRow, finals: dict[str, tuple[float, float]]) -> dict[str, Any]:
-    """DescribeJobMetrics' answer, given each metric's final (value, epoch seconds)."""
+    """DescribeJobMetrics' answer, given each metric's final (value, epoch seconds): the metrics in
+    the order the job defines them (the one a user writes first, they watch most), then any other
+    by name, as every view of them shows them."""
     metrics = []
-    for name, (points, low, high) in sorted(store.metric_summaries(row.id).items()):
+    summaries = store.metric_summaries(row.id)
+    place = {name: number for number, name in enumerate(defined_metrics(row.doc))}
+    for name in sorted(summaries, key=lambda name: (place.get(name, len(place)), name)):
+        points, low, high = summaries[name]
         entry: dict[str, Any] = {"MetricName": name, "Points": points, "Minimum": low, "Maximum": high}
         if name in finals:
             entry["FinalValue"], entry["FinalTimestamp"] = finals[name][0], as_datetime(finals[name][1])

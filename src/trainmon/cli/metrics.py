@@ -18,6 +18,7 @@ from ..cloudwatch.model import MetricKey, job_metric_key
 from ..cloudwatch.retention import periods_text
 from ..cloudwatch.statistics import Point, auto_period_s, check_period, least_period, period_table
 from ..errors import CloudWatchError, InvalidParameterValue, ValidationException
+from ..jobs.document import defined_metrics
 from ..shapes import snake_case
 from ..store import Store
 from . import render
@@ -100,7 +101,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     found = trainmon.get_job_metric_points(db, TrainingJobName=args.name, MetricNames=args.metric, Host=args.host,
                                            System=args.system)["Points"]
     if not found:
-        defined = _defined(job)
+        defined = defined_metrics(job)
         if args.json:
             print_json([])
         else:
@@ -129,11 +130,6 @@ def _label(point: dict[str, Any], system: bool) -> str:
     return f"{point['MetricName']} ({point['Host']})" if system else point["MetricName"]
 
 
-def _defined(job: dict[str, Any]) -> list[str]:
-    """The job's metrics by name, in the order of its definitions (a name several share, once)."""
-    return list(dict.fromkeys(d["Name"] for d in job["AlgorithmSpecification"].get("MetricDefinitions", [])))
-
-
 def _time_range(job: dict[str, Any], args: argparse.Namespace) -> tuple[float, float]:
     """--start and --end; by default the job's training time and a minute more."""
     start = timestamp(args.start, "--start") or (job.get("TrainingStartTime") or job["CreationTime"]).timestamp()
@@ -160,7 +156,7 @@ def _metrics_statistics(db: Store, job: dict[str, Any], args: argparse.Namespace
     if args.system:
         keys = trainmon.system_metric_keys(db, args.name, args.host, args.metric)
     else:
-        keys = [job_metric_key(args.name, name) for name in args.metric or _defined(job)]
+        keys = [job_metric_key(args.name, name) for name in args.metric or defined_metrics(job)]
     start, end = _time_range(job, args)
     if start >= end:
         raise InvalidParameterValue("The parameter --start must be before --end.")
@@ -194,7 +190,7 @@ def _metrics_math(db: Store, job: dict[str, Any], args: argparse.Namespace) -> i
                                   "not per host: drop --host, or add --system.")
     system = trainmon.system_metric_keys(db, args.name, args.host) if args.system else []
     offered = _system_metrics(system, args.metric) if args.system else [
-        metric_math.Metric(job_metric_key(args.name, name), name, name) for name in args.metric or _defined(job)]
+        metric_math.Metric(job_metric_key(args.name, name), name, name) for name in args.metric or defined_metrics(job)]
     explicit = [_explicit_binding(db, job, args, system, text) for text in args.id or []]
     plan = metric_math.plan(offered, explicit, args.math)
     start, end = _time_range(job, args)
@@ -244,8 +240,8 @@ def _explicit_binding(db: Store, job: dict[str, Any], args: argparse.Namespace, 
         key = job_metric_key(args.name, name)
         listed = cloudwatch.list_metrics(db, Namespace=key.namespace, MetricName=name,
                                          Dimensions=[{"Name": n, "Value": v} for n, v in key.dimensions])["Metrics"]
-        if name not in _defined(job) and not listed:
-            known = ", ".join(_defined(job)) or "none: it has no metric definitions"
+        if name not in defined_metrics(job) and not listed:
+            known = ", ".join(defined_metrics(job)) or "none: it has no metric definitions"
             raise ValidationException(f"--id {text}: job {args.name} has no metric {name!r}; its metrics: {known}.")
         return query_id, metric_math.Metric(key, name, name), text
     keys = [key for key in system if key.name == name]

@@ -92,14 +92,6 @@ def status_text(doc: Mapping[str, Any]) -> str:
     return primary if not secondary or secondary == primary else f"{primary} ({secondary})"
 
 
-def _in_definition_order(doc: Mapping[str, Any], summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A job's metric summaries in the order it defines its metrics (what a user writes first, they
-    watch most), then any other by name: the console's order too."""
-    defined = dict.fromkeys(d["Name"] for d in doc["AlgorithmSpecification"].get("MetricDefinitions", []))
-    place = {name: number for number, name in enumerate(defined)}
-    return sorted(summaries, key=lambda m: (place.get(m["MetricName"], len(place)), m["MetricName"]))
-
-
 def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     """A DescribeTrainingJob answer with the job's DescribeJobMetrics: the command its hosts ran,
     metric summaries and definition diagnostics."""
@@ -132,7 +124,7 @@ def describe(doc: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     if metrics["Metrics"]:
         lines.append(table(["METRIC", "FINAL", "AT", "POINTS", "MIN", "MAX"], [
             [m["MetricName"], number(m.get("FinalValue")), clock(m.get("FinalTimestamp")), m["Points"],
-             number(m["Minimum"]), number(m["Maximum"])] for m in _in_definition_order(doc, metrics["Metrics"])]))
+             number(m["Minimum"]), number(m["Maximum"])] for m in metrics["Metrics"]]))
     else:
         lines.append(f"  {_no_metrics(doc)}")
     warnings = metrics.get("Warnings", [])

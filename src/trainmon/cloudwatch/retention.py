@@ -69,21 +69,24 @@ def parse(text: str) -> Retention:
     if not raw_given:
         raise ValidationException(f"{VARIABLE}: say how long raw datapoints are kept (raw=3h, or raw=forever)")
     tiers.sort()
-    finer = None
-    periods_rule = "each tier's period is a multiple of 60 s and of the finer tier's"
-    for period, kept in tiers:
-        if period % 60:
-            wrong, rule = f"a tier of {_duration(period)} is not a whole number of minutes", periods_rule
-        elif finer is not None and (period % finer or period == finer):
-            wrong, rule = f"a tier of {_duration(period)} cannot be rolled up from the {_duration(finer)} tier", periods_rule
-        elif kept is not None and kept <= period:  # (a period's row is made once it has ended: as old as that)
-            wrong = f"a tier of {_duration(period)} kept for {_duration(kept)} would lose each row as it is made"
-            rule = "keep a tier longer than its period"
-        else:
-            finer = period
-            continue
-        raise ValidationException(f"{VARIABLE}: {wrong}; {rule}")
+    for (period, kept), finer in zip(tiers, [None, *(period for period, _ in tiers)], strict=False):
+        fault = _tier_fault(period, kept, finer)
+        if fault:
+            raise ValidationException(f"{VARIABLE}: a tier of {_duration(period)} {fault}")
     return Retention(raw, tuple(tiers))
+
+
+def _tier_fault(period: int, kept: int | None, finer: int | None) -> str | None:
+    """What is wrong with a tier (its period and how long it is kept, the next finer tier's period),
+    and the rule it breaks; None when nothing is."""
+    periods_rule = "each tier's period is a multiple of 60 s and of the finer tier's"
+    if period % 60:
+        return f"is not a whole number of minutes; {periods_rule}"
+    if finer is not None and (period % finer or period == finer):
+        return f"cannot be rolled up from the {_duration(finer)} tier; {periods_rule}"
+    if kept is not None and kept <= period:  # (a period's row is made once it has ended: as old as that)
+        return f"kept for {_duration(kept)} would lose each row as it is made; keep a tier longer than its period"
+    return None
 
 
 def current() -> Retention:

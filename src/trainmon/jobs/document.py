@@ -11,6 +11,7 @@ answer built from a document (see :func:`trainmon.jobs.status.description`): Sag
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 ACCOUNT = "000000000000"
@@ -19,6 +20,11 @@ REGION = "local"
 
 def arn(name: str) -> str:
     return f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{name.lower()}"
+
+
+def defined_metrics(doc: Mapping[str, Any]) -> list[str]:
+    """A job's metric names in the order its definitions give them (a name several share, once)."""
+    return list(dict.fromkeys(d["Name"] for d in doc.get("AlgorithmSpecification", {}).get("MetricDefinitions", [])))
 
 
 class MetricDefinitionDoc(TypedDict):

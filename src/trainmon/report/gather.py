@@ -21,7 +21,7 @@ import numpy as np
 from .. import config
 from ..api import sagemaker, trainmon
 from ..clock import REAL_CLOCK, Clock
-from ..jobs.document import JobDocument
+from ..jobs.document import JobDocument, defined_metrics
 from ..jobs.status import TERMINAL, profiler_settings
 from ..read.series import job_metrics
 from ..store import Store
@@ -100,9 +100,9 @@ def gather(store: Store, job_name: str, clock: Clock = REAL_CLOCK, budget: Budge
     end_s = now_s if running else doc.get("TrainingEndTime", doc["LastModifiedTime"])
     left_out: list[str] = []
     metrics = _metrics(store, row.id, budget, (int(start_s * 1000), int(end_s * 1000)), left_out)
-    names = [d["Name"] for d in doc["AlgorithmSpecification"].get("MetricDefinitions", [])]
+    names = defined_metrics(doc)
     preferred = [str(r.parameters["step_metric"]) for r in rules if r.parameters.get("step_metric")]
-    step = analysis.step_metric([n for n in dict.fromkeys(names) if n in metrics] or names, preferred)
+    step = analysis.step_metric([n for n in names if n in metrics] or names, preferred)
     steps = {host: analysis.step_intervals(*columns) for host, columns in metrics.get(step or "", {}).items()}
     first_s, last_s = _loop(metrics, step)
     settings = profiler_settings(doc)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..api import sagemaker, trainmon
 from ..cloudwatch.statistics import Point, period_table
+from ..jobs.document import defined_metrics
 from ..store import Store, open_store
 
 STATISTICS = ("Average", "Sum", "Minimum", "Maximum", "SampleCount")
@@ -53,8 +54,7 @@ class TrainingJobAnalytics:
         except ImportError:
             raise ImportError("analytics needs pandas: pip install 'trainmon[sdk]'") from None
         job = sagemaker.describe_training_job(self._store, TrainingJobName=self.name)
-        names = self.metric_names or list(dict.fromkeys(  # a name several definitions share, once
-            d["Name"] for d in job["AlgorithmSpecification"].get("MetricDefinitions", [])))
+        names = self.metric_names or defined_metrics(job)
         found = trainmon.get_job_metric_points(self._store, TrainingJobName=self.name, MetricNames=names or None)
         points = [Point(p["MetricName"], p["Timestamp"], p["Value"]) for p in found["Points"]]
         rows: list[tuple[float, str, float]] = []

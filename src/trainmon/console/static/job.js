@@ -359,8 +359,7 @@ class JobPage {
   showTables() {
     const job = this.job;
     const hps = Object.entries(job.HyperParameters || {});
-    const byName = new Map((this.metrics.Metrics || []).map((m) => [m.MetricName, m]));
-    const finals = inDefinitionOrder([job], byName.keys()).map((name) => byName.get(name)); // as the charts
+    const finals = this.metrics.Metrics || []; // in the definitions' order, as the charts
     const definitions = job.AlgorithmSpecification?.MetricDefinitions || [];
     const diagnostics = this.metrics.Definitions || []; // in the definitions' order: names may repeat
     const warnings = this.metrics.Warnings || [];
